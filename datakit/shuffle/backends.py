@@ -1,0 +1,242 @@
+"""Backends run task attempts; the scheduler (executor.py) decides what to run and what to retry.
+
+The interface is deliberately tiny so a cluster backend slots in: `submit(key, payload)` starts one
+attempt, `wait(timeout)` returns finished attempts as events `(key, status, value)` where status is
+`ok`, `error` (user code raised; value describes it) or `died` (the worker vanished: kill -9, OOM,
+node loss). Payloads are cloudpickled `(TaskSpec, attempt)` so lambdas and closures travel.
+
+`local` runs its own small pool of spawned worker processes, one pipe each, rather than
+`ProcessPoolExecutor`: when a worker dies we know exactly which attempt it held, retry only that one,
+and replace the worker, instead of losing the whole pool to BrokenProcessPool.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+from collections import deque
+from multiprocessing.connection import Connection, wait as mp_wait
+from typing import Any
+
+Event = tuple[Any, str, Any]
+
+
+def error_info(exc: BaseException) -> dict:
+    """Describe an exception so it always crosses a process boundary, picklable or not."""
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+    except Exception:
+        blob = None
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "exc": blob,
+    }
+
+
+def execute_payload(payload: bytes) -> dict:
+    from .tasks import run_task
+
+    spec, attempt = pickle.loads(payload)
+    return run_task(spec, attempt)
+
+
+class Backend:
+    name = "base"
+    capacity = 1
+
+    def submit(self, key: Any, payload: bytes) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None) -> list[Event]:
+        raise NotImplementedError
+
+    def cancel_all(self) -> None:
+        """Stop every running attempt (used when the pipeline aborts)."""
+
+    def close(self) -> None:
+        pass
+
+
+class InlineBackend(Backend):
+    """Runs each attempt in this process, one at a time: for debugging with pdb and prints."""
+
+    name = "inline"
+    capacity = 1
+
+    def __init__(self) -> None:
+        self.queue: deque = deque()
+
+    def submit(self, key: Any, payload: bytes) -> None:
+        self.queue.append((key, payload))
+
+    def wait(self, timeout: float | None) -> list[Event]:
+        if not self.queue:
+            return []
+        key, payload = self.queue.popleft()
+        try:
+            return [(key, "ok", execute_payload(payload))]
+        except Exception as e:  # user code failure: reported like a worker's
+            return [(key, "error", error_info(e))]
+
+
+def _worker_main(conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        key, payload = msg
+        try:
+            result = execute_payload(payload)
+            conn.send((key, "ok", result))
+        except BaseException as e:
+            conn.send((key, "error", error_info(e)))
+
+
+class _Worker:
+    """One worker process, started as `python -m datakit.shuffle.worker` over a socketpair.
+
+    A fresh interpreter (not fork, not multiprocessing's spawn) so the user's __main__ module is never
+    re-imported in workers (their scripts need no `if __name__ == "__main__"` guard) and no driver threads
+    or JAX state leak into the child. Functions travel by value with cloudpickle; the child gets the
+    driver's sys.path so functions pickled by reference (test modules, user packages) import the same way.
+    """
+
+    def __init__(self) -> None:
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "datakit.shuffle.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),), env=env, start_new_session=True,
+        )
+        child.close()
+        self._sock = parent
+        self.conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+        self.key: Any = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill:
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                kill = True
+        if kill:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+
+class LocalBackend(Backend):
+    """A process pool on this machine, sized to its cores unless `max_workers` says otherwise."""
+
+    name = "local"
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        self.capacity = max(1, max_workers or os.cpu_count() or 1)
+        self.workers = [_Worker() for _ in range(self.capacity)]
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers]
+
+    def submit(self, key: Any, payload: bytes) -> None:
+        for w in self.workers:
+            if w.key is None:
+                w.key = key
+                w.conn.send((key, payload))
+                return
+        raise RuntimeError("no idle worker (scheduler over-submitted)")
+
+    def _replace(self, w: _Worker) -> None:
+        w.stop(kill=True)
+        self.workers[self.workers.index(w)] = _Worker()
+
+    def wait(self, timeout: float | None) -> list[Event]:
+        busy = [w for w in self.workers if w.key is not None]
+        if not busy:
+            return []
+        handles = {w.conn: w for w in busy}
+        events: list[Event] = []
+        for h in mp_wait(list(handles), timeout):
+            w = handles[h]
+            try:
+                key, status, value = w.conn.recv()
+                w.key = None
+                events.append((key, status, value))
+            except (EOFError, OSError):
+                try:
+                    code = w.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                events.append((w.key, "died", {"exitcode": code, "pid": w.pid}))
+                w.key = None
+                self._replace(w)
+        return events
+
+    def cancel_all(self) -> None:
+        for w in list(self.workers):
+            if w.key is not None:
+                w.key = None
+                self._replace(w)
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.workers = []
+
+
+_POOLS: dict[int, LocalBackend] = {}
+
+
+def local_backend(max_workers: int | None) -> LocalBackend:
+    """Reuse a warm pool across pipelines in one process (spawning workers costs ~0.3 s each)."""
+    n = max(1, max_workers or os.cpu_count() or 1)
+    pool = _POOLS.get(n)
+    if pool is None or not pool.workers:
+        pool = _POOLS[n] = LocalBackend(n)
+    return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
+
+
+def get_backend(name: str, max_workers: int | None = None, **options: Any) -> Backend:
+    if name == "local":
+        return local_backend(max_workers)
+    if name == "inline":
+        return InlineBackend()
+    if name == "ray":
+        try:
+            from .ray_backend import RayBackend
+        except ImportError as e:
+            raise RuntimeError(
+                "backend 'ray' needs the ray extra: pip install 'datakit[ray]'" + f" ({e})"
+            ) from None
+        return RayBackend(max_workers=max_workers, **options)
+    raise ValueError(f"unknown backend {name!r}: expected local, inline or ray")

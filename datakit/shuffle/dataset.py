@@ -1,0 +1,138 @@
+"""The lazy `Dataset`: build a pipeline by chaining operations, then `collect()`/`run()` it.
+
+Nothing runs until a terminal call. Shard counts are static (known at plan time): a source has one
+shard per file or per given shard, row ops keep the count, a shuffle sets it. That is what lets sinks
+name their files `part-{shard}-of-{total}` up front and lets a rerun skip sinks that already exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Sequence
+
+from .executor import ExecConfig, RunResult, execute
+from .io import FileInfo, list_files, read_jsonl, read_parquet, read_text
+from .plan import JoinNode, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
+
+
+def _first(key, items):
+    return next(iter(items))
+
+
+class Dataset:
+    """A lazy, sharded collection of Python objects."""
+
+    def __init__(self, node: Any) -> None:
+        self._node = node
+
+    # ------------------------------------------------------------ sources
+    @staticmethod
+    def from_items(items: Iterable[Any], num_shards: int | None = None) -> "Dataset":
+        data = list(items)
+        n = max(1, num_shards or 1)
+        size = -(-len(data) // n) if data else 0
+        shards = [data[i * size : (i + 1) * size] for i in range(n)]
+        return Dataset(SourceNode(shards, [f"items shard {i}" for i in range(n)]))
+
+    @staticmethod
+    def from_shards(shards: Sequence[Sequence[Any]], labels: Sequence[str] | None = None) -> "Dataset":
+        if not shards:
+            raise ValueError("from_shards needs at least one shard (an empty one is fine: [[]])")
+        labels = list(labels) if labels else [f"shard {i}" for i in range(len(shards))]
+        return Dataset(SourceNode([list(s) for s in shards], labels))
+
+    @staticmethod
+    def from_files(patterns: str | Sequence[str], exclude: Sequence[str] = (), *,
+                   allow_empty: bool = False) -> "Dataset":
+        files = list_files(patterns, exclude)
+        if not files and not allow_empty:
+            raise FileNotFoundError(f"no files match {patterns!r} (dot-files and dot-directories are skipped)")
+        shards = [[f] for f in files] or [[]]
+        return Dataset(SourceNode(shards, [f.path for f in files] or ["(no files)"]))
+
+    # ------------------------------------------------------------ row ops (fused)
+    def _op(self, kind: str, fn: Any) -> "Dataset":
+        return Dataset(RowOpNode(self._node, kind, fn))
+
+    def map(self, fn: Callable[[Any], Any]) -> "Dataset":
+        return self._op("map", fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> "Dataset":
+        return self._op("flat_map", fn)
+
+    def filter(self, pred: Callable[[Any], bool]) -> "Dataset":
+        return self._op("filter", pred)
+
+    def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> "Dataset":
+        return self._op("map_shard", fn)
+
+    def read_jsonl(self) -> "Dataset":
+        return self.flat_map(read_jsonl)
+
+    def read_parquet(self, columns: Sequence[str] | None = None) -> "Dataset":
+        cols = list(columns) if columns else None
+        return self.flat_map(lambda f: read_parquet(f, cols))
+
+    def read_text(self) -> "Dataset":
+        return self.flat_map(read_text)
+
+    # ------------------------------------------------------------ shuffles
+    def group_by(self, key: Callable[[Any], Any], reducer: Callable[[Any, Iterable[Any]], Any], *,
+                 sort_by: Callable[[Any], Any] | None = None, num_shards: int | None = None,
+                 combiner: Callable[[Any, list], Any] | None = None) -> "Dataset":
+        return Dataset(ShuffleNode(self._node, "group", key, reducer, sort_by, combiner, num_shards))
+
+    def deduplicate(self, key: Callable[[Any], Any], num_shards: int | None = None) -> "Dataset":
+        return Dataset(ShuffleNode(self._node, "dedup", key, None, None, None, num_shards))
+
+    def reshard(self, num_shards: int) -> "Dataset":
+        return Dataset(ShuffleNode(self._node, "reshard", None, None, None, None, num_shards))
+
+    def sorted_merge_join(self, right: "Dataset", *, left_key: Callable[[Any], Any],
+                          right_key: Callable[[Any], Any] | None = None, how: str = "inner") -> "Dataset":
+        if how not in ("inner", "left"):
+            raise ValueError(f"how must be 'inner' or 'left', got {how!r}")
+        return Dataset(JoinNode(self._node, right._node, left_key, right_key or left_key, how))
+
+    # ------------------------------------------------------------ sinks
+    def write_parquet(self, pattern: str, *, schema: Any = None, skip_existing: bool = False) -> "Dataset":
+        return self._op("sink", SinkSpec("parquet", pattern, schema, skip_existing))
+
+    def write_jsonl(self, pattern: str, *, skip_existing: bool = False) -> "Dataset":
+        return self._op("sink", SinkSpec("jsonl", pattern, None, skip_existing))
+
+    # ------------------------------------------------------------ execution
+    @property
+    def num_shards(self) -> int:
+        return plan(self._node)[-1].num_tasks
+
+    def explain(self) -> str:
+        return explain(plan(self._node))
+
+    def run(self, config: ExecConfig | None = None) -> RunResult:
+        return execute(plan(self._node), config)
+
+    def collect(self, config: ExecConfig | None = None) -> list:
+        return self.run(config).items
+
+    def count(self, config: ExecConfig | None = None) -> int:
+        return sum(self.map_shard(lambda it: [sum(1 for _ in it)]).collect(config))
+
+    def reduce(self, fn: Callable[[Any, Any], Any], initial: Any,
+               combine: Callable[[Any, Any], Any] | None = None, config: ExecConfig | None = None) -> Any:
+        """Fold every shard with `fn`, then fold the per-shard results (in shard order) with `combine`."""
+
+        def fold(it):
+            acc = initial
+            for x in it:
+                acc = fn(acc, x)
+            return [acc]
+
+        partials = self.map_shard(fold).collect(config)
+        combine = combine or fn
+        acc = partials[0]
+        for p in partials[1:]:
+            acc = combine(acc, p)
+        return acc
+
+
+__all__ = ["Dataset", "ExecConfig", "FileInfo"]

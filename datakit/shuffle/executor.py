@@ -1,0 +1,279 @@
+"""The coordinator: runs stages in order, schedules task attempts, retries with finite patience.
+
+It holds task state and paths only. Each attempt writes under its own attempt number, the first
+successful attempt of a task is accepted, later or duplicate results are ignored, and files of
+unaccepted attempts are removed. User-code failures get `max_attempts` tries (a deterministic crasher
+aborts on the third, with its traceback and input named); worker deaths have their own, larger budget.
+With an explicit `work_dir`, finished shuffle stages are checkpointed under the plan's fingerprint so
+an interrupted pipeline resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+
+from .backends import Backend, get_backend
+from .fsio import atomic_write_bytes, exists, is_local, open_read
+from .io import format_output
+from .plan import SinkSpec, Stage
+from .tasks import TaskSpec, load_collected
+
+
+@dataclass
+class ExecConfig:
+    backend: str = "local"
+    max_workers: int | None = None
+    work_dir: str | None = None
+    map_flush_bytes: int = 128 << 20
+    reduce_memory_bytes: int = 512 << 20
+    max_attempts: int = 3
+    max_worker_deaths: int = 10
+    progress: bool | None = None
+    print_stats: bool = False
+    keep_work_dir: bool = False
+    backend_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class StageStats:
+    stage: int
+    name: str
+    tasks: int
+    rows_in: int = 0
+    rows_out: int = 0
+    shuffle_rows: int = 0
+    shuffle_bytes: int = 0
+    spill_files: int = 0
+    wall_s: float = 0.0
+    peak_rss: int = 0
+    retries: int = 0
+    worker_deaths: int = 0
+    skipped: bool = False
+
+
+@dataclass
+class RunResult:
+    items: list
+    counters: dict[str, int]
+    stats: list[StageStats]
+
+
+class ShardFailed(RuntimeError):
+    """A task failed `max_attempts` times; carries the last traceback."""
+
+    def __init__(self, stage: int, shard: int, label: str, attempts: int, info: dict):
+        self.stage, self.shard, self.label, self.info = stage, shard, label, info
+        super().__init__(
+            f"stage {stage}, shard {shard} ({label}) failed {attempts} times; giving up.\n"
+            f"Last error: {info['type']}: {info['message']}\n--- traceback from the worker ---\n"
+            f"{info['traceback'].rstrip()}"
+        )
+
+
+class WorkerDeaths(RuntimeError):
+    """Workers kept dying on one task (out of memory? segfault in native code?)."""
+
+
+def _fingerprint(stages: list[Stage]) -> str:
+    h = hashlib.sha256()
+    for st in stages:
+        try:
+            h.update(cloudpickle.dumps((st.pipe, st.output)))
+        except Exception:
+            h.update(os.urandom(16))  # unpicklable plan: never reuse a checkpoint
+    return h.hexdigest()[:16]
+
+
+def _progress(config: ExecConfig):
+    show = config.progress if config.progress is not None else sys.stderr.isatty()
+    if not show:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rich.console import Console
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=False)
+
+
+def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: StageStats, tick) -> list[dict]:
+    n = len(specs)
+    pending = deque(range(n))
+    attempts, failures, deaths = [0] * n, [0] * n, [0] * n
+    results: list[dict | None] = [None] * n
+    inflight: dict[Any, int] = {}
+    try:
+        while pending or inflight:
+            while pending and len(inflight) < backend.capacity:
+                i = pending.popleft()
+                key = (specs[i].stage_id, i, attempts[i])
+                backend.submit(key, cloudpickle.dumps((specs[i], attempts[i])))
+                inflight[key] = i
+                attempts[i] += 1
+            for key, status, value in backend.wait(timeout=1.0):
+                i = inflight.pop(key, None)
+                if i is None or results[i] is not None:
+                    continue  # stale or duplicate attempt: its output is never used
+                if status == "ok":
+                    value["attempt"] = key[2]
+                    results[i] = value
+                    tick()
+                elif status == "error":
+                    failures[i] += 1
+                    if failures[i] >= config.max_attempts:
+                        raise ShardFailed(specs[i].stage_id, i, specs[i].label, failures[i], value)
+                    st.retries += 1
+                    pending.append(i)
+                else:
+                    deaths[i] += 1
+                    st.worker_deaths += 1
+                    if deaths[i] >= config.max_worker_deaths:
+                        raise WorkerDeaths(
+                            f"stage {specs[i].stage_id}, shard {i} ({specs[i].label}): the worker died "
+                            f"{deaths[i]} times running it (last exit code {value.get('exitcode')}); "
+                            "look for out-of-memory kills (dmesg) or crashes in native code"
+                        )
+                    pending.append(i)
+    except BaseException:
+        backend.cancel_all()
+        raise
+    return results  # type: ignore[return-value]
+
+
+def _cleanup_attempts(stage_dir: str, keep: set[str]) -> None:
+    """Remove files of attempts that were not accepted (stale, duplicate or killed mid-write)."""
+    if not is_local(stage_dir) or not os.path.isdir(stage_dir):
+        return
+    for name in os.listdir(stage_dir):
+        path = os.path.join(stage_dir, name)
+        if path in keep or name == "_SUCCESS.json":
+            continue
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+
+
+def _final_sink(stage: Stage) -> SinkSpec | None:
+    if stage.pipe.ops and stage.pipe.ops[-1][0] == "sink":
+        return stage.pipe.ops[-1][1]
+    return None
+
+
+def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
+    config = config or ExecConfig()
+    final = stages[-1]
+    sink = _final_sink(final)
+    if sink is not None and sink.skip_existing:
+        paths = [format_output(sink.pattern, i, final.num_tasks) for i in range(final.num_tasks)]
+        if all(exists(p) for p in paths):
+            return RunResult(paths, {"sink_skipped_existing": len(paths)},
+                             [StageStats(s.id, s.name, s.num_tasks, skipped=True) for s in stages])
+
+    if config.work_dir:
+        root = f"{config.work_dir.rstrip('/')}/plan-{_fingerprint(stages)}"
+        temporary = False
+    else:
+        root = tempfile.mkdtemp(prefix="datakit-shuffle-")
+        temporary = True
+    backend = get_backend(config.backend, config.max_workers, **config.backend_options)
+    progress = _progress(config)
+    indexes: dict[int, list[str]] = {}
+    counters: Counter = Counter()
+    all_stats: list[StageStats] = []
+    items: list = []
+    ok = False
+    try:
+        if progress:
+            progress.start()
+        for stage in stages:
+            st = StageStats(stage.id, stage.name, stage.num_tasks)
+            all_stats.append(st)
+            stage_dir = f"{root}/stage-{stage.id:03d}"
+            marker = f"{stage_dir}/_SUCCESS.json"
+            if stage.output is not None and not temporary and exists(marker):
+                with open_read(marker) as f:
+                    saved = json.loads(f.read())
+                indexes[stage.id] = saved["indexes"]
+                counters.update(saved["counters"])
+                st.skipped = True
+                continue
+            upstream = {s: indexes[s] for s in stage.pipe.upstream_stages()}
+            specs = [
+                TaskSpec(stage.id, i, stage.num_tasks, stage.pipe.for_shard(i), stage.output, upstream,
+                         stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i))
+                for i in range(stage.num_tasks)
+            ]
+            bar = progress.add_task(f"stage {stage.id} {stage.name}", total=len(specs)) if progress else None
+            tick = (lambda: progress.advance(bar)) if progress else (lambda: None)
+            t0 = time.perf_counter()
+            results = _schedule(backend, specs, config, st, tick)
+            st.wall_s = time.perf_counter() - t0
+            for r in results:
+                counters.update(r["counters"])
+                st.rows_in += r["rows_in"]
+                st.rows_out += r["rows_out"]
+                st.shuffle_bytes += r["bytes_out"]
+                st.shuffle_rows += r["output"].get("rows", 0) if stage.output is not None else 0
+                st.spill_files += r["spill_files"]
+                st.peak_rss = max(st.peak_rss, r["peak_rss"])
+            if stage.output is not None:
+                indexes[stage.id] = [r["output"]["index"] for r in results]
+                keep = set(indexes[stage.id])
+                keep |= {p.rsplit(".", 1)[0] + ".data" for p in keep}
+                _cleanup_attempts(stage_dir, keep)
+                if not temporary:
+                    stage_counters: Counter = Counter()
+                    for r in results:
+                        stage_counters.update(r["counters"])
+                    saved = {"indexes": indexes[stage.id], "counters": dict(stage_counters)}
+                    atomic_write_bytes(marker, json.dumps(saved).encode())
+            else:
+                for r in results:
+                    items.extend(load_collected(r["output"]))
+            # A shuffle's files are dead once every stage reading them has run.
+            for done_id in stage.pipe.upstream_stages():
+                if temporary and all(done_id not in s.pipe.upstream_stages() for s in stages[stage.id + 1:]):
+                    shutil.rmtree(f"{root}/stage-{done_id:03d}", ignore_errors=True)
+        ok = True
+    finally:
+        if progress:
+            progress.stop()
+        if backend.name == "inline":
+            backend.close()
+        if temporary or (ok and not config.keep_work_dir):
+            if is_local(root):
+                shutil.rmtree(root, ignore_errors=True)
+    if config.print_stats:
+        print(format_stats(all_stats), file=sys.stderr)
+    return RunResult(items, dict(counters), all_stats)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024:
+            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
+        n /= 1024
+    return f"{n:.1f}PB"
+
+
+def format_stats(stats: list[StageStats]) -> str:
+    rows = ["stage  name      tasks    rows_in   rows_out   shuffled   wall_s   peak_rss  retries deaths"]
+    for s in stats:
+        rows.append(
+            f"{s.stage:<6} {s.name[:9]:<9} {s.tasks:>5} {s.rows_in:>10} {s.rows_out:>10} {_human(s.shuffle_bytes):>10} "
+            f"{s.wall_s:>8.2f} {_human(s.peak_rss):>10} {s.retries:>7} {s.worker_deaths:>6}"
+            + ("  (checkpoint)" if s.skipped else "")
+        )
+    return "\n".join(rows)

@@ -1,0 +1,223 @@
+"""The shuffle data plane: one data file of zstd frames per map task, plus an immutable sidecar index.
+
+Each frame is one *sorted run* for one target shard (one per target per flush). A frame is a stream of
+length-prefixed, independently pickled sub-batches of ~1k records, so a reducer can stream a run with
+one sub-batch in memory instead of decompressing whole runs. The sidecar maps target -> byte ranges
+(offset, length, rows, raw bytes); reducers read only the sidecars and then only their own ranges, so a
+target no mapper wrote to costs no data I/O at all.
+
+A record is `(key_bytes, sort_bytes, item)`; runs are sorted by `(key_bytes, sort_bytes)` and ties
+keep input order, which makes every merge deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import uuid
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Iterator
+
+import zstandard
+
+from .fsio import atomic_write_bytes, commit, discard, open_atomic, open_read
+
+SUB_BATCH_ROWS = 1024
+ZSTD_LEVEL = 3
+_LEN = struct.Struct("<I")
+_SAMPLE_EVERY = 32
+RECORD_KEY = itemgetter(0, 1)
+
+Record = tuple[bytes, bytes, Any]
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Where one sorted run lives: a byte range of a data file."""
+
+    path: str
+    offset: int
+    length: int
+    rows: int
+    raw_bytes: int
+
+
+def _serialize_run(records: list[Record], cctx: zstandard.ZstdCompressor) -> tuple[bytes, int]:
+    comp = cctx.compressobj()
+    parts: list[bytes] = []
+    raw = 0
+    for start in range(0, len(records), SUB_BATCH_ROWS):
+        body = pickle.dumps(records[start : start + SUB_BATCH_ROWS], protocol=5)
+        raw += len(body)
+        parts.append(comp.compress(_LEN.pack(len(body))))
+        parts.append(comp.compress(body))
+    parts.append(comp.flush())
+    return b"".join(parts), raw
+
+
+class RunWriter:
+    """Map-side buffer: routes records to targets, flushes sorted runs when over a byte budget."""
+
+    def __init__(
+        self,
+        data_path: str,
+        index_path: str,
+        num_targets: int,
+        flush_bytes: int,
+        combiner: Callable[[list[Record]], list[Record]] | None = None,
+    ) -> None:
+        self.data_path = data_path
+        self.index_path = index_path
+        self.num_targets = num_targets
+        self.flush_bytes = flush_bytes
+        self.combiner = combiner
+        self.buffers: list[list[Record]] = [[] for _ in range(num_targets)]
+        self.buffered = 0
+        self.avg_item = 64.0
+        self.count = 0
+        self.flushes = 0
+        self.bytes_written = 0
+        self.rows_written = 0
+        self.index: dict[int, list[list[int]]] = {}
+        self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self._file = None
+        self._tmp = None
+
+    def add(self, target: int, kb: bytes, sb: bytes, item: Any) -> None:
+        self.buffers[target].append((kb, sb, item))
+        self.count += 1
+        if self.count % _SAMPLE_EVERY == 1:
+            size = len(pickle.dumps(item, protocol=5))
+            self.avg_item = 0.9 * self.avg_item + 0.1 * size if self.count > 1 else float(size)
+        self.buffered += self.avg_item + len(kb) + len(sb) + 16
+        if self.buffered >= self.flush_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not any(self.buffers):
+            return
+        if self._file is None:
+            self._file, self._tmp = open_atomic(self.data_path)
+        for target, records in enumerate(self.buffers):
+            if not records:
+                continue
+            records.sort(key=RECORD_KEY)
+            if self.combiner is not None:
+                records = self.combiner(records)
+            frame, raw = _serialize_run(records, self._cctx)
+            offset = self._file.tell()
+            self._file.write(frame)
+            self.index.setdefault(target, []).append([offset, len(frame), len(records), raw])
+            self.bytes_written += len(frame)
+            self.rows_written += len(records)
+            self.buffers[target] = []
+        self.buffered = 0
+        self.flushes += 1
+
+    def close(self) -> dict:
+        """Finish the data file, then publish the sidecar (the sidecar's existence means 'complete')."""
+        self.flush()
+        data_path = None
+        if self._file is not None:
+            self._file.close()
+            commit(self._tmp, self.data_path)
+            data_path = self.data_path
+        sidecar = {
+            "data": data_path.rsplit("/", 1)[-1] if data_path else None,
+            "targets": {str(t): ranges for t, ranges in self.index.items()},
+        }
+        atomic_write_bytes(self.index_path, json.dumps(sidecar).encode())
+        return {"index": self.index_path, "bytes": self.bytes_written, "rows": self.rows_written,
+                "flushes": self.flushes}
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            discard(self._tmp)
+
+
+def read_sidecar_runs(index_path: str, target: int) -> list[RunRef]:
+    with open_read(index_path) as f:
+        sidecar = json.loads(f.read())
+    ranges = sidecar["targets"].get(str(target))
+    if not ranges:
+        return []
+    data = index_path.rsplit("/", 1)[0] + "/" + sidecar["data"]
+    return [RunRef(data, o, n, rows, raw) for o, n, rows, raw in ranges]
+
+
+class _RangeReader:
+    """A file object view limited to [offset, offset+length)."""
+
+    def __init__(self, path: str, offset: int, length: int) -> None:
+        self._f = open_read(path)
+        self._f.seek(offset)
+        self._left = length
+
+    def read(self, n: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        if n < 0 or n > self._left:
+            n = self._left
+        data = self._f.read(n)
+        self._left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def iter_run(run: RunRef) -> Iterator[Record]:
+    """Stream one run's records, holding one sub-batch at a time."""
+    src = _RangeReader(run.path, run.offset, run.length)
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(src, read_size=1 << 16)
+        while True:
+            head = reader.read(_LEN.size)
+            if not head:
+                return
+            (n,) = _LEN.unpack(head)
+            body = reader.read(n)
+            while len(body) < n:
+                more = reader.read(n - len(body))
+                if not more:
+                    raise IOError(f"truncated shuffle frame in {run.path} at offset {run.offset}")
+                body += more
+            yield from pickle.loads(body)
+    finally:
+        src.close()
+
+
+def write_spill_run(path: str, records: Iterable[Record]) -> RunRef:
+    """Write one sorted run (already in order) as a single frame: the external sort's spill format."""
+    cctx = zstandard.ZstdCompressor(level=1)
+    comp = cctx.compressobj()
+    rows = raw = 0
+    with open(path, "wb") as f:
+        batch: list[Record] = []
+
+        def emit(batch: list[Record]) -> None:
+            nonlocal raw
+            body = pickle.dumps(batch, protocol=5)
+            raw += len(body)
+            f.write(comp.compress(_LEN.pack(len(body))))
+            f.write(comp.compress(body))
+
+        for rec in records:
+            batch.append(rec)
+            rows += 1
+            if len(batch) >= SUB_BATCH_ROWS:
+                emit(batch)
+                batch = []
+        if batch:
+            emit(batch)
+        f.write(comp.flush())
+        length = f.tell()
+    return RunRef(path, 0, length, rows, raw)
+
+
+def new_spill_path(spill_dir: str) -> str:
+    return os.path.join(spill_dir, f"spill-{uuid.uuid4().hex}.zst")

@@ -1,0 +1,89 @@
+"""Small filesystem layer: local paths fast, everything else through fsspec; atomic publishes.
+
+Every output the engine writes goes to a temporary name first and is renamed into place, so a crash
+leaves nothing a rerun would mistake for a finished file. On object stores (gs://, s3://) a write
+becomes visible only when the upload completes, which gives the same guarantee.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import IO
+
+import fsspec
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _strip_file(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def fs_for(path: str):
+    fs, _ = fsspec.core.url_to_fs(path)
+    return fs
+
+
+def open_read(path: str) -> IO[bytes]:
+    if is_local(path):
+        return open(_strip_file(path), "rb")
+    return fsspec.open(path, "rb").open()
+
+
+def makedirs(path: str) -> None:
+    if is_local(path):
+        os.makedirs(_strip_file(path), exist_ok=True)
+    else:
+        fs_for(path).makedirs(path, exist_ok=True)
+
+
+def exists(path: str) -> bool:
+    if is_local(path):
+        return os.path.exists(_strip_file(path))
+    return fs_for(path).exists(path)
+
+
+def tmp_name(path: str) -> str:
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".tmp-{uuid.uuid4().hex[:12]}-{tail}")
+
+
+def open_atomic(path: str) -> tuple[IO[bytes], str]:
+    """Open a temp file beside `path`; `commit(tmp, path)` publishes it."""
+    tmp = tmp_name(path)
+    if is_local(path):
+        tmp = _strip_file(tmp)
+        os.makedirs(os.path.dirname(tmp) or ".", exist_ok=True)
+        return open(tmp, "wb"), tmp
+    return fsspec.open(tmp, "wb").open(), tmp
+
+
+def commit(tmp: str, path: str) -> None:
+    if is_local(path):
+        os.replace(tmp, _strip_file(path))
+    else:
+        fs_for(path).mv(tmp, path)
+
+
+def discard(tmp: str) -> None:
+    try:
+        if is_local(tmp):
+            os.unlink(tmp)
+        else:
+            fs_for(tmp).rm(tmp)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    f, tmp = open_atomic(path)
+    try:
+        with f:
+            f.write(data)
+    except BaseException:
+        discard(tmp)
+        raise
+    commit(tmp, path)

@@ -1,0 +1,97 @@
+"""Reducer side: gather this shard's runs from every sidecar and k-way merge them under a memory budget.
+
+Each open run costs roughly one decoded sub-batch plus a zstd window. When the runs of a reducer would
+cost more than its budget, groups of runs are first merged into spill files (same frame format), pass
+after pass, until the final merge fits: an external merge sort whose memory stays flat however large
+the input grows. Groups are consecutive, so ties keep their input order and the result is identical to
+a one-pass merge.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .frames import RECORD_KEY, Record, RunRef, iter_run, new_spill_path, read_sidecar_runs, write_spill_run
+
+_ZSTD_WINDOW = 1 << 20
+_PY_OVERHEAD = 4  # decoded Python objects weigh several times their pickled bytes
+_SUB_BATCH_ROWS = 1024
+
+
+@dataclass
+class MergeStats:
+    runs: int = 0
+    spill_passes: int = 0
+    spill_files: int = 0
+    spilled_rows: int = 0
+    fan_in: int = 0
+    files_read: list[str] = field(default_factory=list)
+
+
+def gather_runs(index_paths: list[str], target: int, threads: int = 8) -> list[RunRef]:
+    """Read every map task's sidecar (in map order) and keep only this target's byte ranges."""
+    if not index_paths:
+        return []
+    with ThreadPoolExecutor(max_workers=min(threads, len(index_paths))) as pool:
+        per_map = list(pool.map(lambda p: read_sidecar_runs(p, target), index_paths))
+    return [run for runs in per_map for run in runs]
+
+
+def run_cost(run: RunRef) -> int:
+    """Memory one open run costs during a merge."""
+    if run.rows == 0:
+        return 1
+    sub_batch = run.raw_bytes / max(1, -(-run.rows // _SUB_BATCH_ROWS))
+    return int(sub_batch * _PY_OVERHEAD + min(_ZSTD_WINDOW, run.raw_bytes) + (1 << 16))
+
+
+def _merge_iter(runs: list[RunRef]) -> Iterator[Record]:
+    if len(runs) == 1:
+        return iter_run(runs[0])
+    return heapq.merge(*(iter_run(r) for r in runs), key=RECORD_KEY)
+
+
+def merge_runs(
+    runs: list[RunRef], memory_bytes: int, spill_dir: str, stats: MergeStats | None = None
+) -> Iterator[Record]:
+    """Yield all records of `runs` in (key, sort key, input order), spilling when over budget."""
+    stats = stats if stats is not None else MergeStats()
+    stats.runs = len(runs)
+    if not runs:
+        return
+    worst = max(run_cost(r) for r in runs)
+    fan_in = max(2, memory_bytes // max(1, worst))
+    stats.fan_in = fan_in
+    spills: list[str] = []
+    try:
+        while len(runs) > fan_in:
+            os.makedirs(spill_dir, exist_ok=True)
+            stats.spill_passes += 1
+            merged: list[RunRef] = []
+            for start in range(0, len(runs), fan_in):
+                group = runs[start : start + fan_in]
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                path = new_spill_path(spill_dir)
+                spills.append(path)
+                ref = write_spill_run(path, _merge_iter(group))
+                stats.spill_files += 1
+                stats.spilled_rows += ref.rows
+                merged.append(ref)
+                for old in group:
+                    if old.path in spills:
+                        os.unlink(old.path)
+                        spills.remove(old.path)
+            runs = merged
+        yield from _merge_iter(runs)
+    finally:
+        for path in spills:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,263 @@
+"""What one task does, wherever it runs: open its input shard, apply the fused row ops, write its output.
+
+Everything here runs inside a worker (process pool, Ray task, or inline). A task returns only small
+metadata (paths, counts, counters): data moves through files, never through the coordinator.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import threading
+import time
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Iterator
+
+import psutil
+import zstandard
+
+from . import context
+from .frames import Record, RunWriter
+from .fsio import atomic_write_bytes, exists, makedirs, open_read
+from .io import format_output, write_shard
+from .keys import KeyEncodingError, decode_key, encode_key, route
+from .merge import MergeStats, gather_runs, merge_runs
+from .plan import JoinInput, Pipe, ShuffleInput, ShuffleOutput, SinkSpec, SourceInput
+
+INLINE_RESULT_BYTES = 4 << 20
+
+
+@dataclass
+class TaskSpec:
+    stage_id: int
+    shard: int
+    num_shards: int
+    pipe: Pipe
+    output: ShuffleOutput | None
+    shuffle_indexes: dict[int, list[str]]
+    stage_dir: str
+    flush_bytes: int
+    reduce_memory_bytes: int
+    label: str
+
+
+class _Count:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _counted(it, box: _Count):
+    for x in it:
+        box.n += 1
+        yield x
+
+
+class _PeakRSS:
+    """Samples this process's RSS while a task runs: the task's own peak, not the worker's lifetime peak."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        self.proc = psutil.Process()
+        self.peak = self.proc.memory_info().rss
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+
+    def __enter__(self) -> "_PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+def _reduce_groups(records: Iterator[Record], kind: str, reducer) -> Iterator[Any]:
+    if kind == "reshard":
+        for rec in records:
+            yield rec[2]
+    elif kind == "dedup":
+        for _, grp in itertools.groupby(records, key=itemgetter(0)):
+            yield next(grp)[2]
+    else:
+        for kb, grp in itertools.groupby(records, key=itemgetter(0)):
+            yield reducer(decode_key(kb), (rec[2] for rec in grp))
+
+
+def _check_sorted(it: Iterator[Any], keyf, side: str, shard: int) -> Iterator[tuple[bytes, Any]]:
+    prev = None
+    for row, item in enumerate(it):
+        k = keyf(item)
+        kb = encode_key(k)
+        if prev is not None and kb < prev[0]:
+            raise ValueError(
+                f"sorted_merge_join: the {side} input of shard {shard} is not sorted by its key: row {row} has "
+                f"key {k!r:.60} after {prev[1]!r:.60}; sort each shard by the join key (group_by output is "
+                "sorted) before joining"
+            )
+        prev = (kb, k)
+        yield kb, item
+
+
+def _merge_join(spec: TaskSpec, inp: JoinInput, stats: dict) -> Iterator[Any]:
+    left = _check_sorted(_run_pipe(spec, inp.left, stats), inp.left_key, "left", spec.shard)
+    right = _check_sorted(_run_pipe(spec, inp.right, stats), inp.right_key, "right", spec.shard)
+    r = next(right, None)
+    group_key, group = None, []
+    for lk, litem in left:
+        if group_key != lk:
+            while r is not None and r[0] < lk:
+                r = next(right, None)
+            group_key, group = lk, []
+            while r is not None and r[0] == lk:
+                group.append(r[1])
+                r = next(right, None)
+        if group:
+            for ritem in group:
+                yield (litem, ritem)
+        elif inp.how == "left":
+            yield (litem, None)
+
+
+def _open_input(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
+    inp = pipe.input
+    if isinstance(inp, SourceInput):
+        return iter(inp.shards[0])
+    if isinstance(inp, ShuffleInput):
+        runs = gather_runs(spec.shuffle_indexes[inp.stage_id], spec.shard)
+        mstats = MergeStats()
+        stats.setdefault("merges", []).append(mstats)
+        spill_dir = os.path.join(spec.stage_dir, f"spill-{spec.shard:05d}")
+        records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats)
+        return _reduce_groups(records, inp.kind, inp.reducer)
+    if isinstance(inp, JoinInput):
+        return _merge_join(spec, inp, stats)
+    raise TypeError(f"unknown input {inp!r}")
+
+
+def _sink(items: Iterator[Any], sink: SinkSpec, shard: int, total: int) -> Iterator[str]:
+    path = format_output(sink.pattern, shard, total)
+    if sink.skip_existing and exists(path):
+        context.counters.increment("sink_skipped_existing")
+        yield path
+        return
+    parent = path.rsplit("/", 1)[0] if "/" in path else "."
+    makedirs(parent)
+    yield write_shard(items, sink.kind, path, sink.schema)
+
+
+def _run_pipe(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
+    box = _Count()
+    stats.setdefault("input_counts", []).append(box)
+    it: Any = _counted(_open_input(spec, pipe, stats), box)
+    for kind, fn in pipe.ops:
+        if kind == "map":
+            it = map(fn, it)
+        elif kind == "flat_map":
+            it = itertools.chain.from_iterable(map(fn, it))
+        elif kind == "filter":
+            it = filter(fn, it)
+        elif kind == "map_shard":
+            it = iter(fn(it))
+        elif kind == "sink":
+            it = _sink(it, fn, spec.shard, spec.num_shards)
+        else:
+            raise ValueError(f"unknown op {kind}")
+    return it
+
+
+def _combine(combiner):
+    def combine(records: list[Record]) -> list[Record]:
+        out: list[Record] = []
+        for kb, grp in itertools.groupby(records, key=itemgetter(0)):
+            grp = list(grp)
+            if len(grp) == 1:
+                out.append(grp[0])
+            else:
+                out.append((kb, grp[0][1], combiner(decode_key(kb), [r[2] for r in grp])))
+        return out
+
+    return combine
+
+
+def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, attempt: int) -> dict:
+    makedirs(spec.stage_dir)
+    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
+    writer = RunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
+                       _combine(out.combiner) if out.combiner else None)
+    n = out.num_targets
+    try:
+        if out.kind == "reshard":
+            for row, item in enumerate(items):
+                writer.add((row + spec.shard) % n, encode_key((spec.shard, row)), b"", item)
+        else:
+            key, sort_by = out.key, out.sort_by
+            for item in items:
+                k = key(item)
+                try:
+                    kb = encode_key(k)
+                    sb = encode_key(sort_by(item)) if sort_by is not None else b""
+                except KeyEncodingError as e:
+                    raise KeyEncodingError(f"{e} [stage {spec.stage_id}, {spec.label}]") from None
+                writer.add(route(k, kb, n), kb, sb, item)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _collect(spec: TaskSpec, items: Iterator[Any], attempt: int) -> dict:
+    data = list(items)
+    blob = pickle.dumps(data, protocol=5)
+    if len(blob) <= INLINE_RESULT_BYTES:
+        return {"items": blob, "rows": len(data)}
+    makedirs(spec.stage_dir)
+    path = f"{spec.stage_dir}/result-{spec.shard:05d}.a{attempt}.pkl.zst"
+    atomic_write_bytes(path, zstandard.ZstdCompressor(level=1).compress(blob))
+    return {"items_path": path, "rows": len(data)}
+
+
+def load_collected(result: dict) -> list:
+    if "items" in result:
+        return pickle.loads(result["items"])
+    with open_read(result["items_path"]) as f:
+        return pickle.loads(zstandard.ZstdDecompressor().decompress(f.read()))
+
+
+def run_task(spec: TaskSpec, attempt: int) -> dict:
+    """Run one attempt of one task; returns metadata only."""
+    t0 = time.perf_counter()
+    context.begin_task(context.ShardInfo(spec.shard, spec.num_shards, spec.label, attempt))
+    stats: dict = {}
+    try:
+        with _PeakRSS() as rss:
+            items = _run_pipe(spec, spec.pipe, stats)
+            out_box = _Count()
+            items = _counted(items, out_box)
+            if spec.output is not None:
+                output = _write_shuffle(spec, items, spec.output, attempt)
+            else:
+                output = _collect(spec, items, attempt)
+    finally:
+        user_counters = context.end_task()
+    merges = stats.get("merges", [])
+    return {
+        "output": output,
+        "counters": user_counters,
+        "rows_in": sum(b.n for b in stats.get("input_counts", [])[:1]),
+        "rows_out": out_box.n,
+        "bytes_out": output.get("bytes", 0),
+        "spill_files": sum(m.spill_files for m in merges),
+        "spill_passes": max([m.spill_passes for m in merges], default=0),
+        "wall_s": time.perf_counter() - t0,
+        "peak_rss": rss.peak,
+        "pid": os.getpid(),
+    }
