@@ -28,7 +28,7 @@ from .fsio import atomic_write_bytes, commit, discard, open_atomic, open_read
 SUB_BATCH_ROWS = 1024
 ZSTD_LEVEL = 3
 _LEN = struct.Struct("<I")
-_SAMPLE_EVERY = 32
+_CHECK_EVERY = 1024
 RECORD_KEY = itemgetter(0, 1)
 
 Record = tuple[bytes, bytes, Any]
@@ -68,16 +68,19 @@ class RunWriter:
         num_targets: int,
         flush_bytes: int,
         combiner: Callable[[list[Record]], list[Record]] | None = None,
+        secondary: bool = False,
     ) -> None:
+        self.sort_key = RECORD_KEY if secondary else itemgetter(0)
         self.data_path = data_path
         self.index_path = index_path
         self.num_targets = num_targets
         self.flush_bytes = flush_bytes
         self.combiner = combiner
         self.buffers: list[list[Record]] = [[] for _ in range(num_targets)]
-        self.buffered = 0
         self.avg_item = 64.0
         self.count = 0
+        self.flushed_count = 0
+        self.next_check = 16
         self.flushes = 0
         self.bytes_written = 0
         self.rows_written = 0
@@ -89,12 +92,20 @@ class RunWriter:
     def add(self, target: int, kb: bytes, sb: bytes, item: Any) -> None:
         self.buffers[target].append((kb, sb, item))
         self.count += 1
-        if self.count % _SAMPLE_EVERY == 1:
-            size = len(pickle.dumps(item, protocol=5))
-            self.avg_item = 0.9 * self.avg_item + 0.1 * size if self.count > 1 else float(size)
-        self.buffered += self.avg_item + len(kb) + len(sb) + 16
-        if self.buffered >= self.flush_bytes:
+        if self.count >= self.next_check:
+            self._check_budget(target)
+
+    def _check_budget(self, target: int) -> None:
+        """Estimate buffered bytes from a pickled sample of recent records (cheap: at most once per 1k adds)."""
+        sample = self.buffers[target][-16:]
+        self.avg_item = len(pickle.dumps(sample, protocol=5)) / max(1, len(sample)) + 48
+        pending = self.count - self.flushed_count
+        if pending * self.avg_item >= self.flush_bytes:
             self.flush()
+            pending = 0
+        # Check again before the budget could be exceeded: every 1k records for small ones, sooner for big.
+        room = (self.flush_bytes - pending * self.avg_item) / self.avg_item
+        self.next_check = self.count + max(1, min(_CHECK_EVERY, int(room / 2)))
 
     def flush(self) -> None:
         if not any(self.buffers):
@@ -104,7 +115,7 @@ class RunWriter:
         for target, records in enumerate(self.buffers):
             if not records:
                 continue
-            records.sort(key=RECORD_KEY)
+            records.sort(key=self.sort_key)
             if self.combiner is not None:
                 records = self.combiner(records)
             frame, raw = _serialize_run(records, self._cctx)
@@ -114,7 +125,7 @@ class RunWriter:
             self.bytes_written += len(frame)
             self.rows_written += len(records)
             self.buffers[target] = []
-        self.buffered = 0
+        self.flushed_count = self.count
         self.flushes += 1
 
     def close(self) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from operator import itemgetter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -49,16 +50,22 @@ def run_cost(run: RunRef) -> int:
     return int(sub_batch * _PY_OVERHEAD + min(_ZSTD_WINDOW, run.raw_bytes) + (1 << 16))
 
 
-def _merge_iter(runs: list[RunRef]) -> Iterator[Record]:
+def _merge_iter(runs: list[RunRef], key=RECORD_KEY) -> Iterator[Record]:
     if len(runs) == 1:
         return iter_run(runs[0])
-    return heapq.merge(*(iter_run(r) for r in runs), key=RECORD_KEY)
+    return heapq.merge(*(iter_run(r) for r in runs), key=key)
 
 
 def merge_runs(
-    runs: list[RunRef], memory_bytes: int, spill_dir: str, stats: MergeStats | None = None
+    runs: list[RunRef], memory_bytes: int, spill_dir: str, stats: MergeStats | None = None,
+    secondary: bool = True,
 ) -> Iterator[Record]:
-    """Yield all records of `runs` in (key, sort key, input order), spilling when over budget."""
+    """Yield all records of `runs` in (key, sort key, input order), spilling when over budget.
+
+    Without a secondary sort every sort key is empty, so comparing the key alone gives the same order
+    and saves building a tuple per record.
+    """
+    key = RECORD_KEY if secondary else itemgetter(0)
     stats = stats if stats is not None else MergeStats()
     stats.runs = len(runs)
     if not runs:
@@ -79,7 +86,7 @@ def merge_runs(
                     continue
                 path = new_spill_path(spill_dir)
                 spills.append(path)
-                ref = write_spill_run(path, _merge_iter(group))
+                ref = write_spill_run(path, _merge_iter(group, key))
                 stats.spill_files += 1
                 stats.spilled_rows += ref.rows
                 merged.append(ref)
@@ -88,7 +95,7 @@ def merge_runs(
                         os.unlink(old.path)
                         spills.remove(old.path)
             runs = merged
-        yield from _merge_iter(runs)
+        yield from _merge_iter(runs, key)
     finally:
         for path in spills:
             try:

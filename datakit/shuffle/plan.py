@@ -66,6 +66,7 @@ class ShuffleInput:
     stage_id: int
     kind: str
     reducer: Callable | None
+    secondary: bool = False
 
 
 @dataclass
@@ -163,7 +164,7 @@ def plan(node: Any) -> list[Stage]:
             stage = Stage(len(stages), up, ShuffleOutput(n.kind, n.key, n.sort_by, n.combiner, targets))
             stage.name = f"{n.kind}"
             stages.append(stage)
-            return Pipe(ShuffleInput(stage.id, n.kind, n.reducer), [], targets)
+            return Pipe(ShuffleInput(stage.id, n.kind, n.reducer, n.sort_by is not None), [], targets)
         if isinstance(n, JoinNode):
             left, right = to_pipe(n.left), to_pipe(n.right)
             if left.num_shards != right.num_shards:

@@ -16,6 +16,7 @@ from operator import itemgetter
 from typing import Any, Iterator
 
 import psutil
+from xxhash import xxh3_64_intdigest
 import zstandard
 
 from . import context
@@ -136,7 +137,7 @@ def _open_input(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
         mstats = MergeStats()
         stats.setdefault("merges", []).append(mstats)
         spill_dir = os.path.join(spec.stage_dir, f"spill-{spec.shard:05d}")
-        records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats)
+        records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats, inp.secondary)
         return _reduce_groups(records, inp.kind, inp.reducer)
     if isinstance(inp, JoinInput):
         return _merge_join(spec, inp, stats)
@@ -192,12 +193,13 @@ def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, att
     makedirs(spec.stage_dir)
     base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
     writer = RunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
-                       _combine(out.combiner) if out.combiner else None)
+                       _combine(out.combiner) if out.combiner else None, out.sort_by is not None)
     n = out.num_targets
+    add = writer.add
     try:
         if out.kind == "reshard":
             for row, item in enumerate(items):
-                writer.add((row + spec.shard) % n, encode_key((spec.shard, row)), b"", item)
+                add((row + spec.shard) % n, encode_key((spec.shard, row)), b"", item)
         else:
             key, sort_by = out.key, out.sort_by
             for item in items:
@@ -207,7 +209,7 @@ def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, att
                     sb = encode_key(sort_by(item)) if sort_by is not None else b""
                 except KeyEncodingError as e:
                     raise KeyEncodingError(f"{e} [stage {spec.stage_id}, {spec.label}]") from None
-                writer.add(route(k, kb, n), kb, sb, item)
+                add(k if type(k) is int and 0 <= k < n else xxh3_64_intdigest(kb) % n, kb, sb, item)
         return writer.close()
     except BaseException:
         writer.abort()
@@ -232,8 +234,19 @@ def load_collected(result: dict) -> list:
         return pickle.loads(zstandard.ZstdDecompressor().decompress(f.read()))
 
 
+def _release_freed_memory() -> None:
+    """Hand memory freed by earlier tasks back to the OS, so each task's peak RSS is its own."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_task(spec: TaskSpec, attempt: int) -> dict:
     """Run one attempt of one task; returns metadata only."""
+    _release_freed_memory()
     t0 = time.perf_counter()
     context.begin_task(context.ShardInfo(spec.shard, spec.num_shards, spec.label, attempt))
     stats: dict = {}

@@ -1,0 +1,211 @@
+"""Shuffle benchmark: datakit's group_by vs Ray Data's groupby vs DuckDB's GROUP BY, same records, one run.
+
+Workloads (records generated deterministically from their index, inside the tasks of each engine):
+  count:    group_by(key).count over N records with N/20 distinct keys (map-side combining allowed)
+  payload:  group_by(key) over records carrying ~250-byte payloads; the reducer sees every payload
+            (Ray Data: map_groups; DuckDB: sum(length(payload)))
+Also reported: datakit's reducer peak RSS at 1x and 4x the input (it must stay flat), and the physical
+limit measured in the same run: pickle + zstd-3 compress, then decompress + unpickle the same records
+in 1k-record batches, per core, times the worker count.
+
+Peers: Ray Data runs in its own virtualenv so it never shapes ours:
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install 'ray[data]' numpy pyarrow
+    .venv/bin/python benchmarks/shuffle.py --records 2000000            # prints one JSON object
+Without .venv-bench the Ray figures are reported as null with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PAYLOAD_BYTES = 250
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gen_records(lo: int, hi: int, keys: int, payload: bool) -> list[dict]:
+    if payload:
+        return [{"key": (i * 2654435761) % keys, "payload": f"{i:010d}" * 25} for i in range(lo, hi)]
+    return [{"key": (i * 2654435761) % keys} for i in range(lo, hi)]
+
+
+def _ranges(n: int, shards: int) -> list[tuple[int, int]]:
+    step = -(-n // shards)
+    return [(i * step, min(n, (i + 1) * step)) for i in range(shards)]
+
+
+# ---------------------------------------------------------------- datakit
+def _count(key, rows):
+    return {"key": key, "n": sum(r.get("n", 1) for r in rows)}
+
+
+def _payload_reduce(key, rows):
+    n = total = 0
+    for r in rows:
+        n += 1
+        total += len(r["payload"])
+    return {"key": key, "n": n, "bytes": total}
+
+
+def run_datakit(n: int, workload: str, workers: int, shards: int, out_dir: str, backend: str = "local") -> dict:
+    from datakit.shuffle import Dataset, ExecConfig
+
+    keys = max(1, n // 20)
+    payload = workload == "payload"
+    ds = Dataset.from_items(_ranges(n, shards), num_shards=shards).flat_map(
+        lambda r: gen_records(r[0], r[1], keys, payload))
+    if payload:
+        ds = ds.group_by(lambda r: r["key"], _payload_reduce, num_shards=shards)
+    else:
+        ds = ds.group_by(lambda r: r["key"], _count, num_shards=shards, combiner=_count)
+    ds = ds.write_parquet(f"{out_dir}/{workload}-{n}/part-{{shard:05d}}.parquet")
+    cfg = ExecConfig(backend=backend, max_workers=workers, reduce_memory_bytes=256 << 20, map_flush_bytes=64 << 20)
+    t0 = time.perf_counter()
+    res = ds.run(cfg)
+    wall = time.perf_counter() - t0
+    import duckdb
+
+    check = duckdb.sql(f"select count(*), sum(n) from read_parquet('{out_dir}/{workload}-{n}/*.parquet')").fetchall()[0]
+    assert check == (keys, n), f"wrong result {check} (expected {keys} keys, {n} rows)"
+    return {"wall_s": wall, "records_per_s": n / wall,
+            "reducer_peak_rss_mb": res.stats[1].peak_rss / 2**20, "map_peak_rss_mb": res.stats[0].peak_rss / 2**20,
+            "shuffle_mb": res.stats[0].shuffle_bytes / 2**20}
+
+
+# ---------------------------------------------------------------- DuckDB
+def run_duckdb(n: int, workload: str, workers: int) -> dict:
+    import duckdb
+    import pyarrow as pa
+
+    keys = max(1, n // 20)
+    rows = gen_records(0, n, keys, workload == "payload")
+    table = pa.Table.from_pylist(rows)
+    del rows
+    con = duckdb.connect()
+    con.execute(f"SET threads={workers}")
+    con.register("t", table)
+    q = ("select key, count(*) n, sum(length(payload)) b from t group by key" if workload == "payload"
+         else "select key, count(*) n from t group by key")
+    t0 = time.perf_counter()
+    res = con.execute(q).to_arrow_table()
+    wall = time.perf_counter() - t0
+    assert res.num_rows == keys
+    return {"wall_s": wall, "records_per_s": n / wall, "note": "query only; data pre-loaded as an Arrow table"}
+
+
+# ---------------------------------------------------------------- Ray Data (runs inside .venv-bench)
+def run_ray(n: int, workload: str, workers: int, shards: int) -> dict:
+    import numpy as np
+    import pyarrow as pa
+    import ray
+
+    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    keys = max(1, n // 20)
+    payload = workload == "payload"
+
+    def gen(batch):
+        ids = batch["id"]
+        cols = {"key": (ids.astype(np.int64) * 2654435761) % keys}
+        if payload:
+            cols["payload"] = [f"{i:010d}" * 25 for i in ids]
+        return cols
+
+    def per_group(df):
+        return {"key": [int(df["key"][0])], "n": [len(df["key"])], "bytes": [sum(len(p) for p in df["payload"])]}
+
+    t0 = time.perf_counter()
+    ds = ray.data.range(n, override_num_blocks=shards).map_batches(gen, batch_format="numpy")
+    if payload:
+        out = ds.groupby("key").map_groups(per_group, batch_format="numpy").materialize()
+    else:
+        out = ds.groupby("key").count().materialize()
+    rows = out.count()
+    wall = time.perf_counter() - t0
+    ray.shutdown()
+    assert rows == keys, (rows, keys)
+    return {"wall_s": wall, "records_per_s": n / wall}
+
+
+def peer_ray(n: int, workload: str, workers: int, shards: int) -> dict:
+    py = ROOT / ".venv-bench" / "bin" / "python"
+    if not py.exists():
+        return {"records_per_s": None, "skipped": "no .venv-bench (see this file's docstring)"}
+    cmd = [str(py), __file__, "--peer-ray", "--records", str(n), "--workload", workload,
+           "--workers", str(workers), "--shards", str(shards)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        return {"records_per_s": None, "error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- physical limit
+def physical_limit(n: int, workers: int) -> dict:
+    import zstandard
+
+    keys = max(1, n // 20)
+    sample = min(n, 200_000)
+    rows = gen_records(0, sample, keys, True)
+    cctx, dctx = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+    t0 = time.perf_counter()
+    for i in range(0, sample, 1024):
+        blob = cctx.compress(pickle.dumps(rows[i : i + 1024], protocol=5))
+        pickle.loads(dctx.decompress(blob))
+    per_core = sample / (time.perf_counter() - t0)
+    return {"records_per_s_per_core": per_core, "records_per_s": per_core * workers}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--workload", choices=["count", "payload"], default=None)
+    ap.add_argument("--backend", default="local")
+    ap.add_argument("--out", default="/tmp/datakit-bench-shuffle")
+    ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--peer-ray", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.peer_ray:
+        print(json.dumps(run_ray(args.records, args.workload, args.workers, args.shards)))
+        return
+    import shutil
+
+    shutil.rmtree(args.out, ignore_errors=True)
+    n, w = args.records, args.workers
+    report: dict = {"records": n, "workers": w, "shards": args.shards, "backend": args.backend,
+                    "payload_bytes": PAYLOAD_BYTES}
+    limit = physical_limit(n, w)
+    report["physical_limit"] = limit
+    for workload in ([args.workload] if args.workload else ["count", "payload"]):
+        ours = run_datakit(n, workload, w, args.shards, args.out, args.backend)
+        rec_bytes = PAYLOAD_BYTES + 20 if workload == "payload" else 20
+        ours["mb_per_s"] = ours["records_per_s"] * rec_bytes / 2**20
+        entry: dict = {"datakit": ours}
+        if not args.skip_peers:
+            entry["ray_data"] = peer_ray(n, workload, w, args.shards)
+            entry["duckdb"] = run_duckdb(n, workload, w)
+            for peer in ("ray_data", "duckdb"):
+                if entry[peer].get("records_per_s"):
+                    entry[peer]["mb_per_s"] = entry[peer]["records_per_s"] * rec_bytes / 2**20
+                    entry[f"ratio_vs_{peer}"] = ours["records_per_s"] / entry[peer]["records_per_s"]
+        entry["fraction_of_physical_limit"] = ours["records_per_s"] / limit["records_per_s"]
+        report[workload] = entry
+    # Reducer memory must not grow with the input: same shard count, 4x the records.
+    big = run_datakit(4 * n, "payload", w, args.shards, args.out, args.backend)
+    report["reducer_rss_flatness"] = {
+        "records_1x": n, "reducer_peak_rss_mb_1x": report["payload"]["datakit"]["reducer_peak_rss_mb"],
+        "records_4x": 4 * n, "reducer_peak_rss_mb_4x": big["reducer_peak_rss_mb"],
+        "ratio_4x_over_1x": big["reducer_peak_rss_mb"] / report["payload"]["datakit"]["reducer_peak_rss_mb"],
+    }
+    shutil.rmtree(args.out, ignore_errors=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
