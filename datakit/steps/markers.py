@@ -1,0 +1,86 @@
+"""Markers in a step dir: ``.status`` (written LAST), ``artifact.json``, ``error.txt``.
+
+Why this order: a step dir is trusted only when ``.status`` says SUCCESS, and that marker is written
+after the artifact record and after the step's own outputs. A crash at any earlier point leaves
+RUNNING (or no status), which the runner treats as "not built": it clears the dir and rebuilds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import datetime, timezone
+
+from . import storage
+
+STATUS_FILE = ".status"
+ARTIFACT_FILE = "artifact.json"
+ERROR_FILE = "error.txt"
+
+RUNNING, SUCCESS, FAILED = "RUNNING", "SUCCESS", "FAILED"
+
+
+def now_iso(t: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if t is None else t, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def to_json_bytes(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def read_status(fs, step_dir: str) -> dict | None:
+    """The status record, None if absent. An unreadable marker counts as not built (state UNKNOWN)."""
+    raw = storage.read_bytes(fs, storage.join(step_dir, STATUS_FILE))
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        if not isinstance(record, dict) or "status" not in record:
+            raise ValueError("not a status record")
+        return record
+    except ValueError:
+        return {"status": "UNKNOWN", "error": f"unreadable {STATUS_FILE}: {raw[:80]!r}"}
+
+
+def is_built(fs, step_dir: str) -> bool:
+    status = read_status(fs, step_dir)
+    return status is not None and status.get("status") == SUCCESS
+
+
+def write_status(fs, step_dir: str, status: str, **fields) -> None:
+    record = {"status": status, "time": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **fields}
+    storage.write_atomic(fs, storage.join(step_dir, STATUS_FILE), to_json_bytes(record))
+
+
+def remove_status(fs, step_dir: str) -> None:
+    storage.remove(fs, storage.join(step_dir, STATUS_FILE))
+
+
+def read_artifact(fs, step_dir: str) -> dict:
+    """The artifact record of a built step. A SUCCESS dir without a valid record is a hard error."""
+    path = storage.join(step_dir, ARTIFACT_FILE)
+    raw = storage.read_bytes(fs, path)
+    if raw is None:
+        raise FileNotFoundError(f"{storage.to_url(fs, path)}: missing although {STATUS_FILE} says {SUCCESS}")
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{storage.to_url(fs, path)}: invalid JSON: {e}") from None
+
+
+def write_artifact(fs, step_dir: str, record: dict) -> None:
+    storage.write_atomic(fs, storage.join(step_dir, ARTIFACT_FILE), to_json_bytes(record))
+
+
+def write_error(fs, step_dir: str, text: str) -> None:
+    storage.write_atomic(fs, storage.join(step_dir, ERROR_FILE), text.encode("utf-8"))
+
+
+def clear_step_dir(fs, step_dir: str, keep) -> None:
+    """Remove everything a previous, untrusted attempt left (status first, so a crash mid-clear
+    still reads as not built). ``keep(name)`` protects the lease files."""
+    remove_status(fs, step_dir)
+    for name in storage.list_names(fs, step_dir):
+        if not keep(name):
+            storage.remove(fs, storage.join(step_dir, name))

@@ -1,0 +1,377 @@
+"""Walk a step DAG: skip what is built, build the rest under a lease, record everything.
+
+A step is built when ``<prefix or mirror>/<name>-<identity>/.status`` says SUCCESS and its
+artifact record carries the same identity. Anything else is untrusted: the runner clears the dir
+and rebuilds. Failures cascade to dependents only; independent branches still run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import datakit
+
+from . import markers, storage
+from .events import EventLog
+from .identity import config_mentions
+from .lease import Lease, LeaseLost, is_lease_name, read_holder
+from .step import Step, StepContext, StepRecord
+
+DEFAULT_LEASE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RunSummary:
+    """Outcome of run_steps. ``steps`` are per-step dicts in run order:
+    {name, identity, status, output, wall_s, counters, error, location}; status is one of
+    succeeded | skipped | failed | cascaded | would_run | would_skip. ``records`` maps the name of
+    every step whose output is usable (succeeded or skipped) to its StepRecord (typed result)."""
+
+    status: str
+    steps: list[dict]
+    records: dict[str, StepRecord] = field(default_factory=dict)
+    run_id: str = ""
+    wall_s: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+    def result(self, name: str) -> dict:
+        """The typed result of a built step (KeyError naming the step if it has none)."""
+        if name not in self.records:
+            raise KeyError(f"step {name!r} has no result in this run (status: {self._status_of(name)})")
+        return self.records[name].result
+
+    def _status_of(self, name: str) -> str:
+        return next((s["status"] for s in self.steps if s["name"] == name), "not in run")
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "run_id": self.run_id, "wall_s": self.wall_s,
+                "dry_run": self.dry_run, "steps": self.steps}
+
+
+@dataclass(frozen=True)
+class _Location:
+    """A prefix (writable) or mirror (read-only) root."""
+
+    fs: Any
+    root: str
+    kind: str  # "prefix" | "mirror"
+
+    def step_dir(self, step: Step) -> str:
+        return storage.join(self.root, step.dirname)
+
+    def url(self, step: Step) -> str:
+        return storage.to_url(self.fs, self.step_dir(step))
+
+
+def collect_steps(steps: Step | Iterable[Step]) -> list[Step]:
+    """The given steps plus all their deps, deps first, in a deterministic order.
+    Names must be unique across the DAG (they key ``ctx.deps``, --only and --force)."""
+    roots = [steps] if isinstance(steps, Step) else list(steps)
+    order: list[Step] = []
+    seen: dict[str, Step] = {}
+    visiting: set[str] = set()
+
+    def visit(step: Step) -> None:
+        if not isinstance(step, Step):
+            raise TypeError(f"expected a Step, got {type(step).__name__}")
+        if step.name in seen:
+            if seen[step.name].identity != step.identity:
+                raise ValueError(f"two different steps are named {step.name!r} (identities "
+                                 f"{seen[step.name].identity} and {step.identity}); step names must be unique")
+            return
+        if step.name in visiting:
+            raise ValueError(f"dependency cycle through step {step.name!r}")
+        visiting.add(step.name)
+        for dep in step.deps:
+            visit(dep)
+        visiting.discard(step.name)
+        seen[step.name] = step
+        order.append(step)
+
+    for s in roots:
+        visit(s)
+    return order
+
+
+def _open(url: str | None, kind: str) -> _Location | None:
+    if url is None:
+        return None
+    fs, root = storage.open_prefix(str(url))
+    return _Location(fs, root, kind)
+
+
+def _load_built(loc: _Location, step: Step) -> StepRecord | None:
+    """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact), else None."""
+    d = loc.step_dir(step)
+    if not markers.is_built(loc.fs, d):
+        return None
+    try:
+        art = markers.read_artifact(loc.fs, d)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(art, dict) or art.get("identity") != step.identity:
+        return None
+    return StepRecord(step.name, step.identity, loc.url(step), art.get("result") or {}, art.get("counters") or {})
+
+
+def _find_built(step: Step, prefix: _Location, mirror: _Location | None) -> tuple[StepRecord, str] | None:
+    for loc in (prefix, mirror):
+        if loc is not None:
+            rec = _load_built(loc, step)
+            if rec is not None:
+                return rec, loc.kind
+    return None
+
+
+def _entry(step: Step, status: str, output: str, *, wall_s: float = 0.0, counters: dict | None = None,
+           error: str | None = None, location: str | None = None) -> dict:
+    return {"name": step.name, "identity": step.identity, "status": status, "output": output,
+            "wall_s": round(wall_s, 6), "counters": dict(counters or {}), "error": error, "location": location}
+
+
+def _check_result(step: Step, raw: Any, ctx_counters: dict[str, int]) -> tuple[dict, dict[str, int]]:
+    """Split a step fn's return value into (result, counters) and make sure it round-trips as JSON."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise TypeError(f"step {step.name!r} returned {type(raw).__name__}; a step fn must return a "
+                        "JSON-serializable dict (or None)")
+    result = dict(raw)
+    returned = result.pop("counters", None) or {}
+    if not isinstance(returned, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in returned.items()):
+        raise TypeError(f"step {step.name!r}: result['counters'] must be a dict of str -> int, got {returned!r}")
+    counters = dict(ctx_counters)
+    for k, v in returned.items():
+        counters[k] = counters.get(k, 0) + v
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"step {step.name!r} returned a result that is not JSON-serializable: {e}") from None
+    return result, dict(sorted(counters.items()))
+
+
+class _Run:
+    """State of one run_steps call (kept in one place so the step loop reads top to bottom)."""
+
+    def __init__(self, prefix: _Location, mirror: _Location | None, events: EventLog, exec_config: Any,
+                 lease_timeout_s: float):
+        self.prefix, self.mirror, self.events = prefix, mirror, events
+        self.exec_config, self.lease_timeout_s = exec_config, lease_timeout_s
+        self.records: dict[str, StepRecord] = {}
+
+    def emit(self, event: str, step: Step, **fields: Any) -> None:
+        self.events.emit({"event": event, "step": step.name, "identity": step.identity, **fields})
+
+    def build(self, step: Step, forced: bool) -> dict:
+        fs, d = self.prefix.fs, self.prefix.step_dir(step)
+        url = self.prefix.url(step)
+        fs.makedirs(d, exist_ok=True)
+        lease = Lease(fs, d, timeout_s=self.lease_timeout_s)
+        lease.acquire(on_wait=lambda h: self.emit("step_waiting", step, output=url, holder={
+            k: h.get(k) for k in ("owner", "host", "pid", "heartbeat_iso", "gen")}))
+        try:
+            if not forced:
+                rec = _load_built(self.prefix, step)
+                if rec is not None:  # a concurrent runner built it while we waited
+                    self.records[step.name] = rec
+                    self.emit("step_skipped", step, output=url, location="prefix", reason="built by another runner")
+                    return _entry(step, "skipped", url, counters=rec.counters, location="prefix")
+            return self._run_fn(step, lease, fs, d, url)
+        finally:
+            lease.release()
+
+    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str) -> dict:
+        markers.clear_step_dir(fs, d, keep=is_lease_name)
+        started = time.time()
+        markers.write_status(fs, d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
+                             lease_owner=lease.owner)
+        self.emit("step_started", step, output=url)
+        ctx = StepContext(step=step, output=url, deps={dep.name: self.records[dep.name] for dep in step.deps},
+                          exec_config=self.exec_config, _emit=self.events.emit)
+        t0 = time.perf_counter()
+        try:
+            result, counters = _check_result(step, step.fn(ctx), ctx.counters)
+            wall = time.perf_counter() - t0
+            lease.check()
+            markers.write_artifact(fs, d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
+            lease.check()
+            markers.write_status(fs, d, markers.SUCCESS, identity=step.identity, run_id=self.events.run_id,
+                                 wall_s=round(wall, 6))
+        except BaseException as e:  # noqa: BLE001 - every way out must leave an honest marker
+            wall = time.perf_counter() - t0
+            interrupted = not isinstance(e, Exception)
+            error = f"interrupted ({type(e).__name__})" if interrupted else f"{type(e).__name__}: {e}"
+            tb = traceback.format_exc()
+            if not isinstance(e, LeaseLost):
+                self._mark_failed(step, lease, fs, d, ctx.counters, started, wall, error, tb)
+            self.emit("step_failed", step, output=url, wall_s=round(wall, 6), error=error, traceback=tb)
+            if interrupted:
+                raise
+            return _entry(step, "failed", url, wall_s=wall, counters=ctx.counters, error=error, location="prefix")
+        self.records[step.name] = StepRecord(step.name, step.identity, url, result, counters)
+        self.emit("step_succeeded", step, output=url, wall_s=round(wall, 6), counters=counters)
+        return _entry(step, "succeeded", url, wall_s=wall, counters=counters, location="prefix")
+
+    def _mark_failed(self, step, lease, fs, d, counters, started, wall, error, tb) -> None:
+        """FAILED marker + traceback, unless a peer now owns the dir (then it is not ours to touch)."""
+        try:
+            lease.check()
+            markers.write_error(fs, d, tb)
+            art = self._artifact(step, None, dict(sorted(counters.items())), started, wall, markers.FAILED)
+            art.update(error=error, traceback=tb)
+            markers.write_artifact(fs, d, art)
+            markers.write_status(fs, d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
+                                 error=error)
+        except Exception:  # noqa: BLE001 - the original error is what the user needs to see
+            logging.getLogger("datakit.steps").warning("could not record failure of %s", step.name, exc_info=True)
+
+    def _artifact(self, step: Step, result: dict | None, counters: dict, started: float, wall: float,
+                  status: str) -> dict:
+        return {
+            "name": step.name, "identity": step.identity, "version": step.version, "config": step.config,
+            "deps": {dep.name: {"identity": dep.identity, "output": self.records[dep.name].output}
+                     for dep in step.deps},
+            "status": status, "result": result, "counters": counters,
+            "code_version": datakit.__version__, "run_id": self.events.run_id,
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "started": markers.now_iso(started), "finished": markers.now_iso(), "wall_s": round(wall, 6),
+        }
+
+
+def _validate_selection(order: list[Step], only, force) -> tuple[set[str], set[str]]:
+    names = [s.name for s in order]
+    only_list = [only] if isinstance(only, str) else list(only or [])
+    force_list = [force] if isinstance(force, str) else list(force or [])
+    unknown = sorted({n for n in only_list + force_list if n not in names})
+    if unknown:
+        raise ValueError(f"unknown step name(s) {unknown}; steps in this run: {names}")
+    selected = set(only_list) if only_list else set(names)
+    not_selected = sorted(set(force_list) - selected)
+    if not_selected:
+        raise ValueError(f"--force {not_selected} names steps that --only {sorted(selected)} excludes")
+    return selected, set(force_list)
+
+
+def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None = None, dry_run: bool = False,
+              only: Iterable[str] | None = None, force: Iterable[str] = (), exec_config: Any = None,
+              on_event: Callable[[dict], None] | None = None,
+              lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> RunSummary:
+    """Run ``steps`` (and their deps) with outputs under ``prefix`` (local dir or fsspec URL).
+
+    mirror:  read-only prefix; a step built there is used in place, nothing is written to it.
+    dry_run: report would_run / would_skip; writes nothing at all (no dirs, markers or events).
+    only:    run just these steps; their other deps must already be built (else ValueError).
+    force:   rebuild these even if built (dependents keep their identity, so they are not rebuilt).
+    exec_config: handed to every step fn as ``ctx.exec_config`` (backend, workers...; not identity).
+    on_event: called with every event dict also appended to ``<prefix>/events.jsonl``.
+    lease_timeout_s: a lease whose heartbeat is older than this is taken over (a crashed runner).
+
+    Returns a RunSummary; a failing step does not raise (status "failed"), but KeyboardInterrupt
+    does, after marking the running step FAILED and releasing its lease.
+    """
+    t0 = time.perf_counter()
+    order = collect_steps(steps)
+    selected, forced = _validate_selection(order, only, force)
+    pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
+    roots = [storage.to_url(pre.fs, pre.root)] + ([str(prefix).rstrip("/")] if "://" in str(prefix) else [])
+    if mir is not None:
+        roots += [storage.to_url(mir.fs, mir.root)] + ([str(mirror).rstrip("/")] if "://" in str(mirror) else [])
+    for s in order:
+        hit = config_mentions(s.config, roots)
+        if hit:
+            raise ValueError(f"step {s.name!r}: {hit} points into the output prefix/mirror; read dependency "
+                             "outputs through ctx.deps instead, so identities do not depend on the prefix")
+
+    run = _Run(pre, mir, EventLog(pre.fs, pre.root, uuid.uuid4().hex[:12], write=not dry_run, on_event=on_event),
+               exec_config, lease_timeout_s)
+
+    # --only: deps outside the selection must already be built; report every missing one at once.
+    missing = []
+    for s in order:
+        if s.name not in selected:
+            continue
+        for dep in s.deps:
+            if dep.name in selected or dep.name in run.records:
+                continue
+            found = _find_built(dep, pre, mir)
+            if found is None:
+                missing.append(f"{s.name} needs {dep.name} ({dep.dirname})")
+            else:
+                run.records[dep.name] = found[0]
+    if missing:
+        raise ValueError("--only: dependencies are not built (run them first or widen --only): "
+                         + "; ".join(missing))
+
+    if not dry_run:
+        run.events.emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
+                         "prefix": storage.to_url(pre.fs, pre.root),
+                         "mirror": storage.to_url(mir.fs, mir.root) if mir else None})
+    entries: list[dict] = []
+    outcome: dict[str, str] = {}
+    for step in order:
+        if step.name not in selected:
+            continue
+        bad = [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")]
+        if bad:
+            entry = _entry(step, "cascaded", pre.url(step), error=f"dependency failed: {', '.join(bad)}")
+            run.emit("step_cascaded", step, error=entry["error"])
+        else:
+            found = None if step.name in forced else _find_built(step, pre, mir)
+            if dry_run:
+                status = "would_skip" if found else "would_run"
+                entry = _entry(step, status, found[0].output if found else pre.url(step),
+                               counters=found[0].counters if found else None, location=found[1] if found else None)
+                run.emit(f"step_{status}", step, output=entry["output"])
+            elif found is not None:
+                rec, where = found
+                run.records[step.name] = rec
+                run.emit("step_skipped", step, output=rec.output, location=where)
+                entry = _entry(step, "skipped", rec.output, counters=rec.counters, location=where)
+            else:
+                entry = run.build(step, step.name in forced)
+        outcome[step.name] = entry["status"]
+        entries.append(entry)
+
+    status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
+    wall = time.perf_counter() - t0
+    if not dry_run:
+        run.events.emit({"event": "run_finished", "status": status, "wall_s": round(wall, 6)})
+    records = {n: r for n, r in run.records.items() if n in selected}
+    return RunSummary(status, entries, records, run.events.run_id, round(wall, 6), dry_run)
+
+
+def step_status(steps: Step | Iterable[Step], prefix: str, mirror: str | None = None, *,
+                lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> list[dict]:
+    """Per-step state for ``datakit status`` (read-only):
+    {name, identity, state: SUCCESS|RUNNING|FAILED|UNKNOWN|MISSING, time, path, location, error, lease}.
+    ``location`` is where a usable copy is (prefix|mirror), ``lease`` the prefix lease holder's state
+    (live|stale|dead|released|None): RUNNING with a dead/stale lease is a crashed run."""
+    order = collect_steps(steps)
+    pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
+    out = []
+    for step in order:
+        st = markers.read_status(pre.fs, pre.step_dir(step))
+        location, path = ("prefix", pre.url(step)) if st is not None else (None, pre.url(step))
+        if (st is None or st.get("status") != markers.SUCCESS) and mir is not None:
+            mst = markers.read_status(mir.fs, mir.step_dir(step))
+            if mst is not None and mst.get("status") == markers.SUCCESS:
+                st, location, path = mst, "mirror", mir.url(step)
+        holder = read_holder(pre.fs, pre.step_dir(step), lease_timeout_s)
+        out.append({"name": step.name, "identity": step.identity,
+                    "state": st.get("status", "UNKNOWN") if st else "MISSING",
+                    "time": st.get("time") if st else None, "path": path, "location": location,
+                    "error": st.get("error") if st else None,
+                    "lease": holder["state"] if holder else None})
+    return out

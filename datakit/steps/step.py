@@ -1,0 +1,147 @@
+"""The Step value and what its function sees at run time.
+
+A Step is a frozen description (name + function + versioned config + deps). Its identity is derived
+from everything except the function object: functions cannot be hashed reliably, so the ``version``
+string is the promise "bump me when the implementation changes its output".
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import posixpath
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .identity import ConfigError, canonical_config, compute_identity
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One node of the DAG.
+
+    name:    path-safe, unique within a run (``normalize-wiki``); the output dir is ``<name>-<identity>``.
+    fn:      ``fn(ctx: StepContext) -> dict`` (JSON-serializable; may hold ``"counters": {name: int}``
+             and ``"provenance": {...}``). Write outputs under ``ctx.output``; refer to them in the
+             result by paths RELATIVE to it, so a mirrored copy stays valid.
+    config:  JSON values that determine the output; part of the identity. No machine-local absolute
+             paths (rejected): see datakit.steps.identity.
+    deps:    Steps whose outputs this one reads (``ctx.deps[name]``).
+    version: implementation version; bump it when the code's output changes for the same config.
+    """
+
+    name: str
+    fn: Callable[["StepContext"], dict | None]
+    config: dict = field(default_factory=dict)
+    deps: tuple["Step", ...] = ()
+    version: str = "1"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(
+                f"step name {self.name!r} is not path-safe: use letters, digits, '.', '_', '-' "
+                "(not starting with '.' or '-'), at most 100 characters"
+            )
+        if not callable(self.fn):
+            raise TypeError(f"step {self.name!r}: fn must be callable, got {type(self.fn).__name__}")
+        if not isinstance(self.version, str) or not self.version:
+            raise TypeError(f"step {self.name!r}: version must be a non-empty str, got {self.version!r}")
+        if not isinstance(self.config, dict):
+            raise ConfigError(f"step {self.name!r}: config must be a dict, got {type(self.config).__name__}")
+        try:
+            frozen_config = canonical_config(self.config)
+        except ConfigError as e:
+            raise ConfigError(f"step {self.name!r}: {e}") from None
+        deps = tuple(self.deps) if not isinstance(self.deps, Step) else (self.deps,)
+        for d in deps:
+            if not isinstance(d, Step):
+                raise TypeError(f"step {self.name!r}: deps must be Steps, got {type(d).__name__}")
+        names = [d.name for d in deps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"step {self.name!r}: two deps share a name: {sorted(names)}")
+        # A private deep copy: mutating the caller's dict later cannot change a computed identity.
+        object.__setattr__(self, "config", frozen_config)
+        object.__setattr__(self, "deps", deps)
+
+    @functools.cached_property
+    def identity(self) -> str:
+        return compute_identity(self.name, self.config, self.version, [d.identity for d in self.deps])
+
+    @property
+    def dirname(self) -> str:
+        """``<name>-<identity>``: the step's directory under any prefix or mirror."""
+        return f"{self.name}-{self.identity}"
+
+    def __eq__(self, other: object) -> bool:
+        # Same identity == same computation (the function object is deliberately not compared).
+        return isinstance(other, Step) and (self.name, self.identity) == (other.name, other.identity)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.identity))
+
+    def __repr__(self) -> str:
+        return f"Step({self.name!r}, identity={self.identity!r}, deps={[d.name for d in self.deps]})"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A built step as its dependents see it: where its output is and what it returned."""
+
+    name: str
+    identity: str
+    output: str                      # step dir (local path or fsspec URL; under the mirror for mirror hits)
+    result: dict                     # the fn's return value, minus "counters"
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def path(self, *parts: str) -> str:
+        """Join a path relative to the step's output dir."""
+        return posixpath.join(self.output, *parts)
+
+
+@dataclass
+class StepContext:
+    """What a step function receives. ``exec_config`` is passed through untouched from run_steps."""
+
+    step: Step
+    output: str
+    deps: dict[str, StepRecord]
+    exec_config: Any = None
+    counters: dict[str, int] = field(default_factory=dict)
+    _emit: Callable[[dict], None] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+    @property
+    def identity(self) -> str:
+        return self.step.identity
+
+    @property
+    def config(self) -> dict:
+        return self.step.config
+
+    def path(self, *parts: str) -> str:
+        """Join a path relative to this step's output dir."""
+        return posixpath.join(self.output, *parts)
+
+    def increment(self, name: str, n: int = 1) -> None:
+        """Add to a counter that lands in the artifact record and the run summary."""
+        with self._lock:
+            self.counters[name] = self.counters.get(name, 0) + int(n)
+
+    def add_counters(self, counters: dict[str, int]) -> None:
+        """Merge counters, e.g. ``RunResult.counters`` from a datakit.shuffle pipeline."""
+        for k, v in counters.items():
+            self.increment(k, v)
+
+    def log(self, message: str, **fields: Any) -> None:
+        """Log through ``logging`` and as a structured ``step_log`` event in events.jsonl."""
+        logging.getLogger(f"datakit.steps.{self.step.name}").info(message)
+        if self._emit is not None:
+            self._emit({"event": "step_log", "step": self.step.name, "identity": self.step.identity,
+                        "message": message, **fields})

@@ -1,0 +1,153 @@
+"""Small fsspec helpers the step runner needs: atomic writes, exclusive create, append.
+
+Why a module of its own: markers and leases are only trustworthy if a reader can never see a half
+written file. Local disks get temp + fsync + rename (and link() for create-if-absent, which is atomic
+AND publishes the full content at once); other fsspec stores get a single put, which object stores
+apply atomically. Everything takes an (fs, path) pair as returned by ``fsspec.core.url_to_fs``.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+import tempfile
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+
+def open_prefix(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, root path without protocol) for a local dir or an fsspec URL."""
+    fs, root = fsspec.core.url_to_fs(url)
+    return fs, root.rstrip("/") or "/"
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def join(root: str, *parts: str) -> str:
+    return posixpath.join(root, *parts)
+
+
+def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """What users see: plain paths for local disk, protocol URLs for everything else."""
+    return path if is_local(fs) else fs.unstrip_protocol(path)
+
+
+def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
+    """File content, or None when it does not exist (a normal state for markers)."""
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, tmp_prefix: str = ".tmp-") -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
+    if is_local(fs):
+        directory = os.path.dirname(path)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=tmp_prefix)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+    else:
+        fs.pipe_file(path, data)
+
+
+def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, tmp_prefix: str = ".tmp-") -> bool:
+    """Create ``path`` holding ``data`` only if it does not exist. True if this call created it.
+
+    Local: write a temp file, then link() it to the target: link fails if the target exists, and the
+    target appears with its full content (O_EXCL alone would expose an empty file for a moment).
+    Other stores: mode "xb" (conditional put where the store supports it); stores without it fall back
+    to check-then-put, which is best effort - the lease re-verifies after creating for that reason.
+    """
+    if is_local(fs):
+        directory = os.path.dirname(path)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=tmp_prefix)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            _unlink_quiet(tmp)
+    try:
+        with fs.open(path, "xb") as f:
+            f.write(data)
+        return True
+    except FileExistsError:
+        return False
+    except (ValueError, NotImplementedError, TypeError):
+        # Store without exclusive-create support.
+        if fs.exists(path):
+            return False
+        fs.pipe_file(path, data)
+        return True
+
+
+def append_line(fs: fsspec.AbstractFileSystem, path: str, line: str) -> None:
+    """Append one line. Local: a single O_APPEND write, so concurrent runners interleave whole lines."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    if is_local(fs):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return
+    try:
+        with fs.open(path, "ab") as f:
+            f.write(data)
+    except (ValueError, NotImplementedError, TypeError):
+        # Object stores cannot append: rewrite (not safe against concurrent appenders; documented).
+        old = read_bytes(fs, path) or b""
+        fs.pipe_file(path, old + data)
+
+
+def list_names(fs: fsspec.AbstractFileSystem, directory: str) -> list[str]:
+    """Base names directly under ``directory`` (empty if it does not exist), never from a stale cache."""
+    if is_local(fs):
+        try:
+            return sorted(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+    fs.invalidate_cache(directory)
+    try:
+        entries = fs.ls(directory, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
+
+
+def remove(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Remove a file or a whole tree; already gone is fine (another cleaner got there first)."""
+    try:
+        if is_local(fs):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        else:
+            fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

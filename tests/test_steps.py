@@ -1,0 +1,604 @@
+"""Tests for datakit.steps: identity, markers, skip/mirror/dry-run/only/force, failures, leases.
+
+Concurrency and crash tests use real processes (multiprocessing "spawn") racing on one prefix.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from datakit.steps import (
+    ConfigError,
+    Lease,
+    LeaseLost,
+    RunSummary,
+    Step,
+    StepContext,
+    identity_of,
+    read_events,
+    run_steps,
+    step_status,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every file and dir under root with (mtime_ns, size, content-for-files)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.stat()
+            out[str(p.relative_to(root))] = (st.st_mtime_ns, st.st_size,
+                                             p.read_bytes() if p.is_file() else None)
+    return out
+
+
+def write_rows(ctx: StepContext) -> dict:
+    n = ctx.config["n"]
+    Path(ctx.path("rows.txt")).write_text("".join(f"{i}\n" for i in range(n)))
+    ctx.increment("rows", n)
+    return {"files": ["rows.txt"], "counters": {"written": 1}, "provenance": {"generator": "range"}}
+
+
+def sum_rows(ctx: StepContext) -> dict:
+    dep = ctx.deps["rows"]
+    total = sum(int(x) for x in Path(dep.path(*dep.result["files"])).read_text().split())
+    Path(ctx.path("sum.txt")).write_text(str(total))
+    return {"total": total}
+
+
+def dag(n: int = 5):
+    rows = Step("rows", write_rows, {"n": n})
+    total = Step("sum", sum_rows, {}, deps=(rows,))
+    return rows, total
+
+
+def counting(fn, calls: list):
+    def wrapped(ctx):
+        calls.append(ctx.name)
+        return fn(ctx)
+    return wrapped
+
+
+# ---------------------------------------------------------------- identity
+
+
+def test_identity_is_stable_across_prefixes_and_dict_order(tmp_path):
+    rows, total = dag()
+    same = Step("rows", write_rows, {"n": 5})
+    assert identity_of(rows) == identity_of(same) == rows.identity
+    assert len(rows.identity) == 10 and int(rows.identity, 16) >= 0
+    assert Step("x", write_rows, {"a": 1, "b": [1, 2]}).identity == \
+        Step("x", write_rows, {"b": (1, 2), "a": 1}).identity
+
+    s1 = run_steps([total], str(tmp_path / "p1"))
+    s2 = run_steps([total], str(tmp_path / "p2"))
+    assert s1.ok and s2.ok
+    names1 = sorted(p.name for p in (tmp_path / "p1").iterdir() if p.is_dir())
+    names2 = sorted(p.name for p in (tmp_path / "p2").iterdir() if p.is_dir())
+    assert names1 == names2 == sorted([f"rows-{rows.identity}", f"sum-{total.identity}"])
+
+
+def test_identity_changes_with_config_version_and_dep_identity():
+    rows, total = dag(5)
+    assert Step("rows", write_rows, {"n": 6}).identity != rows.identity
+    assert Step("rows", write_rows, {"n": 5}, version="2").identity != rows.identity
+    assert Step("rows2", write_rows, {"n": 5}).identity != rows.identity
+    # sum's own config and version are unchanged, but its dep changed: new identity, new dir.
+    total_b = Step("sum", sum_rows, {}, deps=(Step("rows", write_rows, {"n": 6}),))
+    assert total_b.identity != total.identity
+    # the function object is not part of identity (version is the promise).
+    assert Step("rows", sum_rows, {"n": 5}).identity == rows.identity
+
+
+def test_config_is_copied_so_later_mutation_cannot_change_identity():
+    cfg = {"n": 5, "langs": ["en"]}
+    step = Step("rows", write_rows, cfg)
+    before = step.identity
+    cfg["langs"].append("de")
+    cfg["n"] = 7
+    assert step.config == {"n": 5, "langs": ["en"]}
+    assert Step("rows", write_rows, {"n": 5, "langs": ["en"]}).identity == before
+
+
+@pytest.mark.parametrize("config, where", [
+    ({"paths": ["rel/a", "/home/alice/data"]}, "config.paths[1]"),
+    ({"src": {"dir": "~/corpus"}}, "config.src.dir"),
+    ({"src": "file:///srv/x.jsonl"}, "config.src"),
+    ({"s": {1, 2}}, "config.s"),
+    ({"x": float("nan")}, "config.x"),
+    ({"m": {3: "a"}}, "config.m"),
+    ({"obj": object()}, "config.obj"),
+])
+def test_bad_configs_are_rejected_naming_the_key(config, where):
+    with pytest.raises(ConfigError) as e:
+        Step("bad", write_rows, config)
+    assert "'bad'" in str(e.value) and where in str(e.value)
+
+
+def test_remote_uris_and_relative_paths_are_allowed_in_config():
+    step = Step("dl", write_rows, {"uri": "https://example.org/a.jsonl", "glob": "data/*.jsonl",
+                                   "sep": "/", "comment": "//", "eos": "</s>"})
+    assert len(step.identity) == 10
+
+
+@pytest.mark.parametrize("name", ["", "a/b", ".hidden", "-x", "sp ace", "x" * 101])
+def test_step_names_must_be_path_safe(name):
+    with pytest.raises(ValueError, match="path-safe"):
+        Step(name, write_rows, {})
+
+
+def test_two_different_steps_with_one_name_are_rejected(tmp_path):
+    a = Step("rows", write_rows, {"n": 1})
+    b = Step("rows", write_rows, {"n": 2})
+    with pytest.raises(ValueError, match="two different steps are named 'rows'"):
+        run_steps([a, b], str(tmp_path))
+    assert not tmp_path.joinpath("events.jsonl").exists()
+
+
+def test_config_pointing_into_the_prefix_is_rejected():
+    prefix = f"memory://dk-steps-{uuid.uuid4().hex}"
+    step = Step("peek", write_rows, {"n": 1, "other": f"{prefix}/rows-123/rows.txt"})
+    with pytest.raises(ValueError, match=r"config\.other points into the output prefix"):
+        run_steps([step], prefix)
+
+
+# ---------------------------------------------------------------- markers, results, skip
+
+
+def test_markers_artifact_and_typed_results(tmp_path):
+    rows, total = dag(5)
+    summary = run_steps([total], str(tmp_path))
+    assert isinstance(summary, RunSummary) and summary.status == "succeeded"
+    assert [(s["name"], s["status"]) for s in summary.steps] == [("rows", "succeeded"), ("sum", "succeeded")]
+    assert summary.result("sum") == {"total": 10}
+    assert summary.steps[0]["counters"] == {"rows": 5, "written": 1}
+    assert set(summary.steps[0]) >= {"name", "identity", "status", "output", "wall_s", "counters", "error"}
+
+    d = tmp_path / f"rows-{rows.identity}"
+    assert summary.steps[0]["output"] == str(d)
+    status = json.loads((d / ".status").read_text())
+    assert status["status"] == "SUCCESS" and status["pid"] == os.getpid()
+    assert {"time", "host", "identity"} <= set(status)
+    art = json.loads((d / "artifact.json").read_text())
+    assert art["identity"] == rows.identity and art["config"] == {"n": 5} and art["version"] == "1"
+    assert art["result"] == {"files": ["rows.txt"], "provenance": {"generator": "range"}}
+    assert art["counters"] == {"rows": 5, "written": 1}
+    assert art["code_version"] == __import__("datakit").__version__
+    assert art["wall_s"] >= 0 and art["status"] == "SUCCESS"
+    sum_art = json.loads((tmp_path / f"sum-{total.identity}" / "artifact.json").read_text())
+    assert sum_art["deps"] == {"rows": {"identity": rows.identity, "output": str(d)}}
+    # status is written last: not older than the artifact or the step's own outputs.
+    st_ns = (d / ".status").stat().st_mtime_ns
+    assert st_ns >= (d / "artifact.json").stat().st_mtime_ns >= (d / "rows.txt").stat().st_mtime_ns
+    # no temp files left behind
+    assert not [p for p in d.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_second_run_rewrites_nothing(tmp_path):
+    calls: list = []
+    rows = Step("rows", counting(write_rows, calls), {"n": 3})
+    total = Step("sum", counting(sum_rows, calls), {}, deps=(rows,))
+    assert run_steps([total], str(tmp_path)).ok
+    assert calls == ["rows", "sum"]
+    before = {k: v for k, v in snapshot(tmp_path).items() if k != "events.jsonl"}
+    time.sleep(0.01)
+    again = run_steps([total], str(tmp_path))
+    assert [s["status"] for s in again.steps] == ["skipped", "skipped"]
+    assert again.result("sum") == {"total": 3}           # typed results come back from the artifact
+    assert again.steps[0]["counters"] == {"rows": 3, "written": 1}
+    assert calls == ["rows", "sum"]
+    after = {k: v for k, v in snapshot(tmp_path).items() if k != "events.jsonl"}
+    assert after == before
+
+
+def test_result_must_be_a_json_dict(tmp_path):
+    bad_type = Step("list", lambda ctx: [1, 2], {})
+    bad_json = Step("set", lambda ctx: {"s": {1}}, {})
+    bad_counters = Step("counters", lambda ctx: {"counters": {"n": "3"}}, {})
+    s = run_steps([bad_type, bad_json, bad_counters], str(tmp_path))
+    errs = {e["name"]: e["error"] for e in s.steps}
+    assert s.status == "failed"
+    assert "returned list" in errs["list"]
+    assert "not JSON-serializable" in errs["set"]
+    assert "dict of str -> int" in errs["counters"]
+    none = run_steps([Step("none", lambda ctx: None, {})], str(tmp_path))  # None means "no result"
+    assert none.ok and none.result("none") == {}
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_failure_cascades_but_independent_branches_run(tmp_path):
+    def boom(ctx):
+        Path(ctx.path("partial.txt")).write_text("half")
+        raise RuntimeError("disk on fire")
+
+    bad = Step("bad", boom, {"v": 1})
+    child = Step("child", lambda ctx: {}, {}, deps=(bad,))
+    grandchild = Step("grandchild", lambda ctx: {}, {}, deps=(child,))
+    other = Step("other", lambda ctx: {"ok": True}, {})
+    seen: list[dict] = []
+    s = run_steps([grandchild, other], str(tmp_path), on_event=seen.append)
+    by = {e["name"]: e for e in s.steps}
+    assert s.status == "failed"
+    assert by["bad"]["status"] == "failed" and by["bad"]["error"] == "RuntimeError: disk on fire"
+    assert by["child"]["status"] == "cascaded" and "bad" in by["child"]["error"]
+    assert by["grandchild"]["status"] == "cascaded"
+    assert by["other"]["status"] == "succeeded" and s.result("other") == {"ok": True}
+    assert not (tmp_path / child.dirname).exists()
+
+    d = tmp_path / bad.dirname
+    assert json.loads((d / ".status").read_text())["status"] == "FAILED"
+    assert "disk on fire" in (d / "error.txt").read_text() and "Traceback" in (d / "error.txt").read_text()
+    art = json.loads((d / "artifact.json").read_text())
+    assert art["status"] == "FAILED" and "disk on fire" in art["traceback"]
+    failed = [e for e in seen if e["event"] == "step_failed"]
+    assert len(failed) == 1 and failed[0]["step"] == "bad" and "disk on fire" in failed[0]["error"]
+    assert [e for e in seen if e["event"] == "run_finished"][0]["status"] == "failed"
+
+    # Fixed implementation, same identity: the failed dir is cleared, then rebuilt.
+    fixed = Step("bad", lambda ctx: {"fixed": True}, {"v": 1})
+    s2 = run_steps([Step("grandchild", lambda ctx: {}, {}, deps=(Step("child", lambda ctx: {}, {}, deps=(fixed,)),))],
+                   str(tmp_path))
+    assert s2.ok and [e["status"] for e in s2.steps] == ["succeeded"] * 3
+    assert not (d / "partial.txt").exists() and not (d / "error.txt").exists()
+
+
+def test_stale_partial_output_is_cleared_before_rebuild(tmp_path):
+    rows, _ = dag(2)
+    d = tmp_path / rows.dirname
+    (d / "sub").mkdir(parents=True)
+    (d / "sub" / "junk.parquet").write_bytes(b"partial")
+    (d / "rows.txt").write_text("garbage\n")
+    (d / ".status").write_text(json.dumps({"status": "RUNNING", "time": "x"}))
+    s = run_steps([rows], str(tmp_path))
+    assert s.steps[0]["status"] == "succeeded"
+    assert sorted(p.name for p in d.iterdir() if not p.name.startswith(".lease")) == \
+        [".status", "artifact.json", "rows.txt"]
+    assert (d / "rows.txt").read_text() == "0\n1\n"
+
+
+def test_success_marker_with_mismatched_artifact_is_not_trusted(tmp_path):
+    rows, _ = dag(2)
+    assert run_steps([rows], str(tmp_path)).ok
+    art = tmp_path / rows.dirname / "artifact.json"
+    art.write_text(json.dumps({"identity": "0000000000", "result": {}}))
+    assert run_steps([rows], str(tmp_path)).steps[0]["status"] == "succeeded"
+
+
+def test_keyboard_interrupt_marks_failed_releases_lease_and_reraises(tmp_path):
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    step = Step("slow", interrupted, {"x": 1})
+    events: list[dict] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_steps([step], str(tmp_path), on_event=events.append, lease_timeout_s=3600)
+    st = json.loads((tmp_path / step.dirname / ".status").read_text())
+    assert st["status"] == "FAILED" and "interrupted" in st["error"]
+    assert [e["event"] for e in events][-1] == "step_failed"
+    [state] = step_status([step], str(tmp_path))
+    assert state["state"] == "FAILED" and state["lease"] == "released"
+    # the lease was released: a rerun (huge lease timeout) does not wait, it rebuilds.
+    s = run_steps([Step("slow", lambda ctx: {"ok": 1}, {"x": 1})], str(tmp_path), lease_timeout_s=3600)
+    assert s.ok and s.steps[0]["status"] == "succeeded"
+
+
+# ---------------------------------------------------------------- dry run, only, force, mirror
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    rows, total = dag(4)
+    prefix = tmp_path / "out"
+    seen: list[dict] = []
+    s = run_steps([total], str(prefix), dry_run=True, on_event=seen.append)
+    assert not prefix.exists()
+    assert s.dry_run and s.status == "succeeded"
+    assert [(e["name"], e["status"]) for e in s.steps] == [("rows", "would_run"), ("sum", "would_run")]
+    assert [e["event"] for e in seen] == ["step_would_run", "step_would_run"]
+
+    assert run_steps([rows], str(prefix)).ok
+    before = snapshot(prefix)
+    extra = Step("extra", lambda ctx: {}, {}, deps=(total,))
+    s = run_steps([extra], str(prefix), dry_run=True)
+    assert [e["status"] for e in s.steps] == ["would_skip", "would_run", "would_run"]
+    assert s.steps[0]["output"] == str(prefix / rows.dirname)
+    s = run_steps([extra], str(prefix), dry_run=True, force=["rows"])
+    assert [e["status"] for e in s.steps] == ["would_run", "would_run", "would_run"]
+    assert snapshot(prefix) == before
+
+
+def test_only_requires_built_deps_and_runs_just_those(tmp_path):
+    calls: list = []
+    rows = Step("rows", counting(write_rows, calls), {"n": 4})
+    total = Step("sum", counting(sum_rows, calls), {}, deps=(rows,))
+    with pytest.raises(ValueError, match=r"sum needs rows \(rows-"):
+        run_steps([total], str(tmp_path), only=["sum"])
+    with pytest.raises(ValueError, match="sum needs rows"):
+        run_steps([total], str(tmp_path), only=["sum"], dry_run=True)
+    with pytest.raises(ValueError, match=r"unknown step name\(s\) \['nope'\]"):
+        run_steps([total], str(tmp_path), only=["nope"])
+    assert calls == []
+
+    s = run_steps([total], str(tmp_path), only=["rows"])
+    assert [(e["name"], e["status"]) for e in s.steps] == [("rows", "succeeded")]
+    s = run_steps([total], str(tmp_path), only=["sum"])
+    assert [(e["name"], e["status"]) for e in s.steps] == [("sum", "succeeded")]
+    assert s.result("sum") == {"total": 6} and calls == ["rows", "sum"]
+
+
+def test_force_rebuilds_only_the_named_step(tmp_path):
+    calls: list = []
+    rows = Step("rows", counting(write_rows, calls), {"n": 4})
+    total = Step("sum", counting(sum_rows, calls), {}, deps=(rows,))
+    assert run_steps([total], str(tmp_path)).ok
+    marker = tmp_path / rows.dirname / "stray.txt"
+    marker.write_text("left by a human")
+    s = run_steps([total], str(tmp_path), force=["rows"])
+    assert [e["status"] for e in s.steps] == ["succeeded", "skipped"]
+    assert calls == ["rows", "sum", "rows"]
+    assert not marker.exists()  # a forced rebuild starts from an empty dir
+    with pytest.raises(ValueError, match="excludes"):
+        run_steps([total], str(tmp_path), only=["sum"], force=["rows"])
+
+
+def test_mirror_hit_is_used_in_place_and_never_written(tmp_path):
+    calls: list = []
+    rows = Step("rows", counting(write_rows, calls), {"n": 5})
+    total = Step("sum", counting(sum_rows, calls), {}, deps=(rows,))
+    mirror, prefix = tmp_path / "mirror", tmp_path / "local"
+    assert run_steps([rows], str(mirror)).ok
+    before = snapshot(mirror)
+    calls.clear()
+
+    s = run_steps([total], str(prefix), mirror=str(mirror))
+    by = {e["name"]: e for e in s.steps}
+    assert by["rows"]["status"] == "skipped" and by["rows"]["location"] == "mirror"
+    assert by["rows"]["output"] == str(mirror / rows.dirname)
+    assert by["sum"]["status"] == "succeeded" and by["sum"]["output"] == str(prefix / total.dirname)
+    assert s.result("sum") == {"total": 10} and calls == ["sum"]
+    assert snapshot(mirror) == before
+    assert not (prefix / rows.dirname).exists()
+    states = {st["name"]: st for st in step_status([total], str(prefix), mirror=str(mirror))}
+    assert states["rows"]["location"] == "mirror" and states["rows"]["state"] == "SUCCESS"
+    assert states["rows"]["path"] == str(mirror / rows.dirname)
+    assert states["sum"]["location"] == "prefix"
+
+    # --only with a dep that exists only in the mirror is fine too.
+    s = run_steps([total], str(tmp_path / "third"), mirror=str(mirror), only=["sum"])
+    assert s.ok and calls == ["sum", "sum"]
+
+
+# ---------------------------------------------------------------- events, status, fsspec
+
+
+def test_events_jsonl_records_every_step(tmp_path):
+    def chatty(ctx):
+        ctx.log("halfway", done=1)
+        return {}
+
+    rows, total = dag(2)
+    seen: list[dict] = []
+    run_steps([total, Step("chatty", chatty, {})], str(tmp_path), on_event=seen.append)
+    run_steps([total], str(tmp_path))
+    events = read_events(str(tmp_path))
+    kinds = [(e["event"], e.get("step")) for e in events]
+    assert kinds == [
+        ("run_started", None),
+        ("step_started", "rows"), ("step_succeeded", "rows"),
+        ("step_started", "sum"), ("step_succeeded", "sum"),
+        ("step_started", "chatty"), ("step_log", "chatty"), ("step_succeeded", "chatty"),
+        ("run_finished", None),
+        ("run_started", None), ("step_skipped", "rows"), ("step_skipped", "sum"), ("run_finished", None),
+    ]
+    assert seen == events[:9]
+    done = [e for e in events if e["event"] == "step_succeeded"]
+    assert all(e["wall_s"] >= 0 and e["identity"] and e["run_id"] for e in done)
+    assert len({e["run_id"] for e in events}) == 2
+    assert [e for e in events if e["event"] == "step_log"][0]["done"] == 1
+
+
+def test_step_status_reports_states(tmp_path):
+    rows, total = dag(3)
+    states = step_status([total], str(tmp_path))
+    assert [(s["name"], s["state"], s["lease"]) for s in states] == [("rows", "MISSING", None), ("sum", "MISSING", None)]
+    assert not tmp_path.joinpath(rows.dirname).exists()
+    run_steps([rows], str(tmp_path))
+    states = step_status([total], str(tmp_path))
+    assert states[0]["state"] == "SUCCESS" and states[0]["path"] == str(tmp_path / rows.dirname)
+    assert states[0]["time"] and states[1]["state"] == "MISSING"
+
+
+def test_memory_filesystem_prefix():
+    prefix = f"memory://dk-steps-{uuid.uuid4().hex}"
+
+    def produce(ctx):
+        with fsspec.open(ctx.path("data.txt"), "w") as f:
+            f.write("a b c")
+        return {"file": "data.txt"}
+
+    def consume(ctx):
+        dep = ctx.deps["produce"]
+        with fsspec.open(dep.path(dep.result["file"]), "r") as f:
+            return {"words": len(f.read().split())}
+
+    p = Step("produce", produce, {})
+    c = Step("consume", consume, {}, deps=(p,))
+    s = run_steps([c], prefix)
+    assert s.ok and s.result("consume") == {"words": 3}
+    assert s.steps[0]["output"].startswith("memory://") and s.steps[0]["output"].endswith(p.dirname)
+    fs = fsspec.filesystem("memory")
+    root = prefix[len("memory://"):]
+    assert json.loads(fs.cat_file(f"{root}/{c.dirname}/.status"))["status"] == "SUCCESS"
+    s2 = run_steps([c], prefix)
+    assert [e["status"] for e in s2.steps] == ["skipped", "skipped"]
+    assert [st["state"] for st in step_status([c], prefix)] == ["SUCCESS", "SUCCESS"]
+    assert len(read_events(prefix)) == 10  # 6 for the build, 4 for the skip run
+
+
+# ---------------------------------------------------------------- leases (in process)
+
+
+def test_lease_excludes_a_second_holder_until_release(tmp_path):
+    import threading
+
+    fs = fsspec.filesystem("file")
+    a = Lease(fs, str(tmp_path), timeout_s=30)
+    a.acquire()
+    got = threading.Event()
+    waited: list = []
+    b = Lease(fs, str(tmp_path), timeout_s=30, poll_s=0.02)
+    t = threading.Thread(target=lambda: (b.acquire(on_wait=waited.append), got.set()))
+    t.start()
+    assert not got.wait(0.3)  # b is blocked while a holds a live lease
+    assert waited and waited[0]["owner"] == a.owner
+    a.release()
+    t.join(10)
+    assert got.is_set() and b.gen == 2
+    b.check()
+    b.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lease.000002"]
+
+
+def test_stale_lease_is_taken_over_and_old_holder_learns_it_lost(tmp_path):
+    fs = fsspec.filesystem("file")
+    # heartbeat far slower than the timeout: a's record goes stale although its process lives.
+    a = Lease(fs, str(tmp_path), timeout_s=0.2, heartbeat_s=60)
+    a.acquire()
+    b = Lease(fs, str(tmp_path), timeout_s=0.2, poll_s=0.02)
+    b.acquire()
+    assert b.gen == a.gen + 1
+    with pytest.raises(LeaseLost, match="taken over"):
+        a.check()
+    a.release()  # must not clobber b's record
+    b.check()
+    b.release()
+
+
+# ---------------------------------------------------------------- real processes
+
+CTX = mp.get_context("spawn")
+
+
+def _racer_step(count_file: str) -> Step:
+    def build(ctx):
+        with open(count_file, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.5)
+        Path(ctx.path("out.txt")).write_text("done")
+        return {"pid": os.getpid()}
+    return Step("racy", build, {"k": "v"})
+
+
+def _racer(prefix: str, count_file: str, barrier, queue) -> None:
+    step = _racer_step(count_file)
+    barrier.wait()
+    s = run_steps([step], prefix, lease_timeout_s=5)
+    queue.put(s.to_dict())
+
+
+def test_two_concurrent_runners_never_double_build(tmp_path):
+    count_file = str(tmp_path / "calls.txt")
+    prefix = str(tmp_path / "out")
+    barrier, queue = CTX.Barrier(2), CTX.Queue()
+    procs = [CTX.Process(target=_racer, args=(prefix, count_file, barrier, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert len(Path(count_file).read_text().split()) == 1  # the step fn ran exactly once
+    statuses = sorted(r["steps"][0]["status"] for r in results)
+    assert statuses == ["skipped", "succeeded"]
+    assert all(r["status"] == "succeeded" for r in results)
+    step = _racer_step(count_file)
+    assert (Path(prefix) / step.dirname / "out.txt").read_text() == "done"
+    kinds = [e["event"] for e in read_events(prefix) if e.get("step") == "racy"]
+    assert kinds.count("step_started") == 1 and kinds.count("step_skipped") == 1
+
+
+def _hanging_step(flag_dir: str) -> Step:
+    def build(ctx):
+        Path(ctx.path("partial.bin")).write_bytes(b"half written")
+        Path(flag_dir, "started").write_text(str(os.getpid()))
+        while not Path(flag_dir, "go").exists():
+            time.sleep(0.02)
+        return {"who": "child"}
+    return Step("victim", build, {"n": 1})
+
+
+def _hanging_runner(prefix: str, flag_dir: str, lease_timeout_s: float, queue) -> None:
+    s = run_steps([_hanging_step(flag_dir)], prefix, lease_timeout_s=lease_timeout_s)
+    queue.put(s.to_dict())
+
+
+def _wait_for(path: Path, proc, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if not proc.is_alive():
+            raise AssertionError(f"child exited with {proc.exitcode} before creating {path}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.02)
+
+
+def test_sigkilled_run_leaves_running_and_rerun_rebuilds(tmp_path):
+    prefix, flags = tmp_path / "out", tmp_path / "flags"
+    flags.mkdir()
+    queue = CTX.Queue()  # kept referenced: the child unpickles it after start()
+    proc = CTX.Process(target=_hanging_runner, args=(str(prefix), str(flags), 3600.0, queue))
+    proc.start()
+    _wait_for(flags / "started", proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
+    step = _hanging_step(str(flags))
+    d = prefix / step.dirname
+    assert json.loads((d / ".status").read_text())["status"] == "RUNNING"
+    [state] = step_status([step], str(prefix), lease_timeout_s=3600)
+    assert state["state"] == "RUNNING" and state["lease"] == "dead"
+
+    # Even with a huge heartbeat timeout, a lease whose process is gone (same machine) is taken over.
+    fixed = Step("victim", lambda ctx: {"who": "rerun"}, {"n": 1})
+    s = run_steps([fixed], str(prefix), lease_timeout_s=3600)
+    assert s.ok and s.steps[0]["status"] == "succeeded" and s.result("victim") == {"who": "rerun"}
+    assert not (d / "partial.bin").exists()
+
+
+def test_paused_holder_goes_stale_is_taken_over_and_cannot_commit(tmp_path):
+    prefix, flags = tmp_path / "out", tmp_path / "flags"
+    flags.mkdir()
+    queue = CTX.Queue()
+    proc = CTX.Process(target=_hanging_runner, args=(str(prefix), str(flags), 1.0, queue))
+    proc.start()
+    try:
+        _wait_for(flags / "started", proc)
+        os.kill(proc.pid, signal.SIGSTOP)  # alive but silent: its heartbeat goes stale
+        waits: list = []
+        s = run_steps([Step("victim", lambda ctx: {"who": "parent"}, {"n": 1})], str(prefix),
+                      lease_timeout_s=1.0, on_event=lambda e: waits.append(e["event"]))
+        assert s.ok and s.steps[0]["status"] == "succeeded"
+        assert "step_waiting" in waits
+    finally:
+        (flags / "go").write_text("")
+        os.kill(proc.pid, signal.SIGCONT)
+    child = queue.get(timeout=60)
+    proc.join(30)
+    assert child["status"] == "failed" and "taken over" in child["steps"][0]["error"]
+    d = prefix / _hanging_step(str(flags)).dirname
+    assert json.loads((d / "artifact.json").read_text())["result"] == {"who": "parent"}
+    assert json.loads((d / ".status").read_text())["status"] == "SUCCESS"
