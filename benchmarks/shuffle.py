@@ -16,12 +16,17 @@ Without .venv-bench the Ray figures are reported as null with the reason.
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Sibling benchmark files (benchmarks/tokenize.py) must not shadow standard-library modules.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
 import argparse
 import json
-import os
 import pickle
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -65,7 +70,8 @@ def run_datakit(n: int, workload: str, workers: int, shards: int, out_dir: str, 
     else:
         ds = ds.group_by(lambda r: r["key"], _count, num_shards=shards, combiner=_count)
     ds = ds.write_parquet(f"{out_dir}/{workload}-{n}/part-{{shard:05d}}.parquet")
-    cfg = ExecConfig(backend=backend, max_workers=workers, reduce_memory_bytes=256 << 20, map_flush_bytes=64 << 20)
+    # A 64 MB merge budget per reducer: past it the reducer spills (multi-pass merge) instead of growing.
+    cfg = ExecConfig(backend=backend, max_workers=workers, reduce_memory_bytes=64 << 20, map_flush_bytes=64 << 20)
     t0 = time.perf_counter()
     res = ds.run(cfg)
     wall = time.perf_counter() - t0
@@ -136,9 +142,9 @@ def peer_ray(n: int, workload: str, workers: int, shards: int) -> dict:
     py = ROOT / ".venv-bench" / "bin" / "python"
     if not py.exists():
         return {"records_per_s": None, "skipped": "no .venv-bench (see this file's docstring)"}
-    cmd = [str(py), __file__, "--peer-ray", "--records", str(n), "--workload", workload,
+    cmd = [str(py), "-m", "benchmarks.shuffle", "--peer-ray", "--records", str(n), "--workload", workload,
            "--workers", str(workers), "--shards", str(shards)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
     if proc.returncode != 0:
         return {"records_per_s": None, "error": proc.stderr[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -85,7 +85,9 @@ class RunWriter:
         self.bytes_written = 0
         self.rows_written = 0
         self.index: dict[int, list[list[int]]] = {}
-        self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        # A 1 MB window bounds what each open run costs a reducer's decompressor during the merge.
+        self._cctx = zstandard.ZstdCompressor(
+            compression_params=zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, window_log=20))
         self._file = None
         self._tmp = None
 

@@ -307,7 +307,16 @@ class Checker:
         return not bad
 
     def _post(self, value: Any, path: Path, meta: typing.Mapping[str, Any]) -> Any:
-        """Custom checks and path resolution, after the type is known to be right."""
+        """Custom checks and path resolution, after the type is known to be right.
+
+        Path fields expand environment variables first ($HOME, ${DATA_ROOT}, and $PYTHON_STDLIB which
+        datakit sets to this interpreter's standard library), so one manifest works across machines.
+        """
+        if meta.get("path"):
+            if isinstance(value, str):
+                value = expand_vars(value)
+            elif isinstance(value, tuple):
+                value = tuple(expand_vars(v) if isinstance(v, str) else v for v in value)
         check = meta.get("check")
         if check is not None:
             message = check(value)
@@ -320,6 +329,13 @@ class Checker:
             if isinstance(value, tuple):
                 return tuple(resolve_local(v, self.base_dir) for v in value)
         return value
+
+
+def expand_vars(value: str) -> str:
+    import sysconfig
+
+    os.environ.setdefault("PYTHON_STDLIB", sysconfig.get_paths()["stdlib"])
+    return os.path.expandvars(value)
 
 
 def _without_none(members: tuple) -> Any:
