@@ -6,12 +6,13 @@ one sub-batch in memory instead of decompressing whole runs. The sidecar maps ta
 (offset, length, rows, raw bytes); reducers read only the sidecars and then only their own ranges, so a
 target no mapper wrote to costs no data I/O at all.
 
-A record is `(key_bytes, sort_bytes, item)`; runs are sorted by `(key_bytes, sort_bytes)` and ties
+A record is `(target_prefix + key_bytes, sort_bytes, item)`; runs are sorted by `(key_bytes, sort_bytes)` and ties
 keep input order, which makes every merge deterministic.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import pickle
@@ -29,6 +30,7 @@ SUB_BATCH_ROWS = 1024
 ZSTD_LEVEL = 3
 _LEN = struct.Struct("<I")
 _CHECK_EVERY = 1024
+TARGET_PREFIX = 4  # bytes of big-endian target id in front of every record's key bytes
 RECORD_KEY = itemgetter(0, 1)
 
 Record = tuple[bytes, bytes, Any]
@@ -59,7 +61,12 @@ def _serialize_run(records: list[Record], cctx: zstandard.ZstdCompressor) -> tup
 
 
 class RunWriter:
-    """Map-side buffer: routes records to targets, flushes sorted runs when over a byte budget."""
+    """Map-side buffer: collects routed records, flushes sorted runs when over a byte budget.
+
+    Records carry their target as a 4-byte big-endian prefix of the key bytes, so one sort of one
+    buffer orders by (target, key) and each target's run is a contiguous slice: no per-target lists to
+    append to in the hot loop. Reducers strip the prefix (`TARGET_PREFIX`) when decoding keys.
+    """
 
     def __init__(
         self,
@@ -76,10 +83,10 @@ class RunWriter:
         self.num_targets = num_targets
         self.flush_bytes = flush_bytes
         self.combiner = combiner
-        self.buffers: list[list[Record]] = [[] for _ in range(num_targets)]
+        self.prefixes = [t.to_bytes(TARGET_PREFIX, "big") for t in range(num_targets + 1)]
+        self.buffer: list[Record] = []
         self.avg_item = 64.0
         self.count = 0
-        self.flushed_count = 0
         self.next_check = 16
         self.flushes = 0
         self.bytes_written = 0
@@ -92,16 +99,18 @@ class RunWriter:
         self._tmp = None
 
     def add(self, target: int, kb: bytes, sb: bytes, item: Any) -> None:
-        self.buffers[target].append((kb, sb, item))
+        """Add one record (the engine's hot loop appends to `buffer` directly; this is the readable form)."""
+        self.buffer.append((self.prefixes[target] + kb, sb, item))
         self.count += 1
         if self.count >= self.next_check:
-            self._check_budget(target)
+            self.check_budget()
 
-    def _check_budget(self, target: int) -> None:
-        """Estimate buffered bytes from a pickled sample of recent records (cheap: at most once per 1k adds)."""
-        sample = self.buffers[target][-16:]
-        self.avg_item = len(pickle.dumps(sample, protocol=5)) / max(1, len(sample)) + 48
-        pending = self.count - self.flushed_count
+    def check_budget(self) -> None:
+        """Estimate buffered bytes from a pickled sample of recent records (at most once per 1k records)."""
+        sample = self.buffer[-16:]
+        if sample:
+            self.avg_item = len(pickle.dumps(sample, protocol=5)) / len(sample) + 48
+        pending = len(self.buffer)
         if pending * self.avg_item >= self.flush_bytes:
             self.flush()
             pending = 0
@@ -110,14 +119,18 @@ class RunWriter:
         self.next_check = self.count + max(1, min(_CHECK_EVERY, int(room / 2)))
 
     def flush(self) -> None:
-        if not any(self.buffers):
+        buf = self.buffer
+        if not buf:
             return
         if self._file is None:
             self._file, self._tmp = open_atomic(self.data_path)
-        for target, records in enumerate(self.buffers):
-            if not records:
-                continue
-            records.sort(key=self.sort_key)
+        buf.sort(key=self.sort_key)
+        first = itemgetter(0)
+        start = 0
+        while start < len(buf):
+            target = int.from_bytes(buf[start][0][:TARGET_PREFIX], "big")
+            end = bisect.bisect_left(buf, self.prefixes[target + 1], lo=start, key=first)
+            records = buf[start:end]
             if self.combiner is not None:
                 records = self.combiner(records)
             frame, raw = _serialize_run(records, self._cctx)
@@ -126,8 +139,8 @@ class RunWriter:
             self.index.setdefault(target, []).append([offset, len(frame), len(records), raw])
             self.bytes_written += len(frame)
             self.rows_written += len(records)
-            self.buffers[target] = []
-        self.flushed_count = self.count
+            start = end
+        buf.clear()
         self.flushes += 1
 
     def close(self) -> dict:

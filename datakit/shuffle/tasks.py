@@ -20,7 +20,7 @@ from xxhash import xxh3_64_intdigest
 import zstandard
 
 from . import context
-from .frames import Record, RunWriter
+from .frames import TARGET_PREFIX, Record, RunWriter
 from .fsio import atomic_write_bytes, exists, makedirs, open_read
 from .io import format_output, write_shard
 from .keys import KeyEncodingError, decode_key, encode_key, route
@@ -90,7 +90,7 @@ def _reduce_groups(records: Iterator[Record], kind: str, reducer) -> Iterator[An
             yield next(grp)[2]
     else:
         for kb, grp in itertools.groupby(records, key=itemgetter(0)):
-            yield reducer(decode_key(kb), (rec[2] for rec in grp))
+            yield reducer(decode_key(kb[TARGET_PREFIX:]), (rec[2] for rec in grp))
 
 
 def _check_sorted(it: Iterator[Any], keyf, side: str, shard: int) -> Iterator[tuple[bytes, Any]]:
@@ -131,9 +131,11 @@ def _merge_join(spec: TaskSpec, inp: JoinInput, stats: dict) -> Iterator[Any]:
 def _open_input(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
     inp = pipe.input
     if isinstance(inp, SourceInput):
+        stats.setdefault("rows_in", len(inp.shards[0]))
         return iter(inp.shards[0])
     if isinstance(inp, ShuffleInput):
         runs = gather_runs(spec.shuffle_indexes[inp.stage_id], spec.shard)
+        stats.setdefault("rows_in", sum(r.rows for r in runs))
         mstats = MergeStats()
         stats.setdefault("merges", []).append(mstats)
         spill_dir = os.path.join(spec.stage_dir, f"spill-{spec.shard:05d}")
@@ -156,9 +158,13 @@ def _sink(items: Iterator[Any], sink: SinkSpec, shard: int, total: int) -> Itera
 
 
 def _run_pipe(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
-    box = _Count()
-    stats.setdefault("input_counts", []).append(box)
-    it: Any = _counted(_open_input(spec, pipe, stats), box)
+    inp = pipe.input
+    if isinstance(inp, JoinInput):  # each side counts its own rows; count what the join yields
+        box = _Count()
+        stats.setdefault("input_counts", []).append(box)
+        it: Any = _counted(_open_input(spec, pipe, stats), box)
+    else:
+        it = _open_input(spec, pipe, stats)
     for kind, fn in pipe.ops:
         if kind == "map":
             it = map(fn, it)
@@ -183,7 +189,7 @@ def _combine(combiner):
             if len(grp) == 1:
                 out.append(grp[0])
             else:
-                out.append((kb, grp[0][1], combiner(decode_key(kb), [r[2] for r in grp])))
+                out.append((kb, grp[0][1], combiner(decode_key(kb[TARGET_PREFIX:]), [r[2] for r in grp])))
         return out
 
     return combine
@@ -195,22 +201,39 @@ def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, att
     writer = RunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
                        _combine(out.combiner) if out.combiner else None, out.sort_by is not None)
     n = out.num_targets
-    add = writer.add
+    prefixes = writer.prefixes
+    append = writer.buffer.append
+    check = writer.next_check
+    count = 0
     try:
         if out.kind == "reshard":
             for row, item in enumerate(items):
-                add((row + spec.shard) % n, encode_key((spec.shard, row)), b"", item)
+                append((prefixes[(row + spec.shard) % n] + encode_key((spec.shard, row)), b"", item))
+                count += 1
+                if count >= check:
+                    writer.count = count
+                    writer.check_budget()
+                    check = writer.next_check
         else:
             key, sort_by = out.key, out.sort_by
-            for item in items:
-                k = key(item)
-                try:
+            try:
+                # The hot loop: one key call, one encode, one hash and one append per record.
+                for item in items:
+                    k = key(item)
                     kb = encode_key(k)
-                    sb = encode_key(sort_by(item)) if sort_by is not None else b""
-                except KeyEncodingError as e:
-                    raise KeyEncodingError(f"{e} [stage {spec.stage_id}, {spec.label}]") from None
-                add(k if type(k) is int and 0 <= k < n else xxh3_64_intdigest(kb) % n, kb, sb, item)
-        return writer.close()
+                    t = k if type(k) is int and 0 <= k < n else xxh3_64_intdigest(kb) % n
+                    append((prefixes[t] + kb, b"" if sort_by is None else encode_key(sort_by(item)), item))
+                    count += 1
+                    if count >= check:
+                        writer.count = count
+                        writer.check_budget()
+                        check = writer.next_check
+            except KeyEncodingError as e:
+                raise KeyEncodingError(f"{e} [stage {spec.stage_id}, {spec.label}]") from None
+        writer.count = count
+        meta = writer.close()
+        meta["records"] = count
+        return meta
     except BaseException:
         writer.abort()
         raise
@@ -220,11 +243,11 @@ def _collect(spec: TaskSpec, items: Iterator[Any], attempt: int) -> dict:
     data = list(items)
     blob = pickle.dumps(data, protocol=5)
     if len(blob) <= INLINE_RESULT_BYTES:
-        return {"items": blob, "rows": len(data)}
+        return {"items": blob, "rows": len(data), "records": len(data)}
     makedirs(spec.stage_dir)
     path = f"{spec.stage_dir}/result-{spec.shard:05d}.a{attempt}.pkl.zst"
     atomic_write_bytes(path, zstandard.ZstdCompressor(level=1).compress(blob))
-    return {"items_path": path, "rows": len(data)}
+    return {"items_path": path, "rows": len(data), "records": len(data)}
 
 
 def load_collected(result: dict) -> list:
@@ -253,8 +276,6 @@ def run_task(spec: TaskSpec, attempt: int) -> dict:
     try:
         with _PeakRSS() as rss:
             items = _run_pipe(spec, spec.pipe, stats)
-            out_box = _Count()
-            items = _counted(items, out_box)
             if spec.output is not None:
                 output = _write_shuffle(spec, items, spec.output, attempt)
             else:
@@ -265,8 +286,8 @@ def run_task(spec: TaskSpec, attempt: int) -> dict:
     return {
         "output": output,
         "counters": user_counters,
-        "rows_in": sum(b.n for b in stats.get("input_counts", [])[:1]),
-        "rows_out": out_box.n,
+        "rows_in": stats.get("rows_in", sum(b.n for b in stats.get("input_counts", [])[:1])),
+        "rows_out": output["records"],
         "bytes_out": output.get("bytes", 0),
         "spill_files": sum(m.spill_files for m in merges),
         "spill_passes": max([m.spill_passes for m in merges], default=0),
