@@ -29,7 +29,11 @@ from datakit.shuffle import (
 )
 from datakit.shuffle.frames import RunWriter, iter_run, read_sidecar_runs
 
-LOCAL2 = ExecConfig(backend="local", max_workers=2)
+
+
+def cfg(backend: str, **kw) -> ExecConfig:
+    kw.setdefault("max_workers", 2)
+    return ExecConfig(backend=backend, **kw)
 INLINE = ExecConfig(backend="inline")
 
 
@@ -49,8 +53,8 @@ def _tag_shard(it):
         yield (shard, x)
 
 
-@pytest.mark.parametrize("config", [LOCAL2, INLINE], ids=["local", "inline"])
-def test_group_by_union_equals_input_and_keys_owned_by_hash(config):
+def test_group_by_union_equals_input_and_keys_owned_by_hash(backend):
+    config = cfg(backend)
     items = _records(5000, 97)
     grouped = (
         Dataset.from_items(items, num_shards=4)
@@ -112,27 +116,27 @@ def test_mapper_with_nothing_writes_no_data_file(tmp_path):
     assert json.loads((tmp_path / "m.index").read_text())["targets"] == {}
 
 
-def test_secondary_sort():
+def test_secondary_sort(backend):
     items = [{"k": i % 3, "t": (i * 37) % 101} for i in range(300)]
     out = (
         Dataset.from_items(items, num_shards=3)
         .group_by(lambda r: r["k"], lambda k, it: (k, [r["t"] for r in it]), sort_by=lambda r: r["t"], num_shards=2)
-        .collect(LOCAL2)
+        .collect(cfg(backend))
     )
     assert len(out) == 3
     for _, ts in out:
         assert ts == sorted(ts)
 
 
-def test_combiner_gives_same_result_with_fewer_shuffled_rows():
+def test_combiner_gives_same_result_with_fewer_shuffled_rows(backend):
     items = [{"k": i % 10, "n": 1} for i in range(20000)]
 
     def count(k, it):
         return {"k": k, "n": sum(r["n"] for r in it)}
 
-    plain = Dataset.from_items(items, 4).group_by(lambda r: r["k"], count, num_shards=3).run(LOCAL2)
+    plain = Dataset.from_items(items, 4).group_by(lambda r: r["k"], count, num_shards=3).run(cfg(backend))
     combined = (
-        Dataset.from_items(items, 4).group_by(lambda r: r["k"], count, num_shards=3, combiner=count).run(LOCAL2)
+        Dataset.from_items(items, 4).group_by(lambda r: r["k"], count, num_shards=3, combiner=count).run(cfg(backend))
     )
     assert sorted(plain.items, key=lambda r: r["k"]) == sorted(combined.items, key=lambda r: r["k"])
     assert all(r["n"] == 2000 for r in combined.items)
@@ -141,22 +145,22 @@ def test_combiner_gives_same_result_with_fewer_shuffled_rows():
     assert combined.stats[0].shuffle_rows == 4 * 10
 
 
-def test_none_keys_group_together():
+def test_none_keys_group_together(backend):
     items = [{"k": None if i % 2 else "a", "v": i} for i in range(100)]
-    out = Dataset.from_items(items, 2).group_by(lambda r: r["k"], lambda k, it: (k, len(list(it)))).collect(LOCAL2)
+    out = Dataset.from_items(items, 2).group_by(lambda r: r["k"], lambda k, it: (k, len(list(it)))).collect(cfg(backend))
     assert sorted(out, key=repr) == sorted([(None, 50), ("a", 50)], key=repr)
 
 
-def test_empty_input():
+def test_empty_input(backend):
     ds = Dataset.from_items([], num_shards=3).group_by(lambda r: r, lambda k, it: k, num_shards=4)
     assert ds.num_shards == 4
-    assert ds.collect(LOCAL2) == []
-    assert Dataset.from_items([]).count(LOCAL2) == 0
+    assert ds.collect(cfg(backend)) == []
+    assert Dataset.from_items([]).count(cfg(backend)) == 0
 
 
-def test_arbitrary_picklable_payloads():
+def test_arbitrary_picklable_payloads(backend):
     items = [Payload(f"n{i % 5}", frozenset({i, i + 1})) for i in range(50)]
-    out = Dataset.from_items(items, 2).group_by(lambda p: p.name, lambda k, it: (k, list(it))).collect(LOCAL2)
+    out = Dataset.from_items(items, 2).group_by(lambda p: p.name, lambda k, it: (k, list(it))).collect(cfg(backend))
     got = [p for _, ps in out for p in ps]
     assert collections.Counter(got) == collections.Counter(items)
     assert all(isinstance(p, Payload) for _, ps in out for p in ps)
@@ -173,7 +177,7 @@ def test_non_encodable_key_gives_clear_error():
         encode_key([1, 2])
 
 
-def test_tiny_memory_budget_multipass_external_sort(tmp_path):
+def test_tiny_memory_budget_multipass_external_sort(tmp_path, backend):
     items = _records(20000, 500)
 
     def build():
@@ -181,9 +185,9 @@ def test_tiny_memory_budget_multipass_external_sort(tmp_path):
             lambda r: r["k"], lambda k, it: (k, [r["v"] for r in it]), num_shards=2
         )
 
-    clean = build().collect(LOCAL2)
+    clean = build().collect(cfg(backend))
     work = tmp_path / "work"
-    tiny = ExecConfig(backend="local", max_workers=2, work_dir=str(work), map_flush_bytes=4000,
+    tiny = cfg(backend, max_workers=2, work_dir=str(work), map_flush_bytes=4000,
                       reduce_memory_bytes=1)
     result = build().run(tiny)
     assert result.items == clean
@@ -193,12 +197,12 @@ def test_tiny_memory_budget_multipass_external_sort(tmp_path):
     assert not any(p.is_file() for p in work.rglob("*"))
 
 
-def test_skewed_input_completes_with_correct_counts():
+def test_skewed_input_completes_with_correct_counts(backend):
     items = [{"k": "hot" if i % 10 else f"k{i}", "v": i} for i in range(30000)]
     out = (
         Dataset.from_items(items, 4)
         .group_by(lambda r: r["k"], lambda k, it: (k, sum(1 for _ in it)), num_shards=4)
-        .collect(ExecConfig(backend="local", max_workers=2, map_flush_bytes=200_000, reduce_memory_bytes=2_000_000))
+        .collect(cfg(backend, max_workers=2, map_flush_bytes=200_000, reduce_memory_bytes=2_000_000))
     )
     counts = dict(out)
     assert counts["hot"] == 27000
@@ -206,13 +210,13 @@ def test_skewed_input_completes_with_correct_counts():
     assert sum(counts.values()) == 30000
 
 
-def test_int_keys_pass_through_and_fill_every_bucket():
+def test_int_keys_pass_through_and_fill_every_bucket(backend):
     n = 8
     out = (
         Dataset.from_items(list(range(n)) * 3, 2)
         .group_by(lambda x: x, lambda k, it: (k, len(list(it))), num_shards=n)
         .map_shard(_tag_shard)
-        .collect(LOCAL2)
+        .collect(cfg(backend))
     )
     assert sorted(out) == [(k, (k, 3)) for k in range(n)]
 
@@ -228,7 +232,7 @@ def _kill_once(marker: str):
     return fn
 
 
-def test_kill_minus_nine_mid_shuffle_gives_identical_output(tmp_path):
+def test_kill_minus_nine_mid_shuffle_gives_identical_output(tmp_path, backend):
     items = _records(6000, 300)
 
     def build(fn):
@@ -238,16 +242,16 @@ def test_kill_minus_nine_mid_shuffle_gives_identical_output(tmp_path):
             .group_by(lambda r: r["k"], lambda k, it: (k, [r["v"] for r in it]), num_shards=3)
         )
 
-    clean = build(lambda it: it).collect(LOCAL2)
+    clean = build(lambda it: it).collect(cfg(backend))
     result = build(_kill_once(str(tmp_path / "killed"))).run(
-        ExecConfig(backend="local", max_workers=2, map_flush_bytes=5000)
+        cfg(backend, max_workers=2, map_flush_bytes=5000)
     )
     assert (tmp_path / "killed").exists()
     assert result.stats[0].worker_deaths == 1
     assert result.items == clean
 
 
-def test_deterministic_crasher_aborts_after_three_attempts(tmp_path):
+def test_deterministic_crasher_aborts_after_three_attempts(tmp_path, backend):
     src = tmp_path / "data"
     src.mkdir()
     for i in range(2):
@@ -262,7 +266,7 @@ def test_deterministic_crasher_aborts_after_three_attempts(tmp_path):
         return row
 
     with pytest.raises(ShardFailed) as exc:
-        Dataset.from_files(str(src / "*.jsonl")).read_jsonl().map(explode).collect(LOCAL2)
+        Dataset.from_files(str(src / "*.jsonl")).read_jsonl().map(explode).collect(cfg(backend))
     msg = str(exc.value)
     assert "failed 3 times" in msg and "bad row seven" in msg
     assert "f1.jsonl" in msg and "in explode" in msg  # the input file and the traceback
@@ -277,12 +281,12 @@ class Unpicklable(Exception):
         self.lock = threading.Lock()
 
 
-def test_non_picklable_exception_is_wrapped():
+def test_non_picklable_exception_is_wrapped(backend):
     def boom(x):
         raise Unpicklable(None)
 
     with pytest.raises(ShardFailed) as exc:
-        Dataset.from_items([1]).map(boom).collect(LOCAL2)
+        Dataset.from_items([1]).map(boom).collect(cfg(backend))
     assert "Unpicklable" in str(exc.value)
 
 
@@ -295,7 +299,7 @@ def _write_counted(marker: Path):
     return fn
 
 
-def test_rerun_with_existing_sinks_skips_work(tmp_path):
+def test_rerun_with_existing_sinks_skips_work(tmp_path, backend):
     marker = tmp_path / "calls"
     out = tmp_path / "out"
 
@@ -307,11 +311,11 @@ def test_rerun_with_existing_sinks_skips_work(tmp_path):
             .write_parquet(str(out / "part-{shard:05d}-of-{total:05d}.parquet"), skip_existing=True)
         )
 
-    paths = build().collect(LOCAL2)
+    paths = build().collect(cfg(backend))
     assert len(paths) == 3 and all(os.path.exists(p) for p in paths)
     calls = marker.read_text()
     mtimes = [os.stat(p).st_mtime_ns for p in paths]
-    again = build().run(LOCAL2)
+    again = build().run(cfg(backend))
     assert again.items == paths
     assert marker.read_text() == calls  # no user code ran
     assert [os.stat(p).st_mtime_ns for p in paths] == mtimes
@@ -321,7 +325,7 @@ def _digest(paths):
     return [hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths]
 
 
-def test_identical_results_across_worker_counts_and_backends(tmp_path):
+def test_identical_results_across_worker_counts_and_backends(tmp_path, backend):
     items = _records(8000, 400)
 
     def build(tag):
@@ -333,30 +337,30 @@ def test_identical_results_across_worker_counts_and_backends(tmp_path):
             .write_parquet(str(tmp_path / tag / "part-{shard:05d}.parquet"))
         )
 
-    one = build("one").collect(ExecConfig(backend="local", max_workers=1, map_flush_bytes=20_000))
-    two = build("two").collect(ExecConfig(backend="local", max_workers=2, map_flush_bytes=50_000))
+    one = build("one").collect(cfg(backend, max_workers=1, map_flush_bytes=20_000))
+    two = build("two").collect(cfg(backend, max_workers=2, map_flush_bytes=50_000))
     inline = build("inline").collect(INLINE)
     assert _digest(one) == _digest(two) == _digest(inline)
     rows = pq.read_table(one[0]).to_pylist()
     assert [r["k"] for r in rows] == sorted(r["k"] for r in rows)
 
 
-def test_deduplicate_keeps_first_in_input_order():
+def test_deduplicate_keeps_first_in_input_order(backend):
     items = [{"id": f"{i % 50:03d}", "pos": i} for i in range(200)]
-    out = Dataset.from_items(items, 4).deduplicate(lambda r: r["id"], num_shards=2).collect(LOCAL2)
+    out = Dataset.from_items(items, 4).deduplicate(lambda r: r["id"], num_shards=2).collect(cfg(backend))
     assert len(out) == 50
     assert all(r["pos"] < 50 for r in out)
 
 
-def test_sorted_merge_join_left_and_inner_and_errors():
+def test_sorted_merge_join_left_and_inner_and_errors(backend):
     left = Dataset.from_items([{"id": f"{i:03d}"} for i in range(40)], 2).group_by(
         lambda r: r["id"], lambda k, it: next(iter(it)), num_shards=3)
     right = Dataset.from_items([{"id": f"{i:03d}", "mark": True} for i in range(0, 40, 4)], 1).group_by(
         lambda r: r["id"], lambda k, it: next(iter(it)), num_shards=3)
-    joined = left.sorted_merge_join(right, left_key=lambda r: r["id"], how="left").collect(LOCAL2)
+    joined = left.sorted_merge_join(right, left_key=lambda r: r["id"], how="left").collect(cfg(backend))
     assert len(joined) == 40
     assert sum(1 for _, r in joined if r) == 10
-    inner = left.sorted_merge_join(right, left_key=lambda r: r["id"]).collect(LOCAL2)
+    inner = left.sorted_merge_join(right, left_key=lambda r: r["id"]).collect(cfg(backend))
     assert sorted(l["id"] for l, _ in inner) == [f"{i:03d}" for i in range(0, 40, 4)]
 
     unsorted = Dataset.from_shards([[{"id": "b"}, {"id": "a"}]])
@@ -366,7 +370,7 @@ def test_sorted_merge_join_left_and_inner_and_errors():
         left.sorted_merge_join(Dataset.from_items([], 2), left_key=lambda r: r["id"]).collect(INLINE)
 
 
-def test_from_files_lists_sizes_skips_dotfiles_and_reads_compressed(tmp_path):
+def test_from_files_lists_sizes_skips_dotfiles_and_reads_compressed(tmp_path, backend):
     rows = [{"i": i, "t": "x" * i} for i in range(20)]
     body = "".join(json.dumps(r) + "\n" for r in rows).encode()
     (tmp_path / "a.jsonl").write_bytes(body)
@@ -378,7 +382,7 @@ def test_from_files_lists_sizes_skips_dotfiles_and_reads_compressed(tmp_path):
     files = list_files(str(tmp_path / "**"))
     assert [Path(f.path).name for f in files] == ["a.jsonl", "b.jsonl.gz", "c.jsonl.zst"]
     assert files[0].size == len(body)
-    got = Dataset.from_files(str(tmp_path / "*.jsonl*")).read_jsonl().collect(LOCAL2)
+    got = Dataset.from_files(str(tmp_path / "*.jsonl*")).read_jsonl().collect(cfg(backend))
     assert sorted(r["i"] for r in got) == sorted(list(range(20)) * 3)
     with pytest.raises(FileNotFoundError, match="no files match"):
         Dataset.from_files(str(tmp_path / "*.parquet"))
@@ -390,7 +394,7 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
         Dataset.from_files(str(tmp_path / "bad.jsonl")).read_jsonl().collect(INLINE)
 
 
-def test_counters_sum_over_accepted_attempts_only(tmp_path):
+def test_counters_sum_over_accepted_attempts_only(tmp_path, backend):
     flag = tmp_path / "failed-once"
 
     def flaky(x):
@@ -400,13 +404,13 @@ def test_counters_sum_over_accepted_attempts_only(tmp_path):
             raise RuntimeError("transient")
         return x
 
-    result = Dataset.from_items(range(10), 2).map(flaky).run(LOCAL2)
+    result = Dataset.from_items(range(10), 2).map(flaky).run(cfg(backend))
     assert sorted(result.items) == list(range(10))
     assert result.counters["seen"] == 10
     assert result.stats[0].retries == 1
 
 
-def test_stage_checkpoints_resume_after_failure(tmp_path):
+def test_stage_checkpoints_resume_after_failure(tmp_path, backend):
     work = tmp_path / "work"
     gate = tmp_path / "gate"
     calls = tmp_path / "calls"
@@ -424,12 +428,12 @@ def test_stage_checkpoints_resume_after_failure(tmp_path):
             .map(final)
         )
 
-    cfg = ExecConfig(backend="local", max_workers=2, work_dir=str(work), max_attempts=1)
+    conf = cfg(backend, work_dir=str(work), max_attempts=1)
     with pytest.raises(ShardFailed):
-        build().collect(cfg)
+        build().collect(conf)
     first_calls = len(calls.read_text())
     gate.write_text("open")
-    result = build().run(cfg)
+    result = build().run(conf)
     assert result.stats[0].skipped  # the map stage came from its checkpoint
     assert len(calls.read_text()) == first_calls
     assert sorted(result.items) == [(k, 10) for k in range(20)]

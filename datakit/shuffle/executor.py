@@ -188,6 +188,12 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
         root = tempfile.mkdtemp(prefix="datakit-shuffle-")
         temporary = True
     backend = get_backend(config.backend, config.max_workers, **config.backend_options)
+    if backend.name == "ray" and is_local(root) and backend.num_nodes() > 1:  # type: ignore[attr-defined]
+        raise ValueError(
+            f"the Ray cluster has {backend.num_nodes()} nodes but the shuffle directory {root} is on this "  # type: ignore[attr-defined]
+            "node's disk; set ExecConfig(work_dir=...) (or the manifest's prefix) to storage every node sees, "
+            "e.g. gs://bucket/tmp or a shared NFS path"
+        )
     progress = _progress(config)
     indexes: dict[int, list[str]] = {}
     counters: Counter = Counter()

@@ -9,7 +9,9 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import tempfile
 import threading
+import uuid
 import time
 from dataclasses import dataclass
 from operator import itemgetter
@@ -21,7 +23,7 @@ import zstandard
 
 from . import context
 from .frames import TARGET_PREFIX, Record, RunWriter
-from .fsio import atomic_write_bytes, exists, makedirs, open_read
+from .fsio import atomic_write_bytes, exists, is_local, makedirs, open_read
 from .io import format_output, write_shard
 from .keys import KeyEncodingError, decode_key, encode_key, route
 from .merge import MergeStats, gather_runs, merge_runs
@@ -138,7 +140,9 @@ def _open_input(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
         stats.setdefault("rows_in", sum(r.rows for r in runs))
         mstats = MergeStats()
         stats.setdefault("merges", []).append(mstats)
-        spill_dir = os.path.join(spec.stage_dir, f"spill-{spec.shard:05d}")
+        # Spills are private to this reducer: always on local disk, even when shuffle files are remote.
+        spill_root = spec.stage_dir if is_local(spec.stage_dir) else tempfile.gettempdir()
+        spill_dir = os.path.join(spill_root, f"spill-{spec.shard:05d}-{uuid.uuid4().hex[:8]}")
         records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats, inp.secondary)
         return _reduce_groups(records, inp.kind, inp.reducer)
     if isinstance(inp, JoinInput):
