@@ -1,0 +1,171 @@
+"""Turn one raw record into one output row (or a drop, or a reject): pure functions, no I/O.
+
+The row's `id` is the xxh3-128 of the *final* UTF-8 text, so it is computed last, after whitespace
+compaction: two documents that differ only in an over-long whitespace run get the same id and are
+deduplicated as they should be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import xxhash
+
+from datakit.sources.readers import OVERSIZED, WRONG_TYPE, RawRecord, Reject, decode_bytes, excerpt_of
+
+CORE_COLUMNS = ("id", "text", "source", "source_id", "url")
+_CORE = frozenset(CORE_COLUMNS)
+# Field names of records that lack the text field are remembered (as counters "field/<name>") for the
+# "wrong text_field?" message; a sample of such records per task is plenty.
+NOTE_FIELDS_OF = 100
+FIELD_PREFIX = "field/"
+
+# What flows through the shuffle: (id, file_index, pos, row). The key is the id; (file_index, pos)
+# orders copies so "first copy" is the same whatever the sharding or worker count.
+Item = tuple[str, int, int, dict]
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class CleanSpec:
+    source: str
+    text_field: str = "text"
+    id_field: str | None = None
+    bare: bool = False
+    max_whitespace_run: int = 128
+    max_record_chars: int = 10_000_000
+
+
+def content_id(text: str) -> str:
+    """32 hex chars: xxh3-128 of the UTF-8 text."""
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+@lru_cache(maxsize=16)
+def _ws_run(max_run: int) -> re.Pattern:
+    # The look-behind anchors matches at the start of a run, so scanning stays linear in run length
+    # (without it every position inside a long run would start a fresh attempt).
+    return re.compile(r"(?<!\s)\s{%d,}" % (max_run + 1))
+
+
+def compact_whitespace(text: str, max_run: int) -> tuple[str, int]:
+    """Cap every run of Python whitespace (incl. NBSP, U+3000...) at `max_run` characters, keeping the
+    run's first characters (so a run of newlines stays newlines). Returns (text, runs capped)."""
+    return _ws_run(max_run).subn(lambda m: m.group()[:max_run], text)
+
+
+# Byte-level pre-check: ASCII whitespace and every non-ASCII byte -> b" ", the rest -> b"a". A run of N
+# whitespace characters becomes at least N spaces, so no N+1 spaces in the translation proves there is
+# no long run, at C speed; only texts that might have one pay for the regex.
+_MAYBE_WS = bytes((0x20 if i >= 0x80 or chr(i).isspace() else 0x61) for i in range(256))
+
+
+def _may_have_long_run(data: bytes, max_run: int) -> bool:
+    return len(data) > max_run and b" " * (max_run + 1) in data.translate(_MAYBE_WS)
+
+
+def output_name(name: str, taken: Any) -> str:
+    """Input columns named like a core column are kept as `orig_<name>` (then `orig_orig_...`)."""
+    while name in _CORE or name in taken:
+        name = "orig_" + name
+    return name
+
+
+def _reject(raw: RawRecord, reason: str, detail: str) -> Reject:
+    if raw.raw is not None:
+        ex = excerpt_of(raw.raw)
+    else:
+        try:
+            ex = excerpt_of(json.dumps(raw.fields, ensure_ascii=False, default=repr))
+        except (TypeError, ValueError):
+            ex = excerpt_of(repr(raw.fields))
+    return Reject(raw.file_index, raw.file, raw.pos, raw.line, raw.offset, reason, detail, ex)
+
+
+def _note_fields(fields: dict, stats: Counter) -> None:
+    if stats["empty_missing_field"] <= NOTE_FIELDS_OF:
+        for k in list(fields)[:50]:
+            stats[FIELD_PREFIX + str(k)] += 1
+
+
+def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reject | None:
+    """One raw record -> an `Item`, a `Reject`, or None (dropped as empty, counted in `stats`).
+
+    Missing, None, "" and whitespace-only texts are *empty* (dropped, counted); a text field of another
+    type (a number, a list) is a *reject* (bad data worth a look); bytes are decoded as UTF-8.
+    """
+    stats["decode_replacements"] += raw.replacements
+    fields = raw.fields
+    tf = spec.text_field
+    if tf not in fields:
+        stats["empty_missing_field"] += 1
+        stats["empty_dropped"] += 1
+        _note_fields(fields, stats)
+        return None
+    text = fields[tf]
+    if text is None:
+        stats["empty_null"] += 1
+        stats["empty_dropped"] += 1
+        return None
+    if type(text) is not str:
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            text, n = decode_bytes(bytes(text))
+            stats["decode_replacements"] += n
+        elif isinstance(text, str):
+            text = str(text)
+        else:
+            return _reject(raw, WRONG_TYPE, f"text field {tf!r} is a {type(text).__name__}, expected a string")
+    if len(text) > spec.max_record_chars:
+        return _reject(raw, OVERSIZED, f"text of {len(text)} characters exceeds max_record_chars "
+                                       f"{spec.max_record_chars}")
+    if not text or text.isspace():
+        stats["empty_blank"] += 1
+        stats["empty_dropped"] += 1
+        return None
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (only reachable through exotic inputs)
+        text, n = _SURROGATES.subn("\ufffd", text)
+        stats["decode_replacements"] += n
+        data = text.encode("utf-8")
+    if _may_have_long_run(data, spec.max_whitespace_run):
+        text, runs = compact_whitespace(text, spec.max_whitespace_run)
+        if runs:
+            stats["whitespace_compacted"] += 1
+            stats["whitespace_runs_capped"] += runs
+            data = text.encode("utf-8")
+    doc_id = xxhash.xxh3_128_hexdigest(data)
+
+    source_id = raw.source_id
+    idf = spec.id_field
+    if idf is not None:
+        value = fields.get(idf)
+        if value is None or type(value) is str:
+            source_id = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            source_id = str(value)
+        else:
+            return _reject(raw, WRONG_TYPE, f"id field {idf!r} is a {type(value).__name__}, expected a string "
+                                            "or a number")
+    url = raw.url
+    url_value = fields.get("url") if "url" not in (tf, idf) else None
+    url_is_core = url_value is None or type(url_value) is str
+    if url is None and url_is_core:
+        url = url_value
+
+    row = {"id": doc_id, "text": text, "source": spec.source, "source_id": source_id, "url": url}
+    if not spec.bare:
+        for k, v in fields.items():
+            if k == tf or k == idf or (k == "url" and url_is_core):
+                continue
+            row[output_name(k, row) if k in row else k] = v
+    return (doc_id, raw.file_index, raw.pos, row)
+
+
+__all__ = ["CORE_COLUMNS", "CleanSpec", "Item", "clean_record", "compact_whitespace", "content_id", "output_name"]

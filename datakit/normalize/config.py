@@ -1,0 +1,105 @@
+"""Configuration, typed result and errors of the normalize stage.
+
+The result is what downstream steps read (through the step runner's artifact record): relative paths
+only, so a result stays valid when its output directory is moved or mirrored, and a schema version so
+an old artifact is refused instead of misread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NormalizeConfig:
+    """Knobs of the normalize stage (the manifest's `normalize:` section uses the same names).
+
+    `max_record_chars` caps a record's text; raw units (a jsonl line, a file, a WARC payload) above
+    `raw_bytes_per_char * max_record_chars` bytes are rejected before parsing, to bound memory.
+    `input_shard_bytes`/`max_files_per_input_shard` size the *read* tasks (many small files are packed
+    into one task, big parquet files split by row groups); they never change the outputs.
+    """
+
+    max_whitespace_run: int = 128
+    max_record_chars: int = 10_000_000
+    reject_fraction: float = 0.01
+    strict: bool = False
+    html_main_content: bool = True
+    target_shard_bytes: int = 256 * 2**20
+    input_shard_bytes: int = 64 * 2**20
+    max_files_per_input_shard: int = 2000
+    raw_bytes_per_char: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "input_shard_bytes",
+                     "max_files_per_input_shard", "raw_bytes_per_char"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"NormalizeConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.reject_fraction <= 1:
+            raise ValueError(f"NormalizeConfig.reject_fraction must be in [0, 1], got {self.reject_fraction}")
+
+
+# Counters every result carries (zero when nothing happened), in a stable order.
+COUNTER_NAMES = (
+    "records_in", "records_out", "dups", "empty_dropped", "rejects", "whitespace_compacted",
+    "decode_replacements", "empty_missing_field", "empty_null", "empty_blank", "whitespace_runs_capped",
+    "blank_lines", "warc_non_html_skipped", "html_deep_fallback", "hidden_files_skipped",
+)
+
+
+@dataclass
+class NormalizeResult:
+    """What one normalize step produced. Paths are relative to the step's `out_dir`.
+
+    Invariant: records_in == records_out + dups + empty_dropped + rejects.
+    """
+
+    source: str
+    fmt: str
+    num_shards: int
+    main_files: list[str]
+    dups_files: list[str]
+    rejects_files: list[str]
+    counters: dict[str, int]
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)
+    num_files: int = 0
+    input_bytes: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NormalizeResult":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"normalize result has schema_version {version!r}; this datakit reads version {SCHEMA_VERSION} "
+                "(rebuild the normalize step)"
+            )
+        names = {f.name for f in fields(cls)}
+        missing = [n for n in ("source", "fmt", "num_shards", "main_files", "dups_files", "rejects_files",
+                               "counters") if n not in data]
+        if missing:
+            raise ValueError(f"normalize result is missing {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def check_counts(self) -> bool:
+        c = self.counters
+        return c["records_in"] == c["records_out"] + c["dups"] + c["empty_dropped"] + c["rejects"]
+
+
+class NormalizeError(RuntimeError):
+    """The normalize step failed; `result` holds what was produced when outputs exist (for inspection)."""
+
+    def __init__(self, message: str, result: NormalizeResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class SchemaConflictError(NormalizeError):
+    """One column has incompatible types in two input files (e.g. int in one, string in another)."""

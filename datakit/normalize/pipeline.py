@@ -1,0 +1,435 @@
+"""normalize_source: one source's files -> id-sorted, exactly deduplicated parquet shards.
+
+Engine pipeline:
+
+    from_shards(read units)                 files packed by bytes; big parquet files split by row groups
+      .map_shard(read_stage)                lenient readers -> clean -> Items; rejects to a staging file
+      .group_by(id, collect_group,          all copies of an id meet in one reducer, in (file, position)
+                sort_by=(file, pos), NN)    order; output shards come out in ascending id order
+      .map_shard(write_stage)               main + dups parquet per shard, one summary item each
+
+then, in the driver: unify the shards' schemas (rewriting the few shards whose columns drifted),
+consolidate rejects, check the counts, and fail loudly when too much was rejected or nothing survived.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.shuffle import Dataset, ExecConfig, current_shard
+from datakit.shuffle.fsio import exists, fs_for, is_local, open_read
+from datakit.sources.readers import (
+    FORMATS, FileRef, ReaderOptions, Reject, is_hidden, read_file,
+)
+
+from .clean import FIELD_PREFIX, CleanSpec, Item, clean_record, output_name
+from .config import COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError
+from .schema import (
+    CORE_SCHEMA, Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
+    plain_type, schema_to_dict, unify_types,
+)
+from .write import (
+    REJECTS_REL, REJECTS_STAGING_REL, RejectSink, collect_group, consolidate_rejects, dups_rel, item_id,
+    item_order, join, main_rel, rewrite_with_schema, stats_to_counters, write_stage,
+)
+
+REJECT_PREFIX = "reject/"
+_STRINGISH = (pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
+
+
+# ------------------------------------------------------------------------------------------------
+# planning
+
+
+def common_root(paths: Sequence[str]) -> str:
+    """Deepest directory containing every path (string-wise, so URLs work too)."""
+    dirs = [p.rstrip("/").rsplit("/", 1)[0] if "/" in p else "" for p in paths]
+    parts = [d.split("/") for d in dirs]
+    common = parts[0]
+    for p in parts[1:]:
+        n = 0
+        while n < min(len(common), len(p)) and common[n] == p[n]:
+            n += 1
+        common = common[:n]
+    return "/".join(common)
+
+
+def file_refs(files: Sequence[Any], root: str | None = None) -> tuple[list[FileRef], int]:
+    """Sorted, indexed, relative-named refs; dot-files and dot-directories under the root are dropped.
+
+    Returns (refs, number of hidden files skipped)."""
+    items = sorted({(f.path, int(f.size)) if hasattr(f, "path") else (str(f), 0) for f in files})
+    if not items:
+        return [], 0
+    base = (root.rstrip("/") if root else common_root([p for p, _ in items]))
+    refs, hidden = [], 0
+    for path, size in items:
+        if base and path.startswith(base + "/"):
+            rel = path[len(base) + 1 :]
+        else:
+            if base:
+                raise ValueError(f"input file {path} is not under the source root {base}")
+            rel = path.lstrip("/")
+        if is_hidden(rel):
+            hidden += 1
+            continue
+        refs.append(FileRef(len(refs), path, rel, size))
+    return refs, hidden
+
+
+def _footer(ref: FileRef) -> tuple[FileRef, Any, Exception | None]:
+    try:
+        with open_read(ref.path) as f:
+            pf = pq.ParquetFile(f)
+            return ref, (pf.metadata, pf.schema_arrow), None
+    except Exception as e:  # the reader will turn it into a `corrupt_file` reject
+        return ref, None, e
+
+
+def _rg_bytes(meta, i: int) -> int:
+    rg = meta.row_group(i)
+    return sum(rg.column(j).total_compressed_size for j in range(rg.num_columns))
+
+
+def plan_parquet(refs: list[FileRef], text_field: str, id_field: str | None, bare: bool, target_bytes: int,
+                 ) -> tuple[list[tuple[FileRef, int]], pa.Schema | None]:
+    """Read every footer once (threads: many files on object storage): row-group ranges of about
+    `target_bytes` each, and the source-wide schema of the kept columns (drift unified, conflicts
+    raised with both file names)."""
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        footers = list(pool.map(_footer, refs))
+    units: list[tuple[FileRef, int]] = []
+    types: dict[str, tuple[pa.DataType, FileRef]] = {}
+    for ref, info, err in footers:
+        if info is None:
+            units.append((ref, ref.size))
+            continue
+        meta, schema = info
+        # ranges of row groups of about target_bytes
+        start, acc = 0, 0
+        for i in range(meta.num_row_groups):
+            b = _rg_bytes(meta, i)
+            if acc and acc + b > target_bytes:
+                units.append((FileRef(ref.index, ref.path, ref.rel, acc, (start, i)), acc))
+                start, acc = i, 0
+            acc += b
+        units.append((FileRef(ref.index, ref.path, ref.rel, acc, (start, meta.num_row_groups)), acc))
+        if bare:
+            continue
+        taken: set[str] = set()
+        for f in schema:
+            if f.name in (text_field, id_field):
+                continue
+            t = plain_type(f.type)
+            if f.name == "url" and any(p(t) for p in _STRINGISH):
+                continue
+            name = output_name(f.name, taken) if f.name in ("id", "text", "source", "source_id", "url") else f.name
+            taken.add(name)
+            if name not in types:
+                types[name] = (t, ref)
+                continue
+            old, where = types[name]
+            try:
+                types[name] = (unify_types(old, t), where if not pa.types.is_null(old) else ref)
+            except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise SchemaConflictError(
+                    f"parquet column {f.name!r} has incompatible types: {old} in {where.rel} and {t} in "
+                    f"{ref.rel}; fix the files, or read only the text with bare: true"
+                ) from None
+    if bare:
+        return units, canonical_schema([])
+    return units, canonical_schema(pa.field(n, t) for n, (t, _) in types.items())
+
+
+def pack_shards(units: list[tuple[FileRef, int]], target_bytes: int, max_files: int) -> list[list[FileRef]]:
+    """Consecutive units into read tasks of about `target_bytes` (input order is preserved, so the
+    rejects come out in file order whatever the packing)."""
+    shards: list[list[FileRef]] = []
+    cur: list[FileRef] = []
+    acc = 0
+    for ref, size in units:
+        if cur and (acc + size > target_bytes or len(cur) >= max_files):
+            shards.append(cur)
+            cur, acc = [], 0
+        cur.append(ref)
+        acc += size
+    if cur:
+        shards.append(cur)
+    return shards or [[]]
+
+
+def _label(shard: list[FileRef]) -> str:
+    if not shard:
+        return "(no files)"
+    if len(shard) == 1:
+        r = shard[0]
+        return r.rel + (f" row groups {r.row_groups[0]}..{r.row_groups[1] - 1}" if r.row_groups else "")
+    return f"{shard[0].rel} .. {shard[-1].rel} ({len(shard)} files)"
+
+
+# ------------------------------------------------------------------------------------------------
+# read stage (runs in workers)
+
+
+def read_stage(refs: Iterable[FileRef], *, fmt: str, opts: ReaderOptions, spec: CleanSpec,
+               staging_dir: str) -> Iterator[Item]:
+    """map_shard: read + clean one read task's files; rejects go to this task's staging file."""
+    shard = current_shard()
+    stats: Counter = Counter()
+    sink = RejectSink(f"{staging_dir}/part-{shard.index:05d}.parquet", spec.source)
+    try:
+        for ref in refs:
+            for raw in read_file(ref, fmt, opts, stats):
+                stats["records_in"] += 1
+                if type(raw) is Reject:
+                    stats[REJECT_PREFIX + raw.reason] += 1
+                    sink.add(raw)
+                    continue
+                out = clean_record(raw, spec, stats)
+                if out is None:
+                    continue
+                if type(out) is Reject:
+                    stats[REJECT_PREFIX + out.reason] += 1
+                    sink.add(out)
+                    continue
+                yield out
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    stats_to_counters(stats)
+
+
+# ------------------------------------------------------------------------------------------------
+# driver
+
+
+def _where(fmt: str, refs: list[FileRef], ex: tuple[str, int, int]) -> str:
+    _, fi, pos = ex
+    if fi < 0 or fi >= len(refs):
+        return "(unknown location)"
+    rel = refs[fi].rel
+    if fmt in ("jsonl", "parquet"):
+        return f"{rel}:{pos}"
+    if fmt == "warc":
+        return f"{rel} (record at offset {pos})"
+    return rel
+
+
+def _conflict_error(name: str, fmt: str, refs: list[FileRef], c: Conflict) -> SchemaConflictError:
+    if c.a == c.b:
+        return SchemaConflictError(
+            f"normalize {name!r}: column {c.column!r} holds a value that cannot be stored ({c.a[0]}) at "
+            f"{_where(fmt, refs, c.a)}: {c.detail}")
+    return SchemaConflictError(
+        f"normalize {name!r}: column {c.column!r} has incompatible types: {c.a[0]} in {_where(fmt, refs, c.a)} "
+        f"and {c.b[0]} in {_where(fmt, refs, c.b)}; fix the data, or keep only the text with bare: true")
+
+
+def _local_abspath(path: str) -> str:
+    """Local paths absolute (listings return absolute names); URLs unchanged."""
+    if not is_local(path):
+        return path
+    return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
+
+
+def _rm_tree(path: str) -> None:
+    fs = fs_for(path)
+    if exists(path):
+        fs.rm(path, recursive=True)
+
+
+def _clear_outputs(out_dir: str, keep: str) -> None:
+    """Remove what an earlier attempt left under outputs/ (the step owns out_dir), except `keep`."""
+    outputs = join(out_dir, "outputs")
+    if not exists(outputs):
+        return
+    fs = fs_for(outputs)
+    keep_parts = keep.rstrip("/").split("/")
+
+    def walk(path: str) -> None:
+        for child in fs.ls(path, detail=False):
+            child = child if is_local(outputs) else fs.unstrip_protocol(child)
+            if keep.rstrip("/") == child.rstrip("/"):
+                continue
+            depth = len(child.rstrip("/").split("/"))
+            if keep_parts[:depth] == child.rstrip("/").split("/") and fs.isdir(child):
+                walk(child)  # an ancestor of `keep`: descend
+            else:
+                fs.rm(child, recursive=True)
+
+    walk(outputs)
+
+
+def _list_parquet(dir_path: str) -> list[str]:
+    if not exists(dir_path):
+        return []
+    fs = fs_for(dir_path)
+    names = [p for p in fs.ls(dir_path, detail=False) if p.rsplit("/", 1)[-1].startswith("part-")
+             and p.endswith(".parquet")]
+    if not is_local(dir_path):
+        names = [fs.unstrip_protocol(p) for p in names]
+    return sorted(names)
+
+
+def _rewrite_job(job: tuple[str, pa.Schema]) -> str:
+    return rewrite_with_schema(*job)
+
+
+def normalize_source(
+    *,
+    name: str,
+    files: Sequence[Any],
+    fmt: str,
+    text_field: str = "text",
+    id_field: str | None = None,
+    bare: bool = False,
+    dedup: str = "exact",
+    out_dir: str,
+    cfg: NormalizeConfig = NormalizeConfig(),
+    exec_config: ExecConfig | None = None,
+    root: str | None = None,
+) -> NormalizeResult:
+    """Normalize one source. `files` come from `datakit.shuffle.list_files` (FileInfo: path, size);
+    `root` (default: their common directory) is what relative names in outputs are relative to.
+
+    Raises NormalizeError (with `.result`) when every record was dropped or rejects exceed
+    `cfg.reject_fraction` (any reject with `cfg.strict`), and SchemaConflictError on a type conflict.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"normalize {name!r}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if dedup not in ("exact", "none"):
+        raise ValueError(f"normalize {name!r}: dedup must be 'exact' or 'none', got {dedup!r}")
+    if fmt in ("text", "html", "warc") and text_field != "text":
+        raise ValueError(f"normalize {name!r}: format {fmt} extracts the text itself; text_field must be "
+                         f"'text' (got {text_field!r})")
+    out_dir = _local_abspath(out_dir)
+    refs, hidden = file_refs(files, _local_abspath(root) if root else None)
+    if not refs:
+        raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
+                             "dot-files or under dot-directories)")
+    input_bytes = sum(r.size for r in refs)
+    nn = max(1, math.ceil(input_bytes / cfg.target_shard_bytes))
+
+    fixed: pa.Schema | None
+    if fmt == "parquet":
+        units, fixed = plan_parquet(refs, text_field, id_field, bare, cfg.input_shard_bytes)
+        columns = None
+        if bare:
+            columns = tuple(c for c in (text_field, id_field, "url") if c)
+    else:
+        units = [(r, r.size) for r in refs]
+        columns = None
+        if fmt in ("html", "warc"):
+            fixed = canonical_schema([] if bare else [pa.field("title", pa.string())])
+        elif fmt == "text":
+            fixed = CORE_SCHEMA
+        else:
+            fixed = None if not bare else CORE_SCHEMA
+    shards = pack_shards(units, cfg.input_shard_bytes, cfg.max_files_per_input_shard)
+
+    spec = CleanSpec(name, text_field, id_field, bare, cfg.max_whitespace_run, cfg.max_record_chars)
+    opts = ReaderOptions(html_main_content=cfg.html_main_content,
+                         max_record_bytes=cfg.raw_bytes_per_char * cfg.max_record_chars, columns=columns)
+    # Read tasks write their rejects beside the outputs, under a name tied to exactly this read plan: an
+    # engine resuming from a checkpoint (ExecConfig.work_dir) skips those tasks and must find their
+    # files, while files of any other plan are stale and removed with the rest of the old outputs.
+    token = hashlib.sha256(repr((shards, fmt, spec, opts, dedup)).encode()).hexdigest()[:16]
+    staging = join(out_dir, f"{REJECTS_STAGING_REL}/{token}")
+    _clear_outputs(out_dir, keep=staging)
+    fs_for(staging).makedirs(staging, exist_ok=True)
+    ds = (
+        Dataset.from_shards(shards, labels=[_label(s) for s in shards])
+        .map_shard(partial(read_stage, fmt=fmt, opts=opts, spec=spec, staging_dir=staging))
+        .group_by(item_id, collect_group, sort_by=item_order, num_shards=nn)
+        .map_shard(partial(write_stage, out_dir=out_dir, dedup=dedup, fixed=fixed))
+    )
+    run = ds.run(exec_config)
+    summaries = sorted(run.items, key=lambda s: s["shard"])
+
+    # ---- schema: conflicts, then one schema for every main and dups shard
+    examples: Examples = {}
+    for s in summaries:
+        merge_examples(examples, s["examples"])
+    for s in summaries:
+        if s["conflict"] is not None:
+            raise _conflict_error(name, fmt, refs, s["conflict"])
+    schema: pa.Schema | None = fixed
+    for s in summaries:
+        for key in ("main_schema", "dups_schema"):
+            try:
+                schema = merge_schemas(schema, s[key], examples)
+            except ConflictFound as e:
+                raise _conflict_error(name, fmt, refs, e.conflict) from None
+    schema = schema or CORE_SCHEMA
+    main_files = [main_rel(i, nn) for i in range(nn)]
+    dups_files = [dups_rel(i, nn) for i in range(nn)]
+    jobs = [(join(out_dir, rel), schema) for s in summaries
+            for rel, key in ((main_rel(s["shard"], nn), "main_schema"), (dups_rel(s["shard"], nn), "dups_schema"))
+            if s[key] != schema]
+    if jobs:
+        Dataset.from_items(jobs, num_shards=len(jobs)).map(_rewrite_job).collect(exec_config)
+
+    # ---- rejects
+    staged = _list_parquet(staging)
+    consolidate_rejects(staged, join(out_dir, REJECTS_REL))
+    _rm_tree(join(out_dir, REJECTS_STAGING_REL))
+
+    # ---- counters and result
+    raw_counters = run.counters
+    rejects_by_reason = {k[len(REJECT_PREFIX):]: v for k, v in sorted(raw_counters.items())
+                         if k.startswith(REJECT_PREFIX)}
+    fields_seen = {k[len(FIELD_PREFIX):]: v for k, v in raw_counters.items() if k.startswith(FIELD_PREFIX)}
+    counts = {k: int(raw_counters.get(k, 0)) for k in COUNTER_NAMES}
+    counts["rejects"] = sum(rejects_by_reason.values())
+    counts["hidden_files_skipped"] = hidden
+    result = NormalizeResult(
+        source=name, fmt=fmt, num_shards=nn, main_files=main_files, dups_files=dups_files,
+        rejects_files=[REJECTS_REL], counters=counts, rejects_by_reason=rejects_by_reason,
+        columns=schema_to_dict(schema), num_files=len(refs), input_bytes=input_bytes,
+    )
+    if not result.check_counts():  # a bug, never bad data: say so loudly
+        raise NormalizeError(f"normalize {name!r}: counts do not add up: {counts}", result)
+    _check(result, fields_seen, text_field, join(out_dir, REJECTS_REL), cfg)
+    return result
+
+
+def _check(result: NormalizeResult, fields_seen: dict[str, int], text_field: str, rejects_path: str,
+           cfg: NormalizeConfig) -> None:
+    c = result.counters
+    name = result.source
+    if c["records_in"] == 0:
+        what = "HTML response records" if result.fmt == "warc" else "records"
+        raise NormalizeError(f"normalize {name!r}: no {what} found in {result.num_files} {result.fmt} "
+                             "file(s); is the format right?", result)
+    if c["records_out"] == 0 and c["rejects"] < c["records_in"]:
+        msg = (f"normalize {name!r}: all {c['records_in']} records were dropped ({c['empty_missing_field']} "
+               f"without a {text_field!r} field, {c['empty_null']} null, {c['empty_blank']} empty or "
+               f"whitespace-only; {c['rejects']} rejected).")
+        if fields_seen:
+            top = sorted(fields_seen.items(), key=lambda kv: (-kv[1], kv[0]))[:20]
+            msg += (f" Is text_field {text_field!r} right? Fields seen in records without it: "
+                    + ", ".join(f"{k} ({v})" for k, v in top) + ".")
+        elif c["empty_blank"] or c["empty_null"]:
+            msg += f" The {text_field!r} field exists but is empty everywhere: is it the right field?"
+        raise NormalizeError(msg, result)
+    n_in, n_rej = c["records_in"], c["rejects"]
+    too_many = n_rej > 0 if cfg.strict else (n_in > 0 and n_rej / n_in > cfg.reject_fraction)
+    if too_many:
+        reasons = ", ".join(f"{k}: {v}" for k, v in result.rejects_by_reason.items())
+        limit = "strict mode allows none" if cfg.strict else f"reject_fraction is {cfg.reject_fraction:g}"
+        raise NormalizeError(
+            f"normalize {name!r}: {n_rej} of {n_in} records rejected ({n_rej / max(n_in, 1):.2%}; {limit}) "
+            f"[{reasons}]. See {rejects_path} (file, line, offset, reason, excerpt per record).", result)
+
+
+__all__ = ["normalize_source", "file_refs", "common_root", "pack_shards", "plan_parquet", "read_stage"]
