@@ -192,5 +192,9 @@ def demo(out_dir: str, workers: int | None, backend: str) -> None:
         click.echo(f"  {word:<20} {n}")
 
 
+from datakit.ferry.cli import ferry  # noqa: E402  (the group registers below the main group)
+
+main.add_command(ferry)
+
 if __name__ == "__main__":
     sys.exit(main())

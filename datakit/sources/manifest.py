@@ -324,7 +324,7 @@ class TrainSpec(_Spec):
     # cadence
     log_every: int | None = _unset(min=1)
     eval_every: int | None = _unset(min=0)
-    eval_max_batches: int | None = _nullable(min=1)
+    eval_max_tokens: int | None = _nullable(min=1)
     eval_batch_size: int | None = _nullable(min=1)
     checkpoint_every: int | None = _unset(min=0)
     keep_checkpoints: int | None = _unset(min=1)

@@ -1,0 +1,143 @@
+"""Global exact dedup: the same document (same content id) in several sources is kept once.
+
+Normalize already removed exact duplicates inside each source; this step works across sources. Ids are
+content hashes, so duplicates share the id: shuffle (id, node) by id, and within each id keep the copy
+from the highest-priority source (lowest rank; then the lowest file/row, which only matters if a source
+still holds a repeated id). Every other copy is marked in a co-partitioned attribute file of its own
+source: `{id, duplicate_of}` (the surviving copy's source name), one row per marked document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from datakit.shuffle import ExecConfig, counters
+
+from . import batches
+from .hashing import ids_to_u64, node_file, node_rank, node_row, pack_nodes, route_keys, u64_to_ids
+from .layout import (
+    FileEntry,
+    SourceRef,
+    as_sources,
+    attr_dir,
+    file_table,
+    invalidate,
+    per_file_tasks,
+    rank_bases,
+    read_columns,
+    write_meta,
+    write_parquet_atomic,
+)
+
+EXACT_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string())])
+EXACT_PARAMS = {"kind": "exact", "format": 1}
+
+
+@dataclass
+class ExactResult:
+    """Per source: attribute dir (relative to out_dir), docs seen and duplicates marked."""
+
+    sources: dict[str, dict] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExactResult":
+        return cls(**d)
+
+
+def _read_ids(entry: FileEntry, num_parts: int):
+    table = read_columns(entry.path, ["id"])
+    hi, lo = ids_to_u64(table.column("id"), entry.path)
+    n = len(hi)
+    counters.increment(f"docs/{entry.source}", n)
+    if n == 0:
+        return []
+    nodes = pack_nodes(entry.rank, entry.file_idx, np.arange(n))
+    return batches.split({"hi": hi, "lo": lo, "node": nodes}, route_keys(hi, num_parts))
+
+
+def _pick_survivors(_part: int, b: batches.Batch):
+    """Within each id, the smallest node survives; the rest are returned with their survivor."""
+    order = np.lexsort((b["node"], b["lo"], b["hi"]))
+    hi, lo, node = b["hi"][order], b["lo"][order], b["node"][order]
+    first = np.ones(len(hi), dtype=bool)
+    first[1:] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+    if first.all():
+        return None
+    run_start = np.maximum.accumulate(np.where(first, np.arange(len(hi)), 0))
+    dup = ~first
+    return {"hi": hi[dup], "lo": lo[dup], "node": node[dup], "survivor": node[run_start[dup]]}
+
+
+def _by_file(item, bases: np.ndarray):
+    _, b = item
+    gidx = bases[node_rank(b["node"])] + node_file(b["node"])
+    return batches.split(b, gidx)
+
+
+def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_dir: str, names: Sequence[str]):
+    entry = entries[gidx]
+    order = np.argsort(node_row(b["node"]), kind="stable")
+    survivor_names = np.asarray(names, dtype=object)[node_rank(b["survivor"][order])]
+    table = pa.table(
+        {"id": u64_to_ids(b["hi"][order], b["lo"][order]), "duplicate_of": pa.array(survivor_names, pa.string())},
+        schema=EXACT_SCHEMA,
+    )
+    write_parquet_atomic(table, f"{attr_dir(out_dir, entry.source)}/{entry.name}", EXACT_PARAMS)
+    counters.increment(f"exact_duplicates/{entry.source}", len(order))
+    return len(order)
+
+
+def exact_dups(
+    sources: Sequence[SourceRef | tuple],
+    out_dir: str,
+    exec_config: ExecConfig | None = None,
+    *,
+    num_partitions: int | None = None,
+) -> ExactResult:
+    """Mark every cross-source (or leftover in-source) exact duplicate except one survivor per id.
+
+    Writes `out_dir/attributes/<source>/<same file names>` + `attrs.json` for every source (a file with
+    no duplicates gets an empty attribute file: a missing file is an error downstream, never "keep").
+    """
+    srcs = as_sources(sources)
+    entries = file_table(srcs)
+    names = [s.name for s in srcs]
+    for s in srcs:
+        invalidate(attr_dir(out_dir, s.name))
+    parts = num_partitions or max(1, min(len(entries), 512))
+    file_shards = max(1, min(len(entries), parts))
+    bases = rank_bases(entries)
+    ds = per_file_tasks(entries, [e.path for e in entries]).flat_map(partial(_read_ids, num_parts=parts))
+    ds = batches.shuffle(ds, _pick_survivors, parts).filter(batches.drop_empty)
+    ds = ds.flat_map(partial(_by_file, bases=bases))
+    ds = batches.shuffle(ds, partial(_write_marks, entries=entries, out_dir=out_dir, names=names), file_shards)
+    run = ds.run(exec_config)
+    written = {gidx for gidx, _ in run.items}
+    empty = EXACT_SCHEMA.empty_table()
+    for e in entries:
+        if e.gidx not in written:
+            write_parquet_atomic(empty, f"{attr_dir(out_dir, e.source)}/{e.name}", EXACT_PARAMS)
+    result = ExactResult(counters=dict(sorted(run.counters.items())), params=dict(EXACT_PARAMS))
+    for rank, src in enumerate(srcs):
+        files = [e.name for e in entries if e.rank == rank]
+        c = {
+            "docs": run.counters.get(f"docs/{src.name}", 0),
+            "duplicates": run.counters.get(f"exact_duplicates/{src.name}", 0),
+        }
+        write_meta(attr_dir(out_dir, src.name), {
+            "kind": "exact", "source": src.name, "params": EXACT_PARAMS, "files": files, "counters": c,
+            "priority": src.priority,
+        })
+        result.sources[src.name] = {"attributes": f"attributes/{src.name}", **c}
+    return result

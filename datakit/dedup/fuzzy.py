@@ -1,0 +1,485 @@
+"""Fuzzy dedup across sources: LSH buckets -> candidate pairs -> (true Jaccard) -> components -> marks.
+
+1. Buckets: every document with shingles contributes one (bucket key, node) per band. Members of a
+   bucket become candidate pairs: all pairs for small buckets (up to `clique_max`, when verifying, so a
+   rejected pair cannot hide a true one), a chain of n-1 pairs otherwise (a bucket of 10k boilerplate
+   pages stays 10k pairs, and without verification the components are the same as with a clique).
+2. Verification (on by default): each candidate pair's true Jaccard similarity is computed on the full
+   shingle sets, re-derived from the normalized text with the same shingle parameters the minhashes
+   used (as 32-bit fingerprints: exact up to a ~1e-4 chance per pair of one spurious shared shingle).
+   Pairs below `verify_threshold` are LSH false positives and are dropped. Texts are read once per
+   file, only for documents that are in some candidate pair.
+3. Connected components of the (verified) pair graph, on the engine (components.py).
+4. Canonical per cluster: the member from the highest-priority source, then the lowest id. It does not
+   depend on worker counts or partitioning. Every member of a non-singleton cluster gets a row in its
+   source's co-partitioned attribute file `{id, cluster_id, is_canonical, cluster_size,
+   canonical_source}`; cluster_id is the canonical document's id. Consolidation drops members with
+   is_canonical == False.
+
+Documents are "nodes": int64 numbers packing (source rank, file, row) (see hashing.py), so every
+shuffle moves fixed-width numbers and a node says where to find its text and id again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from datakit.shuffle import Dataset, ExecConfig, counters
+
+from . import batches
+from .batches import Ragged
+from .components import connected_components, write_edges
+from .hashing import (
+    U64,
+    ids_to_u64,
+    mix64,
+    node_file,
+    node_rank,
+    node_row,
+    pack_nodes,
+    route_keys,
+    u64_to_ids,
+)
+from .layout import (
+    AttributeMismatch,
+    DedupInputError,
+    FileEntry,
+    SourceRef,
+    as_sources,
+    attr_dir,
+    check_files_match,
+    check_same_params,
+    file_table,
+    invalidate,
+    parquet_num_rows,
+    per_file_tasks,
+    rank_bases,
+    read_columns,
+    read_meta,
+    remove_tree,
+    resolve_attr_dir,
+    write_meta,
+    write_parquet_atomic,
+)
+from .minhash import text_batches
+from .shingles import ShingleConfig, shingle_hashes
+
+FUZZY_FORMAT = 1
+EDGES_PER_PARTITION = 2_000_000  # graph shuffles: ~64 MB of edge entries per reducer
+FUZZY_SCHEMA = pa.schema([
+    ("id", pa.string()),
+    ("cluster_id", pa.string()),
+    ("is_canonical", pa.bool_()),
+    ("cluster_size", pa.int64()),
+    ("canonical_source", pa.string()),
+])
+
+
+@dataclass(frozen=True)
+class FuzzyConfig:
+    """verify: check candidate pairs by true Jaccard >= verify_threshold (drops LSH false positives).
+    num_partitions: reducers per internal shuffle (default: the number of input files, at most 512);
+    it changes speed and memory, never the result. clique_max: with verification, buckets up to this
+    size contribute all their pairs, larger ones a chain."""
+
+    verify: bool = True
+    verify_threshold: float = 0.7
+    num_partitions: int | None = None
+    max_rounds: int = 100
+    clique_max: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.verify_threshold <= 1.0:
+            raise ValueError(f"verify_threshold must be in [0, 1], got {self.verify_threshold}")
+        if self.clique_max < 1:
+            raise ValueError(f"clique_max must be >= 1, got {self.clique_max}")
+
+    def params(self) -> dict:
+        if not self.verify:
+            return {"verify": False}
+        return {"verify": True, "verify_threshold": self.verify_threshold, "clique_max": self.clique_max}
+
+
+@dataclass(frozen=True)
+class FuzzySource:
+    """A normalized source and its minhash step output (either the step dir or attributes/<name>)."""
+
+    name: str
+    normalized_dir: str
+    minhash_dir: str
+    priority: int = 0
+
+
+@dataclass
+class FuzzyResult:
+    sources: dict[str, dict] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    cc_rounds: int = 0
+    cc_history: list[dict] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (not part of the output)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FuzzyResult":
+        return cls(**d)
+
+
+# ---------------------------------------------------------------- 1. buckets -> candidate pairs
+def _bucket_items(job: tuple[FileEntry, str], parts: int):
+    entry, mh_path = job
+    t = read_columns(mh_path, ["buckets"])
+    col = t.column("buckets").combine_chunks()
+    n = len(col)
+    counters.increment("docs", n)
+    valid = ~np.asarray(col.is_null(), dtype=bool) if col.null_count else np.ones(n, dtype=bool)
+    rows = np.flatnonzero(valid)
+    counters.increment("docs_without_shingles", n - len(rows))
+    if not len(rows):
+        return []
+    width = col.type.list_size
+    keys = col.flatten().to_numpy().astype(U64, copy=False).reshape(len(rows), width)
+    nodes = pack_nodes(entry.rank, entry.file_idx, rows)
+    flat_keys = keys.reshape(-1)
+    return batches.split({"key": flat_keys, "node": np.repeat(nodes, width)}, route_keys(flat_keys, parts))
+
+
+def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int):
+    """Candidate pairs of each bucket, de-duplicated within the partition.
+
+    Buckets of up to `clique_max` members give all their pairs: verification may reject some pairs,
+    and a chain would then lose true pairs that only the clique contains. Larger buckets (boilerplate,
+    templates) are linked in a chain, so a bucket of n documents costs n-1 pairs, not n^2/2.
+    """
+    order = np.lexsort((b["node"], b["key"]))
+    key, node = b["key"][order], b["node"][order]
+    starts = np.flatnonzero(np.diff(key, prepend=key[:1] - 1) != 0) if len(key) else np.empty(0, np.int64)
+    sizes = np.diff(np.append(starts, len(key)))
+    us, vs = [], []
+    for size in np.unique(sizes[(sizes >= 2) & (sizes <= clique_max)]).tolist():
+        iu, iv = np.triu_indices(size, 1)
+        base = starts[sizes == size][:, None]
+        us.append(node[(base + iu[None, :]).ravel()])
+        vs.append(node[(base + iv[None, :]).ravel()])
+    big = np.repeat(sizes > clique_max, sizes)
+    chain = big[1:] & big[:-1] & (key[1:] == key[:-1])
+    us.append(node[:-1][chain])
+    vs.append(node[1:][chain])
+    u, v = np.concatenate(us), np.concatenate(vs)
+    u, v = np.minimum(u, v), np.maximum(u, v)
+    mask = u != v  # the same document twice in one bucket (cannot happen, but never a self-edge)
+    u, v = u[mask], v[mask]
+    counters.increment("bucket_pairs", len(u))
+    if not len(u):
+        return None
+    order = np.lexsort((v, u))
+    u, v = u[order], v[order]
+    keep = np.ones(len(u), dtype=bool)
+    keep[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+    return {"u": u[keep], "v": v[keep]}
+
+
+def _write_candidates(item, out_dir: str):
+    part, b = item
+    counters.increment("candidate_pairs", len(b["u"]))
+    return write_edges(f"{out_dir}/part-{part:05d}.parquet", b["u"], b["v"])
+
+
+# ---------------------------------------------------------------- 2. verification by true Jaccard
+def _gidx(nodes: np.ndarray, bases: np.ndarray) -> np.ndarray:
+    return bases[node_rank(nodes)] + node_file(nodes)
+
+
+def _request_sides(item, bases: np.ndarray):
+    _, b = item
+    u, v = b["u"], b["v"]
+    req = {"node": np.concatenate([u, v]), "u": np.concatenate([u, u]), "v": np.concatenate([v, v])}
+    return batches.split(req, _gidx(req["node"], bases))
+
+
+def _edge_part(u: np.ndarray, v: np.ndarray, parts: int) -> np.ndarray:
+    return route_keys(mix64(u.astype(U64)) ^ v.astype(U64), parts)
+
+
+def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], shingles: ShingleConfig, parts: int):
+    """Read the texts this file must supply, once each; attach their shingle sets to each pair side."""
+    order = np.lexsort((b["v"], b["u"], b["node"]))
+    node, u, v = b["node"][order], b["u"][order], b["v"][order]
+    keep = np.ones(len(node), dtype=bool)
+    keep[1:] = (node[1:] != node[:-1]) | (u[1:] != u[:-1]) | (v[1:] != v[:-1])
+    node, u, v = node[keep], u[keep], v[keep]
+    rows = node_row(node)
+    uniq, inverse = np.unique(rows, return_inverse=True)
+    entry = entries[gidx]
+    texts = read_columns(entry.path, ["text"]).column("text").take(pa.array(uniq)).to_pylist()
+    sets = shingle_sets(texts, shingles)
+    counters.increment("verify_texts_read", len(uniq))
+    part = _edge_part(u, v, parts)
+    order = np.argsort(part, kind="stable")
+    # one gather, already in partition order; the per-partition batches are then views of it
+    out = {"u": u[order], "v": v[order], "side": (node == v)[order], "sh": batches.take_ragged(sets, inverse[order])}
+    return batches.split_sorted(out, part[order])
+
+
+def shingle_sets(texts: list, shingles: ShingleConfig) -> Ragged:
+    """Sorted unique 32-bit shingle fingerprints of each text, hashed in batches of ~256k characters.
+
+    Fingerprints are the top 32 bits of the 64-bit shingle hashes: half the bytes to move, and the
+    Jaccard computed on them is exact up to fingerprint collisions, i.e. a pair of 500-shingle documents
+    gains a spurious shared shingle with probability ~6e-5 (|A||B| / 2^32). One sort per batch (the
+    document index in the high 32 bits of the key) replaces a np.unique per document.
+    """
+    vals, lengths = [], []
+    for a, b in text_batches(texts, shingles.max_chars):
+        sh = shingle_hashes(texts[a:b], shingles)
+        n = len(sh.offsets) - 1
+        doc = np.repeat(np.arange(n, dtype=U64), np.diff(sh.offsets))
+        keys = np.sort((doc << U64(32)) | (sh.values >> U64(32)))
+        keep = np.ones(len(keys), dtype=bool)
+        keep[1:] = keys[1:] != keys[:-1]
+        keys = keys[keep]
+        vals.append(keys.astype(np.uint32))  # the low 32 bits: the fingerprint
+        lengths.append(np.bincount((keys >> U64(32)).astype(np.int64), minlength=n))
+    lengths = np.concatenate(lengths) if lengths else np.empty(0, np.int64)
+    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offs[1:])
+    return Ragged(np.concatenate(vals) if vals else np.empty(0, np.uint32), offs)
+
+
+def _explode(item):
+    return item[1]
+
+
+def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
+    """Exact Jaccard of every pair in this partition, vectorized.
+
+    Each pair has two rows (side u, side v) holding sorted fingerprint sets. Keys (pair << 32 | fp) of
+    all u sides form one sorted run, those of the v sides another; a stable sort of the two runs is a
+    linear merge, and equal neighbours are exactly the shared fingerprints of a pair.
+    """
+    order = np.lexsort((b["side"], b["v"], b["u"]))
+    u, v, side = b["u"][order], b["v"][order], b["side"][order]
+    n = len(u)
+    if n % 2 or side[0::2].any() or not side[1::2].all() or not (
+            np.array_equal(u[0::2], u[1::2]) and np.array_equal(v[0::2], v[1::2])):
+        raise RuntimeError(f"verification partition {part}: pair sides do not match up (internal error)")
+    n_edges = n // 2
+    a = batches.take_ragged(b["sh"], order[0::2])
+    c = batches.take_ragged(b["sh"], order[1::2])
+    size_a, size_b = np.diff(a.offsets), np.diff(c.offsets)
+    pair = np.arange(n_edges, dtype=U64)
+    keys = np.concatenate([
+        (np.repeat(pair, size_a) << U64(32)) | a.values.astype(U64),
+        (np.repeat(pair, size_b) << U64(32)) | c.values.astype(U64),
+    ])
+    keys.sort(kind="stable")
+    shared = keys[1:][keys[1:] == keys[:-1]]
+    inter = np.bincount((shared >> U64(32)).astype(np.int64), minlength=n_edges)
+    union = size_a + size_b - inter
+    jac = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+    u, v = u[0::2], v[0::2]
+    ok = jac >= threshold
+    counters.increment("candidate_pairs", n_edges)
+    counters.increment("verified_pairs", int(ok.sum()))
+    counters.increment("rejected_pairs", int(n_edges - ok.sum()))
+    u, v = u[ok], v[ok]
+    if not len(u):
+        return None
+    return write_edges(f"{out_dir}/part-{part:05d}.parquet", u, v)
+
+
+# ---------------------------------------------------------------- 4. canonical members and marks
+def _members(path: str, bases: np.ndarray):
+    t = read_columns(path, ["u", "v"])
+    a, b = t.column("u").to_numpy(), t.column("v").to_numpy()
+    leaf, root = np.maximum(a, b), np.minimum(a, b)
+    node = np.concatenate([leaf, root])
+    lab = np.concatenate([root, root])
+    return batches.split({"node": node, "root": lab}, _gidx(node, bases))
+
+
+def _attach_ids(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], parts: int):
+    order = np.argsort(b["node"], kind="stable")
+    node, root = b["node"][order], b["root"][order]
+    keep = np.ones(len(node), dtype=bool)
+    keep[1:] = node[1:] != node[:-1]
+    node, root = node[keep], root[keep]
+    entry = entries[gidx]
+    ids = read_columns(entry.path, ["id"]).column("id").take(pa.array(node_row(node)))
+    hi, lo = ids_to_u64(ids, entry.path)
+    return batches.split({"node": node, "root": root, "hi": hi, "lo": lo}, route_keys(root, parts))
+
+
+def _choose_canonical(_part: int, b: batches.Batch, bases: np.ndarray):
+    order = np.lexsort((b["lo"], b["hi"], node_rank(b["node"]), b["root"]))
+    b = batches.take(b, order)
+    root = b["root"]
+    first = np.ones(len(root), dtype=bool)
+    first[1:] = root[1:] != root[:-1]
+    starts = np.flatnonzero(first)
+    sizes = np.diff(np.append(starts, len(root)))
+    head = np.repeat(starts, sizes)
+    counters.increment("clusters", len(starts))
+    counters.increment("cluster_members", len(root))
+    out = {
+        "node": b["node"], "hi": b["hi"], "lo": b["lo"], "is_canonical": first,
+        "c_hi": b["hi"][head], "c_lo": b["lo"][head], "c_rank": node_rank(b["node"][head]),
+        "size": np.repeat(sizes, sizes),
+    }
+    return batches.split(out, _gidx(b["node"], bases))
+
+
+def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_dir: str, names: Sequence[str],
+                 meta: dict):
+    entry = entries[gidx]
+    b = batches.take(b, np.argsort(node_row(b["node"]), kind="stable"))
+    table = pa.table({
+        "id": u64_to_ids(b["hi"], b["lo"]),
+        "cluster_id": u64_to_ids(b["c_hi"], b["c_lo"]),
+        "is_canonical": b["is_canonical"],
+        "cluster_size": b["size"].astype(np.int64),
+        "canonical_source": pa.array(np.asarray(names, dtype=object)[b["c_rank"]], pa.string()),
+    }, schema=FUZZY_SCHEMA)
+    write_parquet_atomic(table, f"{attr_dir(out_dir, entry.source)}/{entry.name}", meta)
+    dups = int((~b["is_canonical"]).sum())
+    counters.increment(f"duplicates/{entry.source}", dups)
+    counters.increment(f"cluster_members/{entry.source}", len(b["node"]))
+    return {"rows": len(b["node"]), "max_cluster": int(b["size"].max())}
+
+
+# ---------------------------------------------------------------- driver
+def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> tuple[dict, dict[str, str]]:
+    """Every source has a minhash set for exactly its files, all made with one set of parameters."""
+    mh_dirs, metas = {}, []
+    for s in srcs:
+        d = resolve_attr_dir(s.minhash_dir, s.name)
+        meta = read_meta(d)
+        if meta.get("kind") != "minhash":
+            raise AttributeMismatch(f"{d}: expected a minhash attribute set, found kind {meta.get('kind')!r}")
+        files = [e for e in entries if e.source == s.name]
+        check_files_match(meta, [e.name for e in files], d)
+        for e, rows in zip(files, meta.get("rows", [])):
+            have = parquet_num_rows(e.path)
+            if have != rows:
+                raise AttributeMismatch(
+                    f"{d}/{e.name}: minhashes cover {rows} rows but {e.path} has {have}; the source changed "
+                    "after its minhash step ran"
+                )
+        mh_dirs[s.name] = d
+        metas.append((d, meta["params"]))
+    return check_same_params(metas, "minhash attribute sets"), mh_dirs
+
+
+def fuzzy_dups(
+    sources: Sequence[FuzzySource | tuple],
+    out_dir: str,
+    cfg: FuzzyConfig | None = None,
+    exec_config: ExecConfig | None = None,
+) -> FuzzyResult:
+    """Cluster near-duplicates across all given sources; write per-source co-partitioned marks.
+
+    `sources`: FuzzySource(name, normalized_dir, minhash_dir, priority) or tuples in that order.
+    Output: `out_dir/attributes/<source>/` (same file names as the source, rows only for members of
+    clusters of 2+ documents, sorted by id) and attrs.json with parameters and counters.
+    """
+    cfg = cfg or FuzzyConfig()
+    raw = [s if isinstance(s, FuzzySource) else FuzzySource(*s) if len(s) == 4 else FuzzySource(*s, priority=i)
+           for i, s in enumerate(sources)]
+    if not raw:
+        raise DedupInputError("fuzzy_dups needs at least one source")
+    by_name = {s.name: s for s in raw}
+    ranked = as_sources([SourceRef(s.name, s.normalized_dir, s.priority) for s in raw])
+    srcs = [by_name[s.name] for s in ranked]
+    names = [s.name for s in srcs]
+    entries = file_table(ranked)
+    mh_params, mh_dirs = _check_inputs(srcs, entries)
+    for s in srcs:
+        invalidate(attr_dir(out_dir, s.name))
+    shingles = ShingleConfig(mh_params["ngram"], mh_params["ngram_unit"], mh_params["max_text_chars"])
+    params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params, **cfg.params(),
+              "sources": names}
+    parts = cfg.num_partitions or max(1, min(len(entries), 512))
+    file_parts = max(1, min(len(entries), parts))
+    bases = rank_bases(entries)
+    work = f"{out_dir.rstrip('/')}/work"
+    edges_dir = f"{work}/edges"
+    total: dict[str, int] = {}
+
+    def add(c: dict) -> None:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    # 1 + 2: candidate pairs, verified (one engine run, up to three shuffles)
+    jobs = [(e, f"{mh_dirs[e.source]}/{e.name}") for e in entries]
+    ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
+    clique_max = cfg.clique_max if cfg.verify else 1
+    ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
+    if cfg.verify:
+        ds = ds.flat_map(partial(_request_sides, bases=bases))
+        ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, shingles=shingles, parts=parts), file_parts)
+        ds = ds.flat_map(_explode)
+        ds = batches.shuffle(ds, partial(_verify_pairs, threshold=cfg.verify_threshold, out_dir=edges_dir), parts)
+        run = ds.run(exec_config)
+        edge_files = sorted(p for _, p in run.items if p)
+    else:
+        run = ds.map(partial(_write_candidates, out_dir=edges_dir)).run(exec_config)
+        edge_files = sorted(run.items)
+    add(run.counters)
+    timings["candidates"] = time.perf_counter() - t0
+
+    # 3: connected components. The pair graph is usually far smaller than the corpus, so its shuffles
+    # get partitions by its own size (not by worker count: results never depend on partitioning).
+    n_edges = total.get("verified_pairs" if cfg.verify else "candidate_pairs", 0)
+    graph_parts = max(1, min(parts, -(-n_edges // EDGES_PER_PARTITION)))
+    t0 = time.perf_counter()
+    cc = connected_components(edge_files, f"{work}/cc", graph_parts, exec_config, cfg.max_rounds)
+    timings["components"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+
+    # 4: canonical per cluster, marks per source file
+    written: set[int] = set()
+    max_cluster = 0
+    if cc.files:
+        meta_params = {"kind": "fuzzy", "params": params}
+        ds = Dataset.from_items(cc.files, num_shards=len(cc.files)).flat_map(partial(_members, bases=bases))
+        mark_parts = min(file_parts, graph_parts)
+        ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=bases), graph_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_write_marks, entries=entries, out_dir=out_dir,
+                                                            names=names, meta=meta_params), mark_parts)
+        run = ds.run(exec_config)
+        add(run.counters)
+        for gidx, r in run.items:
+            written.add(gidx)
+            max_cluster = max(max_cluster, r["max_cluster"])
+    empty = FUZZY_SCHEMA.empty_table()
+    for e in entries:
+        if e.gidx not in written:
+            write_parquet_atomic(empty, f"{attr_dir(out_dir, e.source)}/{e.name}", {"kind": "fuzzy", "params": params})
+    timings["marks"] = time.perf_counter() - t0
+    total["max_cluster_size"] = max_cluster
+    total["cc_rounds"] = cc.rounds
+    result = FuzzyResult(counters=dict(sorted(total.items())), params=params, cc_rounds=cc.rounds,
+                         cc_history=cc.history, timings=timings)
+    for s in srcs:
+        files = [e.name for e in entries if e.source == s.name]
+        c = {"duplicates": total.get(f"duplicates/{s.name}", 0),
+             "cluster_members": total.get(f"cluster_members/{s.name}", 0)}
+        write_meta(attr_dir(out_dir, s.name), {
+            "kind": "fuzzy", "source": s.name, "params": params, "files": files, "counters": c,
+            "priority": s.priority,
+        })
+        result.sources[s.name] = {"attributes": f"attributes/{s.name}", **c}
+    remove_tree(work)
+    return result

@@ -1,0 +1,219 @@
+"""The validator's plumbing: check results, the run context every stage check reads through.
+
+A stage check is a function ``(ctx: RunContext, ref: StepRef, source) -> None`` (checks_data.py,
+checks_tokens.py) that calls ``ctx.check(stage, name, fn)`` once per property; ``fn`` returns a short
+"what was verified" message or raises CheckFailed with what the operator should read. RunContext owns
+the DuckDB connection, the artifact records of built steps, which steps are no longer trustworthy
+(``broken``), and the summary that goes into the history record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import duckdb
+
+from .envelopes import Envelopes
+from .plan import RunPlan
+
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+# The whitespace class of DuckDB's RE2 `\s`, used on both sides of the planted-text search.
+_WS_SQL = "[\\t\\n\\f\\r ]+"
+_WS = re.compile(r"[\t\n\f\r ]+")
+
+
+class CheckFailed(Exception):
+    """Raised inside a check with the message the operator should read."""
+
+
+@dataclass
+class Check:
+    stage: str      # the step name (normalize-licenses, fuzzy-dups, ...)
+    check: str      # built | files | rows | sorted | no_duplicates | no_contamination | counts | ...
+    status: str     # ok | failed | skipped
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != FAILED
+
+    def __str__(self) -> str:
+        return f"{self.stage}: {self.check}: {self.message}"
+
+
+# ----------------------------------------------------------------------------------------------
+def eq(a: Any, b: Any, what: str) -> None:
+    if a != b:
+        raise CheckFailed(f"{what}: {a} != {b}")
+
+
+def frac(n: float, d: float) -> float:
+    return n / d if d else 0.0
+
+
+def fmt_range(r: tuple[float, float]) -> str:
+    return f"[{r[0]:g}, {r[1]:g}]"
+
+
+def parquet_names(d: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(d) if n.endswith(".parquet") and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+
+
+def read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def collapse(text: str) -> str:
+    """Lowercase, whitespace runs -> one space: how the planted-text search compares text."""
+    return _WS.sub(" ", text).strip().lower()
+
+
+class RunContext:
+    """One validation pass over one run directory (see module docstring)."""
+
+    def __init__(self, run_dir: str, plan: RunPlan, env: Envelopes):
+        self.run_dir, self.plan, self.env = run_dir, plan, env
+        self.checks: list[Check] = []
+        self.broken: set[str] = set()
+        self.artifacts: dict[str, dict] = {}
+        self.con = duckdb.connect()
+        self._needles: list[tuple[str, str]] | None = None
+        self.summary: dict = {"stages": {}, "sources": {s: {} for s in plan.sources}, "planted": {},
+                              "loss": {}}
+
+    # ------------------------------------------------------------------ plumbing
+    def check(self, stage: str, name: str, fn: Callable[[], str | None], needs: tuple[str, ...] = (),
+              breaks: bool = False) -> bool:
+        blocked = [n for n in (stage, *needs) if n in self.broken]
+        if blocked:
+            self.checks.append(Check(stage, name, SKIPPED, f"not checked: {blocked[0]} failed an earlier check"))
+            return False
+        try:
+            msg = fn() or "ok"
+        except CheckFailed as e:
+            self.checks.append(Check(stage, name, FAILED, str(e)))
+        except Exception as e:  # noqa: BLE001 - an unreadable output is a failed check, not a crash
+            self.checks.append(Check(stage, name, FAILED, f"{type(e).__name__}: {e}"))
+        else:
+            self.checks.append(Check(stage, name, OK, msg))
+            return True
+        if breaks:
+            self.broken.add(stage)
+        return False
+
+    def q(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        return self.con.execute(sql, list(params)).fetchall()
+
+    def rows(self, files: list[str]) -> int:
+        return int(self.q("select count(*) from read_parquet(?)", [files])[0][0]) if files else 0
+
+    def path(self, step: str, *rel: str) -> str:
+        ref = self.plan.step(step)
+        assert ref is not None, step
+        return os.path.join(self.run_dir, ref.dirname, *rel)
+
+    def res(self, step: str) -> dict:
+        return self.artifacts[step].get("result") or {}
+
+    def cnt(self, step: str) -> dict:
+        return self.artifacts[step].get("counters") or {}
+
+    def has(self, step: str) -> bool:
+        return self.plan.step(step) is not None
+
+    def stage_info(self, step: str, **kv: Any) -> None:
+        self.summary["stages"].setdefault(step, {}).update(kv)
+
+    def src_info(self, src: str, **kv: Any) -> None:
+        self.summary["sources"].setdefault(src, {}).update(kv)
+
+    def rel(self, path: str) -> str:
+        return os.path.relpath(path, self.run_dir)
+
+    # ------------------------------------------------------------------ shared by the stage checks
+    def norm_files(self, src: str) -> list[str]:
+        name = f"normalize-{src}"
+        return [self.path(name, r) for r in self.res(name).get("main_files", [])]
+
+    def norm_names(self, src: str) -> list[str]:
+        return [os.path.basename(p) for p in self.norm_files(src)]
+
+    def attr_files(self, step: str, src: str, rel: str) -> list[str]:
+        return [self.path(step, rel, n) for n in self.norm_names(src)]
+
+    def check_attr_dir(self, step: str, src: str, rel: str | None) -> str:
+        """Attribute dir of one source: co-partitioned with the normalized files (same names)."""
+        if not rel:
+            raise CheckFailed(f"source {src}: the result names no attribute directory")
+        d = self.path(step, rel)
+        want = self.norm_names(src)
+        have = parquet_names(d)
+        if have != want:
+            missing = sorted(set(want) - set(have))
+            extra = sorted(set(have) - set(want))
+            raise CheckFailed(f"{self.rel(d)}: {len(have)} parquet files, expected the {len(want)} of "
+                              f"normalize-{src}" + (f"; missing {', '.join(missing[:3])}" if missing else "")
+                              + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
+        meta_path = os.path.join(d, "attrs.json")
+        if not os.path.exists(meta_path):
+            raise CheckFailed(f"{self.rel(meta_path)} missing")
+        meta = read_json(meta_path)
+        eq(meta.get("files"), want, f"{self.rel(meta_path)} files vs normalize-{src} main files")
+        return d
+
+    def sources_with(self, prefix: str) -> list[str]:
+        return [s for s in self.plan.sources if self.has(f"{prefix}-{s}")]
+
+    def needles(self) -> list[tuple[str, str]]:
+        """(item label, collapsed text) of every benchmark text with at least `ngram` words: the texts
+        decontamination is able to catch, so their verbatim presence downstream is a real miss."""
+        if self._needles is not None:
+            return self._needles
+        from datakit.dedup.decontaminate import _iter_records, _segments
+        from datakit.dedup.shingles import normalize_text
+
+        out: list[tuple[str, str]] = []
+        cfg = self.artifacts.get("decontaminate", {}).get("config") or {}
+        ngram = int(cfg.get("ngram", 13))
+        recorded = {b.get("name"): b.get("sha256") for b in cfg.get("benchmarks", [])}
+        for b in self.plan.benchmarks:
+            digest = sha256_file(b.path)
+            if recorded.get(b.name) not in (None, digest):
+                raise CheckFailed(f"benchmark {b.name}: {b.path} changed since the run (sha256 {digest[:12]} != "
+                                  f"{recorded[b.name][:12]} recorded by decontaminate)")
+            for index, (_, rec) in enumerate(_iter_records(b.path)):
+                for fld in b.text_fields:
+                    for seg in _segments(rec.get(fld)) or []:
+                        if len(normalize_text(seg).split()) >= ngram:
+                            out.append((f"{b.name}:{index}", collapse(seg)))
+        self._needles = out
+        return out
+
+    def find_planted(self, files: list[str]) -> list[tuple[str, str, str]]:
+        """(item label, doc id, file) for every doc in ``files`` containing a benchmark text verbatim."""
+        needles = self.needles()
+        if not files or not needles:
+            return []
+        rows = self.q(
+            f"select n.item, t.id, t.filename from read_parquet(?, filename=true) t, "
+            f"(select unnest(?::VARCHAR[]) as needle, unnest(?::VARCHAR[]) as item) n "
+            f"where contains(lower(regexp_replace(t.text, '{_WS_SQL}', ' ', 'g')), n.needle) order by 1, 2",
+            [files, [n for _, n in needles], [i for i, _ in needles]])
+        return [(i, d, f) for i, d, f in rows]

@@ -1,0 +1,177 @@
+"""Stage checks over the token side: tokenizer, token caches (NumPy recount of every array against
+ledger, .stats.json and the step record), and training (loss logged, finite, decreasing).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+from .checking import CheckFailed, RunContext, eq, fmt_range, frac, read_json, sha256_file
+from .envelopes import within
+from .plan import StepRef
+
+
+def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
+    name, res = ref.name, ctx.res(ref.name)
+
+    def files() -> str:
+        from tokenizers import Tokenizer
+
+        p = ctx.path(name, "tokenizer.json")
+        if not os.path.exists(p):
+            raise CheckFailed(f"{ctx.rel(p)} missing")
+        digest = sha256_file(p)
+        if res.get("sha256"):
+            eq(digest, res["sha256"], "tokenizer.json sha256 vs result sha256")
+        vocab = Tokenizer.from_file(p).get_vocab_size()
+        if res.get("vocab_size") is not None:
+            eq(vocab, res["vocab_size"], "tokenizer vocab size vs result vocab_size")
+        return f"vocab {vocab}"
+
+    ctx.check(name, "files", files, breaks=True)
+
+def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
+    name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
+    final = next((d for d in ref.deps if d in (f"consolidate-{src}", f"normalize-{src}")), None)
+    splits = res.get("splits") or {}
+    ledgers: dict[str, dict] = {}
+
+    def ledger() -> str:
+        if not splits:
+            raise CheckFailed("the result lists no splits")
+        tok_sha = ctx.res("tokenizer").get("sha256") if "tokenizer" in ctx.artifacts else None
+        for split, info in splits.items():
+            d = ctx.path(name, info["path"])
+            lp = os.path.join(d, "ledger.json")
+            if not os.path.exists(lp):
+                raise CheckFailed(f"{split}: {ctx.rel(lp)} missing")
+            led = read_json(lp)
+            if led.get("finished") is not True:
+                raise CheckFailed(f"{split}: ledger does not say finished")
+            eq(len(led.get("shards", [])), res.get("num_shards"), f"{split}: ledger shards vs result num_shards")
+            for sh in led["shards"]:
+                for key in ("tokens_file", "offsets_file"):
+                    if not os.path.exists(os.path.join(d, sh[key])):
+                        raise CheckFailed(f"{split}: {ctx.rel(os.path.join(d, sh[key]))} missing")
+            if tok_sha:
+                eq(led.get("tokenizer", {}).get("sha256"), tok_sha, f"{split}: ledger tokenizer vs tokenizer step")
+            ledgers[split] = led
+        ctx.stage_info(name, files=sum(len(x["shards"]) for x in ledgers.values()))
+        return f"{len(splits)} splits x {res.get('num_shards')} shards, finished"
+
+    if not ctx.check(name, "ledger", ledger, breaks=True):
+        return
+
+    def docs() -> str:
+        if final is None or final not in ctx.artifacts:
+            raise CheckFailed("cannot tell which step this cache was tokenized from")
+        fr = ctx.res(final)
+        base = fr.get("main", "outputs/main") if final.startswith("consolidate-") else None
+        files = ([os.path.join(ctx.path(final, base), n) for n in ctx.norm_names(src)] if base
+                 else ctx.norm_files(src))
+        src_rows = ctx.rows(files)
+        tokenized = sum(int(s.get("docs", 0)) for s in splits.values())
+        bad = int(res.get("bad_records", 0))
+        eq(tokenized, src_rows - bad,
+            f"tokenized docs (all splits) vs {final} rows {src_rows} - bad records {bad}")
+        if "tokenize/docs" in c:
+            eq(c["tokenize/docs"], tokenized, "counters tokenize/docs vs tokenized docs")
+        return f"{tokenized} docs = {src_rows} rows - {bad} bad"
+
+    ctx.check(name, "docs", docs, (final,) if final else ())
+
+    def stats() -> str:
+        total = 0
+        vocab = ctx.res("tokenizer").get("vocab_size") if "tokenizer" in ctx.artifacts else None
+        for split, led in ledgers.items():
+            d = ctx.path(name, splits[split]["path"])
+            tokens = docs_n = 0
+            for sh in led["shards"]:
+                t = np.load(os.path.join(d, sh["tokens_file"]), mmap_mode="r")
+                o = np.load(os.path.join(d, sh["offsets_file"]), mmap_mode="r")
+                where = f"{split}/{sh['offsets_file']}"
+                if len(o) == 0 or o[0] != 0 or int(o[-1]) != len(t) or (len(o) > 1 and np.any(np.diff(o) < 0)):
+                    raise CheckFailed(f"{where}: offsets do not describe the token array")
+                if vocab and len(t) and int(t.max()) >= vocab:
+                    raise CheckFailed(f"{split}/{sh['tokens_file']}: token id {int(t.max())} >= vocab {vocab}")
+                eq(len(t), sh.get("tokens"), f"{where}: token array length vs ledger shard tokens")
+                tokens += len(t)
+                docs_n += len(o) - 1
+            sp = os.path.join(d, ".stats.json")
+            if not os.path.exists(sp):
+                raise CheckFailed(f"{split}: {ctx.rel(sp)} missing")
+            st = read_json(sp)
+            eq(st.get("total_tokens"), tokens, f"{split}/.stats.json total_tokens vs NumPy recount")
+            eq(st.get("total_docs"), docs_n, f"{split}/.stats.json total_docs vs NumPy recount")
+            eq(st.get("total_bytes"), sum(s.get("bytes", 0) for s in led["shards"]),
+                f"{split}/.stats.json total_bytes vs ledger shard bytes")
+            eq(splits[split].get("tokens"), tokens, f"{split}: result tokens vs NumPy recount")
+            eq(splits[split].get("docs"), docs_n, f"{split}: result docs vs NumPy recount")
+            total += tokens
+        ctx.src_info(src, tokens=total)
+        ctx.stage_info(name, rows=sum(int(s.get("docs", 0)) for s in splits.values()), tokens=total)
+        return f"{total} tokens recounted"
+
+    ctx.check(name, "stats", stats)
+
+    def envelope() -> str:
+        n = sum(int(s.get("docs", 0)) for s in splits.values()) + int(res.get("bad_records", 0))
+        f = frac(int(res.get("bad_records", 0)), n)
+        if not within(f, ctx.env.tokenize_bad_fraction):
+            raise CheckFailed(f"bad record fraction {f:.4f} outside tokenize_bad_fraction "
+                              f"{fmt_range(ctx.env.tokenize_bad_fraction)}")
+        return f"bad records {f:.4f}"
+
+    ctx.check(name, "envelope", envelope)
+
+def check_train(ctx: RunContext, ref: StepRef, _src: None) -> None:
+    name, res = ref.name, ctx.res(ref.name)
+    points: list[tuple[int, float]] = []
+
+    def metrics() -> str:
+        p = ctx.path(name, "metrics.jsonl")
+        if not os.path.exists(p):
+            raise CheckFailed(f"{ctx.rel(p)} missing")
+        evals = []
+        with open(p, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise CheckFailed(f"metrics.jsonl:{lineno}: malformed JSON ({e.msg})") from None
+                if rec.get("kind") == "train" and "loss" in rec:
+                    loss = rec["loss"]
+                    if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+                        raise CheckFailed(f"metrics.jsonl:{lineno}: loss {loss!r} at step {rec.get('step')}")
+                    points.append((int(rec["step"]), float(loss)))
+                elif rec.get("kind") == "eval" and isinstance(rec.get("loss"), (int, float)):
+                    evals.append((int(rec.get("step", 0)), float(rec["loss"])))
+        if len(points) < 2:
+            raise CheckFailed(f"{len(points)} train loss point(s) logged; need at least 2 to see a trend")
+        want = (ctx.artifacts[name].get("config") or {}).get("train", {}).get("steps", res.get("steps"))
+        if res.get("completed") is not True:
+            raise CheckFailed("the result says training did not complete")
+        eq(points[-1][0], want, "last logged step vs configured steps")
+        ctx.summary["loss"].update(points=[[s, round(v, 5)] for s, v in points], first=points[0][1],
+                                    last=points[-1][1], eval=[[s, round(v, 5)] for s, v in evals],
+                                    steps=want)
+        return f"{len(points)} loss points up to step {points[-1][0]}"
+
+    if not ctx.check(name, "metrics", metrics, breaks=True):
+        return
+
+    def loss() -> str:
+        (s0, first), (s1, last) = points[0], points[-1]
+        need = first * (1 - ctx.env.min_loss_drop)
+        if not last < need:
+            raise CheckFailed(f"loss did not decrease enough: step {s0} {first:.4f} -> step {s1} {last:.4f} "
+                              f"(need < {need:.4f}, min_loss_drop {ctx.env.min_loss_drop:g})")
+        return f"step {s0} {first:.4f} -> step {s1} {last:.4f} ({(1 - last / first):.1%} lower)"
+
+    ctx.check(name, "loss", loss)

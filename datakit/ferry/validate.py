@@ -1,0 +1,146 @@
+"""The ferry validator: prove a run directory is internally consistent, stage by stage.
+
+Every output is located through the run plan (step name + identity, see ``plan.py``) and the step's own
+artifact record (``result`` paths relative to the step dir, ``counters``), never by globbing the run
+directory: a layout change must fail loudly here, not make a glob match nothing (that once let a
+reference validator pass a broken run). Parquet is queried with DuckDB, the token cache recounted with
+NumPy, so every number in a record is checked against the data it describes, by a different reader than
+the one that wrote it.
+
+Checks run per step in the plan's dependency order; each is ok / failed / skipped (skipped when a step
+it reads already failed its ``built`` or ``files`` check, so one missing shard does not produce a page
+of follow-on noise). Within a step, checks that name a *cause* (files present, ids sorted, duplicates,
+contamination) come before the count equalities that would only show the symptom. The first failing
+check is what the CLI, the status file and the notifier report.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from .checking import FAILED, OK, SKIPPED, Check, CheckFailed, RunContext, eq, read_json
+from .checks_data import (
+    check_consolidate,
+    check_decontaminate,
+    check_exact,
+    check_fuzzy,
+    check_minhash,
+    check_normalize,
+)
+from .checks_tokens import check_tokenize, check_tokenizer, check_train
+from .envelopes import Envelopes
+from .plan import RunPlan, StepRef, plan_from_manifest, read_plan
+
+STATUS_FILE, ARTIFACT_FILE = ".status", "artifact.json"
+# Step names as datakit.pipeline.build_steps makes them: fixed names, or "<kind>-<source>".
+_SINGLE: dict[str, Callable] = {"exact-dedup": check_exact, "fuzzy-dups": check_fuzzy,
+                                "decontaminate": check_decontaminate, "tokenizer": check_tokenizer,
+                                "train": check_train}
+_PER_SOURCE: dict[str, Callable | None] = {"download": None, "normalize": check_normalize,
+                                           "minhash": check_minhash, "consolidate": check_consolidate,
+                                           "tokenize": check_tokenize}
+
+__all__ = ["Check", "Validation", "validate_run", "load_plan", "OK", "FAILED", "SKIPPED"]
+
+
+@dataclass
+class Validation:
+    run_dir: str
+    run_id: str
+    checks: list[Check] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    envelopes: dict = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == FAILED]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and not self.failures
+
+    @property
+    def first_failure(self) -> Check | None:
+        return next(iter(self.failures), None)
+
+    def to_dict(self) -> dict:
+        first = self.first_failure
+        return {"run_dir": self.run_dir, "run_id": self.run_id, "ok": self.ok,
+                "first_failure": asdict(first) if first else None,
+                "counts": {s: sum(c.status == s for c in self.checks) for s in (OK, FAILED, SKIPPED)},
+                "checks": [asdict(c) for c in self.checks], "summary": self.summary, "envelopes": self.envelopes}
+
+
+def load_plan(run_dir: str, manifest: str | None = None) -> RunPlan:
+    """The run's recorded plan; else the plan of ``manifest`` (for dirs made by `datakit run`)."""
+    plan = read_plan(run_dir)
+    if plan is not None:
+        return plan
+    if manifest is None:
+        raise FileNotFoundError(f"{run_dir}: no ferry.json (not a ferry run dir); pass --manifest to validate "
+                                "the output of `datakit run MANIFEST`")
+    return plan_from_manifest(manifest, run_id=os.path.basename(os.path.abspath(run_dir)))
+
+
+def validate_run(run_dir: str, envelopes: Envelopes | None = None, *, plan: RunPlan | None = None,
+                 manifest: str | None = None) -> Validation:
+    """Validate ``run_dir`` (see module docstring). Never raises for a broken run: every problem is a
+    failed Check. Raises only when there is nothing to validate (no plan and no manifest)."""
+    run_dir = os.path.abspath(run_dir)
+    plan = plan or load_plan(run_dir, manifest)
+    ctx = RunContext(run_dir, plan, envelopes or Envelopes())
+    for ref in plan.steps:
+        if not _check_built(ctx, ref):
+            continue
+        handler, src = _handler(plan, ref.name)
+        if handler is not None:
+            handler(ctx, ref, src)
+    keys = ("records_in", "normalized", "docs_in", "docs_out", "removed_exact", "removed_fuzzy",
+            "removed_decontaminate", "tokens")
+    ctx.summary["totals"] = {k: sum(int(s.get(k) or 0) for s in ctx.summary["sources"].values()) for k in keys}
+    return Validation(run_dir, plan.run_id, ctx.checks, ctx.summary, ctx.env.to_dict())
+
+
+def _handler(plan: RunPlan, name: str) -> tuple[Callable | None, str | None]:
+    """The stage check for a step name; unknown (custom) steps get only their `built` check."""
+    if name in _SINGLE:
+        return _SINGLE[name], None
+    for kind, fn in _PER_SOURCE.items():
+        if name.startswith(kind + "-") and name[len(kind) + 1:] in plan.sources:
+            return fn, name[len(kind) + 1:]
+    return None, None
+
+
+def _check_built(ctx: RunContext, ref: StepRef) -> bool:
+    """SUCCESS marker + artifact record with the plan's identity; loads the record for later checks.
+    A step never built because a dependency failed is `skipped`, so the cause is reported once."""
+    bad_deps = [d for d in ref.deps if d in ctx.broken]
+    d = os.path.join(ctx.run_dir, ref.dirname)
+    status_path = os.path.join(d, STATUS_FILE)
+    if bad_deps and not os.path.exists(status_path):
+        ctx.checks.append(Check(ref.name, "built", SKIPPED, f"not built: dependency {bad_deps[0]} failed"))
+        ctx.broken.add(ref.name)
+        return False
+
+    def built() -> str:
+        if not os.path.isdir(d):
+            raise CheckFailed(f"no output directory {ref.dirname}/ (the step never ran)")
+        if not os.path.exists(status_path):
+            raise CheckFailed(f"{ref.dirname}/{STATUS_FILE} missing (the step did not finish)")
+        st = read_json(status_path)
+        art_path = os.path.join(d, ARTIFACT_FILE)
+        art = read_json(art_path) if os.path.exists(art_path) else {}
+        if st.get("status") != "SUCCESS":
+            err = st.get("error") or art.get("error") or "no error recorded"
+            raise CheckFailed(f"step status {st.get('status')}: {err}")
+        if not art:
+            raise CheckFailed(f"{ref.dirname}/{ARTIFACT_FILE} missing although {STATUS_FILE} says SUCCESS")
+        eq(art.get("identity"), ref.identity, f"{ARTIFACT_FILE} identity vs the plan's")
+        eq(art.get("status"), "SUCCESS", f"{ARTIFACT_FILE} status")
+        ctx.artifacts[ref.name] = art
+        ctx.stage_info(ref.name, wall_s=art.get("wall_s"))
+        return f"built ({art.get('wall_s', 0):.1f}s)"
+
+    return ctx.check(ref.name, "built", built, breaks=True)

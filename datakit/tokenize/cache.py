@@ -1,0 +1,387 @@
+"""The token cache on disk: per-shard token arrays + offsets, a ledger, exact stats; writer and reader.
+
+Layout of one split directory (``<cache>/train`` or ``<cache>/validation``)::
+
+    shard-00000-of-00004.tokens.npy    flat little-endian token ids (uint16 if the vocab fits, else uint32)
+    shard-00000-of-00004.offsets.npy   int64, rows+1 entries: document d is tokens[off[d]:off[d+1]]
+    shard-00000-of-00004.json          per-shard done marker: counts + the fingerprint of what made it
+    .stats.json                        total_tokens, total_docs, total_bytes (UTF-8 bytes of the texts)
+    ledger.json                        finished flag, per-shard and total counts, tokenizer identity
+
+Why .npy: ``np.load(mmap_mode="r")`` maps them with no datakit code, and the training reader touches
+only the pages it serves. Why a done marker per shard: a crashed build resumes from finished shards.
+Why the ledger last: its ``finished`` flag is the commit point; a cache without it refuses to load.
+Every file is written to a temporary name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import IO, Any
+
+import fsspec
+import numpy as np
+
+__all__ = [
+    "CACHE_FORMAT",
+    "CACHE_VERSION",
+    "LEDGER_FILE",
+    "STATS_FILE",
+    "CacheNotReady",
+    "NpyStreamWriter",
+    "TokenCache",
+    "shard_file_names",
+    "write_json_atomic",
+    "read_json",
+    "write_npy_atomic",
+]
+
+CACHE_FORMAT = "datakit.token_cache"
+CACHE_VERSION = 1
+LEDGER_FILE = "ledger.json"
+STATS_FILE = ".stats.json"
+
+
+class CacheNotReady(RuntimeError):
+    """The directory is not a finished token cache (missing, being built, or crashed mid-build)."""
+
+
+# ------------------------------------------------------------------------------------------- file helpers
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def local_path(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def join(base: str, *names: str) -> str:
+    return "/".join([base.rstrip("/"), *names])
+
+
+def fs_of(path: str):
+    return fsspec.core.url_to_fs(path)[0]
+
+
+def makedirs(path: str) -> None:
+    if is_local(path):
+        os.makedirs(local_path(path), exist_ok=True)
+    else:
+        fs_of(path).makedirs(path, exist_ok=True)
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(local_path(path)) if is_local(path) else fs_of(path).exists(path)
+
+
+def remove(path: str) -> None:
+    try:
+        if is_local(path):
+            os.unlink(local_path(path))
+        else:
+            fs_of(path).rm(path)
+    except FileNotFoundError:
+        pass
+
+
+def listdir(path: str) -> list[str]:
+    """Base names in a directory ([] if it does not exist)."""
+    if is_local(path):
+        p = local_path(path)
+        return sorted(os.listdir(p)) if os.path.isdir(p) else []
+    fs = fs_of(path)
+    if not fs.exists(path):
+        return []
+    return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+
+
+def _tmp_name(path: str) -> str:
+    head, tail = path.rsplit("/", 1) if "/" in path else ("", path)
+    name = f".tmp-{uuid.uuid4().hex[:12]}-{tail}"
+    return f"{head}/{name}" if head else name
+
+
+def _publish(tmp: str, path: str) -> None:
+    if is_local(path):
+        os.replace(local_path(tmp), local_path(path))
+    else:
+        fs_of(path).mv(tmp, path)
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    tmp = _tmp_name(path)
+    try:
+        if is_local(path):
+            with open(local_path(tmp), "wb") as f:
+                f.write(data)
+        else:
+            with fsspec.open(tmp, "wb") as f:
+                f.write(data)
+        _publish(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Canonical JSON (sorted keys, fixed separators): identical content gives identical bytes."""
+    write_bytes_atomic(path, (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
+
+
+def open_read(path: str) -> IO[bytes]:
+    """Binary read handle for a local path or an fsspec URL."""
+    if is_local(path):
+        return open(local_path(path), "rb")
+    return fsspec.open(path, "rb").open()
+
+
+def read_json(path: str) -> Any:
+    with open_read(path) as f:
+        return json.loads(f.read())
+
+
+def shard_file_names(index: int, total: int) -> dict[str, str]:
+    stem = f"shard-{index:05d}-of-{total:05d}"
+    return {"tokens": f"{stem}.tokens.npy", "offsets": f"{stem}.offsets.npy", "marker": f"{stem}.json"}
+
+
+# ------------------------------------------------------------------------------------------- .npy writing
+
+_NPY_HEADER_BYTES = 128  # magic(6) + version(2) + header_len(2) + dict padded with spaces + "\n"
+
+
+def _npy_header(dtype: np.dtype, length: int) -> bytes:
+    """A version-1.0 .npy header of fixed size, so it can be written before the length is known and
+    rewritten in place at the end (the length only grows digits inside the padding)."""
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (np.dtype(dtype).str, length)
+    body_len = _NPY_HEADER_BYTES - 10
+    body = d.ljust(body_len - 1) + "\n"
+    if len(body) != body_len:
+        raise ValueError(f"npy header too long for {length} elements")
+    return b"\x93NUMPY\x01\x00" + body_len.to_bytes(2, "little") + body.encode("latin1")
+
+
+class NpyStreamWriter:
+    """Appends 1-D arrays to a .npy file of unknown final length, published atomically on close().
+
+    Local paths are written in place (temp name beside the target, header patched at the end, rename);
+    remote URLs are staged in a local temporary file and uploaded, then moved into place."""
+
+    def __init__(self, path: str, dtype: np.dtype) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
+        self.length = 0
+        if is_local(path):
+            self._tmp = _tmp_name(local_path(path))
+            self._staged = None
+        else:
+            fd, self._staged = tempfile.mkstemp(prefix="datakit-npy-", suffix=".npy")
+            os.close(fd)
+            self._tmp = self._staged
+        self._f: IO[bytes] | None = open(self._tmp, "wb")
+        self._f.write(_npy_header(self.dtype, 0))
+
+    def append(self, arr: np.ndarray) -> None:
+        a = np.ascontiguousarray(arr, dtype=self.dtype)
+        if a.ndim != 1:
+            raise ValueError(f"{self.path}: only 1-D arrays can be appended, got shape {a.shape}")
+        assert self._f is not None
+        self._f.write(a.tobytes())
+        self.length += len(a)
+
+    def close(self) -> str:
+        assert self._f is not None
+        self._f.seek(0)
+        self._f.write(_npy_header(self.dtype, self.length))
+        self._f.close()
+        self._f = None
+        if self._staged is None:
+            os.replace(self._tmp, local_path(self.path))
+        else:
+            remote_tmp = _tmp_name(self.path)
+            try:
+                fs_of(self.path).put_file(self._staged, remote_tmp)
+                _publish(remote_tmp, self.path)
+            finally:
+                os.unlink(self._staged)
+        return self.path
+
+    def abort(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        try:
+            os.unlink(self._tmp)
+        except FileNotFoundError:
+            pass
+
+
+def write_npy_atomic(path: str, arr: np.ndarray) -> None:
+    w = NpyStreamWriter(path, arr.dtype)
+    try:
+        w.append(arr)
+    except BaseException:
+        w.abort()
+        raise
+    w.close()
+
+
+def load_npy(path: str, mmap: bool = True) -> np.ndarray:
+    """Memory-map a local .npy (copy-free, lazy); remote files are read fully into memory."""
+    if is_local(path):
+        return np.load(local_path(path), mmap_mode="r" if mmap else None, allow_pickle=False)
+    with fsspec.open(path, "rb") as f:
+        return np.load(f, allow_pickle=False)
+
+
+def copy_file_atomic(src: str, dst: str) -> None:
+    if is_local(src) and is_local(dst):
+        tmp = _tmp_name(local_path(dst))
+        shutil.copyfile(local_path(src), tmp)
+        os.replace(tmp, local_path(dst))
+    else:
+        with fsspec.open(src, "rb") as f:
+            write_bytes_atomic(dst, f.read())
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+
+def read_ledger(split_dir: str) -> dict:
+    """The ledger of a finished cache; raises CacheNotReady (saying why) for anything else."""
+    path = join(split_dir, LEDGER_FILE)
+    if not exists(path):
+        if not exists(split_dir):
+            raise CacheNotReady(f"token cache {split_dir!r} does not exist")
+        raise CacheNotReady(
+            f"token cache {split_dir!r} has no {LEDGER_FILE}: it is not a token cache, or its build has not "
+            "started; run the tokenize step for it"
+        )
+    try:
+        ledger = read_json(path)
+    except (ValueError, OSError) as e:
+        raise CacheNotReady(f"{path}: unreadable ledger ({e}); rebuild the cache") from e
+    if ledger.get("format") != CACHE_FORMAT:
+        raise CacheNotReady(f"{path}: not a datakit token cache ledger (format={ledger.get('format')!r})")
+    if ledger.get("version") != CACHE_VERSION:
+        raise CacheNotReady(
+            f"{path}: cache format version {ledger.get('version')} is not supported (expected "
+            f"{CACHE_VERSION}); rebuild the cache"
+        )
+    if not ledger.get("finished"):
+        done = len([n for n in listdir(split_dir) if n.endswith(".json") and n.startswith("shard-")])
+        raise CacheNotReady(
+            f"token cache {split_dir!r} is unfinished ({done} of {ledger.get('num_shards', '?')} shards done): "
+            "its build crashed or is still running; rerun the tokenize step to resume it"
+        )
+    return ledger
+
+
+@dataclass(frozen=True)
+class _Shard:
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+
+class TokenCache:
+    """Read access to one finished split directory; the token stream is the shards concatenated.
+
+    Attributes: vocab_size, dtype, total_tokens, total_docs, total_bytes, tokenizer_identity (dict with
+    sha256, vocab_size, bos_id, eos_id), eos_id, num_shards, sources, ledger, path."""
+
+    def __init__(self, split_dir: str, ledger: dict | None = None) -> None:
+        self.path = split_dir.rstrip("/")
+        self.ledger = ledger if ledger is not None else read_ledger(split_dir)
+        lg = self.ledger
+        self.dtype = np.dtype(lg["dtype"])
+        self.vocab_size = int(lg["vocab_size"])
+        self.tokenizer_identity = dict(lg["tokenizer"])
+        self.eos_id = int(lg["tokenizer"]["eos_id"])
+        self.sources = list(lg.get("sources", []))
+        self.num_shards = int(lg["num_shards"])
+        self.total_tokens = int(lg["total_tokens"])
+        self.total_docs = int(lg["total_docs"])
+        self.total_bytes = int(lg["total_bytes"])
+        self._shards: list[_Shard] = []
+        for entry in lg["shards"]:
+            tok_path, off_path = join(self.path, entry["tokens_file"]), join(self.path, entry["offsets_file"])
+            for p in (tok_path, off_path):
+                if not exists(p):
+                    raise CacheNotReady(f"token cache {self.path!r}: ledger lists {p!r} but it is missing")
+            tokens, offsets = load_npy(tok_path), load_npy(off_path)
+            if len(tokens) != entry["tokens"] or len(offsets) != entry["rows"] + 1 or tokens.dtype != self.dtype:
+                raise CacheNotReady(
+                    f"token cache {self.path!r}: shard {entry['index']} files disagree with the ledger "
+                    f"({len(tokens)} tokens/{len(offsets) - 1} docs/{tokens.dtype} on disk, ledger says "
+                    f"{entry['tokens']}/{entry['rows']}/{self.dtype}); rebuild the cache"
+                )
+            self._shards.append(_Shard(tokens, offsets))
+        rows = [len(s.offsets) - 1 for s in self._shards]
+        toks = [len(s.tokens) for s in self._shards]
+        self._doc_starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
+        self._tok_starts = np.concatenate([[0], np.cumsum(toks, dtype=np.int64)])
+
+    def __repr__(self) -> str:
+        return (f"TokenCache({self.path!r}, shards={self.num_shards}, docs={self.total_docs}, "
+                f"tokens={self.total_tokens}, dtype={self.dtype.name})")
+
+    def shard_tokens(self, i: int) -> np.ndarray:
+        return self._shards[i].tokens
+
+    def shard_offsets(self, i: int) -> np.ndarray:
+        return self._shards[i].offsets
+
+    def doc_tokens(self, i: int) -> np.ndarray:
+        """Tokens of document i (global index over shards), including its EOS (and BOS if built with one)."""
+        if not 0 <= i < self.total_docs:
+            raise IndexError(f"document {i} out of range (cache has {self.total_docs} documents)")
+        s = int(np.searchsorted(self._doc_starts, i, side="right")) - 1
+        d = i - int(self._doc_starts[s])
+        off = self._shards[s].offsets
+        return self._shards[s].tokens[int(off[d]) : int(off[d + 1])]
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Slice [start, stop) of the whole token stream (shards concatenated), as a new array."""
+        if not 0 <= start <= stop <= self.total_tokens:
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.total_tokens})")
+        first = int(np.searchsorted(self._tok_starts, start, side="right")) - 1
+        parts = []
+        pos = start
+        s = first
+        while pos < stop:
+            base = int(self._tok_starts[s])
+            end = min(stop, int(self._tok_starts[s + 1]))
+            if end > pos:
+                parts.append(self._shards[s].tokens[pos - base : end - base])
+            pos = max(pos, end)
+            s += 1
+        if len(parts) == 1:
+            return np.array(parts[0])
+        return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
+
+    def read_into(self, out: np.ndarray, start: int) -> None:
+        """Copy tokens [start, start+len(out)) of the stream into ``out`` (any integer dtype), no temporaries
+        beyond the copy itself; used by the batch reader."""
+        stop = start + len(out)
+        if not 0 <= start <= stop <= self.total_tokens:
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.total_tokens})")
+        s = int(np.searchsorted(self._tok_starts, start, side="right")) - 1
+        pos = start
+        while pos < stop:
+            base, end = int(self._tok_starts[s]), min(stop, int(self._tok_starts[s + 1]))
+            if end > pos:
+                out[pos - start : end - start] = self._shards[s].tokens[pos - base : end - base]
+            pos = max(pos, end)
+            s += 1
+
+
+def open_cache(split_dir: str) -> TokenCache:
+    """Open a finished split directory; raises CacheNotReady if it is missing or unfinished."""
+    return TokenCache(split_dir)

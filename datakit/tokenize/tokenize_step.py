@@ -1,0 +1,427 @@
+"""The tokenize stage: one consolidated source (parquet parts) -> a train and a validation token cache.
+
+One engine task per input part: it reads the part in record batches, encodes each batch with ONE
+``encode_batch_fast`` call (the tokenizer's Rust threads do the parallel work; long texts are cut at
+whitespace first), appends EOS (and optionally BOS) per document, routes each document to train or
+validation by a hash of its id, and streams tokens straight into the split's .npy files. Output shard i
+of each split comes from input part i only, so the result is byte-identical for any worker count.
+
+Resume: each finished shard leaves a marker holding the fingerprint of its inputs (part name and size,
+tokenizer sha256, split and encoding settings). A rerun reuses shards whose marker matches and rebuilds
+the rest; the ledger (the commit point) is written last, once every shard is done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from datakit.shuffle import Dataset, ExecConfig, FileInfo, counters, current_shard
+from datakit.tokenize import cache as C
+from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
+from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
+
+__all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
+
+VERSION = "1"  # bump when the cache contents for the same inputs change (stage implementation version)
+SPLITS = ("train", "validation")
+_SPLIT_SALT = b"datakit.tokenize.split\x00"
+_MAX_BAD_SAMPLES = 20
+
+
+def is_validation(doc_id: str, fraction: float) -> bool:
+    """Deterministic train/validation assignment from the document id alone (xxh3_64 of a salted id)."""
+    if fraction <= 0:
+        return False
+    return xxhash.xxh3_64_intdigest(_SPLIT_SALT + doc_id.encode("utf-8")) < fraction * 2.0**64
+
+
+@dataclass(frozen=True)
+class _ShardSpec:
+    """Everything a task needs, shipped to workers (small; the tokenizer is re-loaded there)."""
+
+    name: str
+    out_dir: str
+    tokenizer_path: str
+    identity: dict
+    validation_fraction: float
+    bos: bool
+    max_chars: int
+    batch_bytes: int
+    threads: int | None
+    dtype: str
+
+
+@dataclass
+class TokenizeResult:
+    """What tokenize_source built: split dirs and exact totals (JSON-friendly via to_dict())."""
+
+    name: str
+    out_dir: str
+    splits: dict[str, dict]
+    tokenizer: dict
+    num_shards: int
+    reused_shards: int
+    bad_records: int
+    bad_samples: list[dict] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def split_dir(self, split: str) -> str:
+        return self.splits[split]["path"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------- the task
+
+_TOKENIZERS: dict[tuple[str, str], Any] = {}
+
+
+def _tokenizer_for(spec: _ShardSpec):
+    """Load once per worker process (a task per shard would otherwise re-parse the JSON each time)."""
+    key = (spec.tokenizer_path, spec.identity["sha256"])
+    if key not in _TOKENIZERS:
+        if spec.threads and "RAYON_NUM_THREADS" not in os.environ:
+            os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
+        tok, ident = load_tokenizer(spec.tokenizer_path)
+        if ident.sha256 != spec.identity["sha256"]:
+            raise RuntimeError(
+                f"tokenizer {spec.tokenizer_path} changed while tokenizing (sha256 {ident.sha256}, expected "
+                f"{spec.identity['sha256']}); rerun the step"
+            )
+        _TOKENIZERS[key] = tok
+    return _TOKENIZERS[key]
+
+
+def _fingerprint(spec: _ShardSpec, file: FileInfo) -> dict:
+    return {
+        "version": VERSION,
+        "input": os.path.basename(file.path),
+        "input_size": file.size,
+        "tokenizer_sha256": spec.identity["sha256"],
+        "eos_id": spec.identity["eos_id"],
+        "bos_id": spec.identity["bos_id"] if spec.bos else None,
+        "validation_fraction": spec.validation_fraction,
+        "max_chars": spec.max_chars,
+        "dtype": spec.dtype,
+    }
+
+
+def _reusable(spec: _ShardSpec, names: dict[str, str], fp: dict) -> dict | None:
+    """The recorded result of a finished shard with the same fingerprint, else None."""
+    found = {}
+    for split in SPLITS:
+        d = C.join(spec.out_dir, split)
+        marker = C.join(d, names["marker"])
+        if not C.exists(marker):
+            return None
+        try:
+            m = C.read_json(marker)
+        except (ValueError, OSError):
+            return None
+        if m.get("fingerprint") != fp:
+            return None
+        if not (C.exists(C.join(d, names["tokens"])) and C.exists(C.join(d, names["offsets"]))):
+            return None
+        found[split] = m
+    return found
+
+
+def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Array]]:
+    """(first row number, id column, text column) chunks of about ``batch_bytes`` of text, cut by the
+    texts' byte lengths (not by row count: one record batch of long documents can hold far more than
+    a chunk, and a shard read as one chunk would leave nothing to overlap with encoding)."""
+    with C.open_read(path) as f:
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        for col in ("id", "text"):
+            if col not in names:
+                raise ValueError(f"{path}: missing column {col!r} (columns: {names}); expected consolidated records")
+        ids: list[pa.Array] = []
+        texts: list[pa.Array] = []
+        size = 0
+        row = 0
+        first = 0
+        for rb in pf.iter_batches(batch_size=1024, columns=["id", "text"]):
+            id_col, text_col = rb.column(0), rb.column(1)
+            if pa.types.is_string(text_col.type) or pa.types.is_large_string(text_col.type):
+                lengths = pc.fill_null(pc.binary_length(text_col), 0).to_numpy(zero_copy_only=False)
+            else:  # wrong type: let the caller's type check report it with the file name
+                lengths = np.zeros(len(text_col), dtype=np.int64)
+            cum = np.cumsum(lengths, dtype=np.int64)
+            start = 0
+            while start < len(rb):
+                base = int(cum[start - 1]) if start else 0
+                # last row of this chunk: the first one at which the chunk reaches batch_bytes
+                stop = min(int(np.searchsorted(cum, base + batch_bytes - size, side="left")) + 1, len(rb))
+                ids.append(id_col.slice(start, stop - start))
+                texts.append(text_col.slice(start, stop - start))
+                size += int(cum[stop - 1]) - base
+                row += stop - start
+                start = stop
+                if size >= batch_bytes:
+                    yield first, pa.concat_arrays(ids), pa.concat_arrays(texts)
+                    ids, texts, size, first = [], [], 0, row
+        if ids:
+            yield first, pa.concat_arrays(ids), pa.concat_arrays(texts)
+
+
+def _check_types(path: str, ids: pa.Array, texts: pa.Array) -> None:
+    for col, arr in (("id", ids), ("text", texts)):
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            raise ValueError(f"{path}: column {col!r} has type {arr.type}, expected string")
+
+
+def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> dict:
+    """Tokenize one input part into shard ``index`` of both splits; returns its counts."""
+    names = C.shard_file_names(index, total)
+    fp = _fingerprint(spec, file)
+    done = _reusable(spec, names, fp)
+    if done is not None:
+        counters.increment("tokenize/shards_reused")
+        return {"index": index, "input": fp["input"], "reused": True,
+                "splits": {s: done[s]["counts"] for s in SPLITS}, "bad": done["train"].get("bad", 0),
+                "bad_samples": done["train"].get("bad_samples", [])}
+
+    tok = _tokenizer_for(spec)
+    dtype = np.dtype(spec.dtype)
+    eos, bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
+    dirs = {s: C.join(spec.out_dir, s) for s in SPLITS}
+    writers = {s: C.NpyStreamWriter(C.join(dirs[s], names["tokens"]), dtype) for s in SPLITS}
+    lengths: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    counts = {s: {"rows": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    bad: list[dict] = []  # samples, capped
+    n_bad = 0
+
+    def prepare(first_row: int, ids: pa.Array, texts: pa.Array) -> tuple[list[str], np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+        nonlocal n_bad
+        _check_types(file.path, ids, texts)
+        valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
+        if not pc.all(valid).as_py():
+            for r in np.flatnonzero(~valid.to_numpy(zero_copy_only=False)):
+                n_bad += 1
+                if len(bad) < _MAX_BAD_SAMPLES:
+                    field_name = "id" if not ids[int(r)].is_valid else "text"
+                    bad.append({"file": file.path, "row": first_row + int(r), "field": field_name,
+                                "error": f"{field_name} is null"})
+            ids, texts = ids.filter(valid), texts.filter(valid)
+        val_mask = np.fromiter((is_validation(i, spec.validation_fraction) for i in ids.to_pylist()),
+                               dtype=bool, count=len(ids))
+        doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+        pieces, piece_counts = to_pieces(texts.to_pylist(), spec.max_chars)
+        return pieces, piece_counts, val_mask, doc_bytes
+
+    def write(encoded: Future, piece_counts: np.ndarray, val_mask: np.ndarray, doc_bytes: np.ndarray) -> None:
+        tokens, doc_lens = assemble(encoded.result(), piece_counts, eos_id=eos, bos_id=bos, dtype=dtype)
+        if not val_mask.any():
+            parts = {"train": (tokens, doc_lens, doc_bytes)}
+        else:
+            tok_val = np.repeat(val_mask, doc_lens)
+            parts = {
+                "train": (tokens[~tok_val], doc_lens[~val_mask], doc_bytes[~val_mask]),
+                "validation": (tokens[tok_val], doc_lens[val_mask], doc_bytes[val_mask]),
+            }
+        for s, (t, dl, db) in parts.items():
+            writers[s].append(t)
+            lengths[s].append(dl)
+            counts[s]["rows"] += len(dl)
+            counts[s]["tokens"] += len(t)
+            counts[s]["bytes"] += int(db.sum())
+
+    # Two-stage pipeline: while the tokenizer encodes batch k on its own threads (the call releases the
+    # GIL), this thread reads and splits batch k+1 and converts + writes batch k-1, so the Rust threads
+    # always have the next batch queued and never wait on Python. Two to three batches are in memory.
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as encoder:
+            previous = None
+            for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
+                pieces, piece_counts, val_mask, doc_bytes = prepare(first_row, ids, texts)
+                encoded = encoder.submit(tok.encode_batch_fast, pieces, add_special_tokens=False)
+                del ids, texts, pieces
+                if previous is not None:
+                    write(*previous)
+                previous = (encoded, piece_counts, val_mask, doc_bytes)
+            if previous is not None:
+                write(*previous)
+        for s in SPLITS:
+            dl = np.concatenate(lengths[s]) if lengths[s] else np.empty(0, np.int64)
+            offsets = np.concatenate([[0], np.cumsum(dl, dtype=np.int64)]).astype("<i8")
+            C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)
+            writers[s].close()
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    bad_samples = bad
+    for s in SPLITS:  # markers last: a shard counts as done only once its data files are in place
+        C.write_json_atomic(C.join(dirs[s], names["marker"]), {
+            "fingerprint": fp, "counts": counts[s], "bad": n_bad, "bad_samples": bad_samples,
+        })
+    n_docs = sum(c["rows"] for c in counts.values())
+    counters.increment("tokenize/docs", n_docs)
+    counters.increment("tokenize/tokens", sum(c["tokens"] for c in counts.values()))
+    counters.increment("tokenize/bytes", sum(c["bytes"] for c in counts.values()))
+    if n_bad:
+        counters.increment("tokenize/bad_records", n_bad)
+    return {"index": index, "input": fp["input"], "reused": False, "splits": counts, "bad": n_bad,
+            "bad_samples": bad_samples}
+
+
+def _shard_task(spec: _ShardSpec):
+    def run(files: Iterator[FileInfo]) -> Iterator[dict]:
+        info = current_shard()
+        for f in files:
+            yield tokenize_shard(f, info.index, info.total, spec)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------- driver
+
+
+def _default_threads(exec_config: ExecConfig | None, n_files: int) -> int:
+    cpus = os.cpu_count() or 1
+    cfg = exec_config or ExecConfig()
+    workers = 1 if cfg.backend == "inline" else (cfg.max_workers or cpus)
+    return max(1, cpus // max(1, min(workers, n_files)))
+
+
+def _ledger(name: str, split: str, spec: _ShardSpec, shard_results: list[dict], total: int,
+            finished: bool) -> dict:
+    shards = []
+    for r in shard_results:
+        names = C.shard_file_names(r["index"], total)
+        c = r["splits"][split]
+        shards.append({"index": r["index"], "input": r["input"], "tokens_file": names["tokens"],
+                       "offsets_file": names["offsets"], "rows": c["rows"], "tokens": c["tokens"],
+                       "bytes": c["bytes"]})
+    return {
+        "format": C.CACHE_FORMAT,
+        "version": C.CACHE_VERSION,
+        "stage_version": VERSION,
+        "finished": finished,
+        "name": name,
+        "split": split,
+        "sources": [name],
+        "dtype": np.dtype(spec.dtype).name,
+        "vocab_size": spec.identity["vocab_size"],
+        "tokenizer": dict(spec.identity),
+        "tokenizer_file": "../tokenizer.json",
+        "bos": spec.bos,
+        "validation_fraction": spec.validation_fraction,
+        "max_chars": spec.max_chars,
+        "num_shards": total,
+        "shards": shards,
+        "total_docs": sum(s["rows"] for s in shards),
+        "total_tokens": sum(s["tokens"] for s in shards),
+        "total_bytes": sum(s["bytes"] for s in shards),
+        "bad_records": sum(r["bad"] for r in shard_results),
+    }
+
+
+def _clear_foreign_files(split_dir: str, total: int) -> None:
+    """Remove shard files of another shard count and stray temporaries: they would never be read, but a
+    ledger-less directory full of stale shards is confusing to inspect."""
+    keep = set()
+    for i in range(total):
+        keep.update(C.shard_file_names(i, total).values())
+    for n in C.listdir(split_dir):
+        if (n.startswith("shard-") and n not in keep) or n.startswith(".tmp-"):
+            C.remove(C.join(split_dir, n))
+
+
+def tokenize_source(
+    name: str,
+    input_dir: str,
+    out_dir: str,
+    tokenizer_path: str,
+    *,
+    validation_fraction: float = 0.01,
+    bos: bool = False,
+    exec_config: ExecConfig | None = None,
+    threads: int | None = None,
+    batch_bytes: int | None = None,
+    max_chars: int = MAX_PIECE_CHARS,
+) -> TokenizeResult:
+    """Tokenize consolidated source ``name`` (``<input_dir>/outputs/main/*.parquet``) into
+    ``<out_dir>/train`` and ``<out_dir>/validation`` caches (see :mod:`datakit.tokenize.cache`).
+
+    threads: tokenizer (Rust) threads per worker; default cpu_count // concurrently running tasks.
+    batch_bytes: text per encode call; default 512 KiB per tokenizer thread, within [1, 8] MiB. Smaller
+    batches leave the tokenizer idle less at the start and end of each shard (those steps cannot overlap
+    with encoding); larger ones balance many threads better.
+    Resumes a crashed build from its finished shards; the result equals a clean build."""
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    if max_chars < 16:
+        raise ValueError(f"max_chars must be >= 16, got {max_chars}")
+    _, identity = load_tokenizer(tokenizer_path)
+    if bos and identity.bos_id is None:
+        raise ValueError(f"bos=True but tokenizer {tokenizer_path} has no BOS token")
+    files = find_source_files(input_dir)
+    total = len(files)
+    out_dir = out_dir.rstrip("/")
+    for s in SPLITS:
+        C.makedirs(C.join(out_dir, s))
+    tok_copy = C.join(out_dir, "tokenizer.json")
+    if not C.exists(tok_copy) or _sha256_of(tok_copy) != identity.sha256:
+        C.copy_file_atomic(_tokenizer_file(tokenizer_path), tok_copy)
+    threads = threads or _default_threads(exec_config, total)
+    if batch_bytes is None:
+        batch_bytes = max(1 << 20, min(8 << 20, threads * (512 << 10)))
+    spec = _ShardSpec(
+        name=name, out_dir=out_dir, tokenizer_path=tok_copy, identity=identity.to_dict(),
+        validation_fraction=float(validation_fraction), bos=bool(bos), max_chars=int(max_chars),
+        batch_bytes=int(batch_bytes), threads=threads,
+        dtype=token_dtype(identity.vocab_size).str,
+    )
+    for s in SPLITS:
+        # Un-finish first: from here on the directory is being (re)built and must not be loaded.
+        C.write_json_atomic(C.join(out_dir, s, C.LEDGER_FILE), _ledger(name, s, spec, [], total, False))
+        _clear_foreign_files(C.join(out_dir, s), total)
+
+    run = Dataset.from_files(files).map_shard(_shard_task(spec)).run(exec_config)
+    results = sorted(run.items, key=lambda r: r["index"])
+    if [r["index"] for r in results] != list(range(total)):
+        raise RuntimeError(f"tokenize {name}: expected results for shards 0..{total - 1}, got "
+                           f"{[r['index'] for r in results]}")
+    splits = {}
+    for s in SPLITS:
+        ledger = _ledger(name, s, spec, results, total, True)
+        d = C.join(out_dir, s)
+        stats = {k: ledger[k] for k in ("total_tokens", "total_docs", "total_bytes")}
+        C.write_json_atomic(C.join(d, C.STATS_FILE), stats)
+        C.write_json_atomic(C.join(d, C.LEDGER_FILE), ledger)  # commit point
+        splits[s] = {"path": d, "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
+                     "bytes": ledger["total_bytes"], "shards": total}
+    bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
+    return TokenizeResult(
+        name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
+        reused_shards=sum(1 for r in results if r["reused"]), bad_records=sum(r["bad"] for r in results),
+        bad_samples=bad_samples, counters=dict(run.counters),
+    )
+
+
+def _tokenizer_file(path_or_url: str) -> str:
+    fs, p = fsspec.core.url_to_fs(path_or_url)
+    if fs.isdir(p):
+        return path_or_url.rstrip("/") + "/tokenizer.json"
+    return path_or_url
+
+
+def _sha256_of(path: str) -> str:
+    with C.open_read(path) as f:
+        return hashlib.sha256(f.read()).hexdigest()
+

@@ -1,0 +1,256 @@
+"""Loading, identifying and training HF `tokenizers` tokenizers.
+
+Why identity matters: a token cache is only meaningful together with the exact tokenizer that made it,
+so the sha256 of the tokenizer's JSON (plus vocab size and BOS/EOS ids) is recorded in every cache
+ledger and in the step identity; a changed tokenizer can then never silently reuse an old cache.
+
+Why train our own: `datakit run` must work with no tokenizer given and without network access to a
+model hub, so the default is a byte-level BPE trained on the first bytes of the corpus itself.
+Byte-level BPE is lossless (any text decodes back exactly), which the cache's round-trip test relies on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import fsspec
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+__all__ = [
+    "EOS_TOKEN",
+    "BOS_TOKEN",
+    "PAD_TOKEN",
+    "TokenizerError",
+    "TokenizerIdentity",
+    "load_tokenizer",
+    "tokenizer_identity",
+    "train_tokenizer",
+    "find_source_files",
+]
+
+EOS_TOKEN = "<|endoftext|>"
+BOS_TOKEN = "<|begin_of_text|>"
+PAD_TOKEN = "<|pad|>"
+
+# Special-token spellings used by common tokenizers, tried in order when a loaded tokenizer does not
+# say which token is EOS/BOS.
+_EOS_CANDIDATES = (EOS_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "<|im_end|>", "[SEP]")
+_BOS_CANDIDATES = (BOS_TOKEN, "<s>", "<bos>", "<|bos|>", "<|startoftext|>", "[CLS]")
+
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer could not be loaded or is unusable; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class TokenizerIdentity:
+    """What a token cache depends on: sha256 of the tokenizer JSON bytes, vocab size, BOS/EOS ids."""
+
+    sha256: str
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TokenizerIdentity":
+        return cls(str(d["sha256"]), int(d["vocab_size"]), d.get("bos_id"), int(d["eos_id"]))
+
+
+def _is_url(s: str) -> bool:
+    return "://" in s
+
+
+def _looks_like_hub_name(s: str) -> bool:
+    return (
+        not _is_url(s)
+        and not s.startswith((".", "/", "~"))
+        and not s.endswith(".json")
+        and os.sep not in s.replace("/", "", 1)
+        and bool(_HUB_NAME.match(s))
+    )
+
+
+def _read_tokenizer_bytes(path_or_url: str) -> tuple[bytes, str]:
+    fs, path = fsspec.core.url_to_fs(path_or_url)
+    if fs.isdir(path):
+        path = path.rstrip("/") + "/tokenizer.json"
+    if not fs.exists(path):
+        if _looks_like_hub_name(path_or_url):
+            raise TokenizerError(
+                f"tokenizer {path_or_url!r} looks like a Hugging Face Hub name, but datakit cannot fetch "
+                "from a model hub here (no network access to hubs at run time). Download its "
+                "tokenizer.json once, elsewhere, and point `tokenize.tokenizer` at that file's path or an "
+                "fsspec URL (e.g. /data/tokenizers/llama3/tokenizer.json or s3://bucket/tokenizer.json); "
+                "or leave it null to train a byte-level BPE on the corpus."
+            )
+        raise TokenizerError(f"tokenizer file not found: {path_or_url!r} (looked for {path!r})")
+    with fs.open(path, "rb") as f:
+        return f.read(), fs.unstrip_protocol(path) if _is_url(path_or_url) else path
+
+
+def _special_id(tok: Tokenizer, candidates: tuple[str, ...], explicit: str | None, what: str, where: str):
+    if explicit is not None:
+        tid = tok.token_to_id(explicit)
+        if tid is None:
+            raise TokenizerError(f"{where}: {what} token {explicit!r} is not in the tokenizer's vocabulary")
+        return tid
+    for name in candidates:
+        tid = tok.token_to_id(name)
+        if tid is not None:
+            return tid
+    return None
+
+
+def tokenizer_identity(tok: Tokenizer, json_bytes: bytes, *, eos_token: str | None = None,
+                       bos_token: str | None = None, where: str = "tokenizer") -> TokenizerIdentity:
+    """Identity of a loaded tokenizer; raises TokenizerError if no EOS token can be found."""
+    eos = _special_id(tok, _EOS_CANDIDATES, eos_token, "EOS", where)
+    if eos is None:
+        raise TokenizerError(
+            f"{where}: no end-of-document token found (tried {', '.join(_EOS_CANDIDATES)}); documents are "
+            "separated by EOS in the token cache, so pass eos_token=... naming the tokenizer's EOS token"
+        )
+    bos = _special_id(tok, _BOS_CANDIDATES, bos_token, "BOS", where)
+    return TokenizerIdentity(
+        sha256=hashlib.sha256(json_bytes).hexdigest(),
+        vocab_size=tok.get_vocab_size(with_added_tokens=True),
+        bos_id=bos,
+        eos_id=eos,
+    )
+
+
+def load_tokenizer(path_or_url: str, *, eos_token: str | None = None,
+                   bos_token: str | None = None) -> tuple[Tokenizer, TokenizerIdentity]:
+    """Load a tokenizer.json from a local path, a directory holding tokenizer.json, or an fsspec URL.
+
+    Hub names ("gpt2", "meta-llama/Llama-3.1-8B") raise a TokenizerError explaining how to point at a
+    file instead. The returned tokenizer encodes special-token spellings found inside documents as
+    plain text, so a document that mentions "<|endoftext|>" cannot inject a real EOS."""
+    if not isinstance(path_or_url, (str, os.PathLike)):
+        raise TokenizerError(f"tokenizer must be a path or URL string, got {type(path_or_url).__name__}")
+    path_or_url = os.fspath(path_or_url)
+    data, where = _read_tokenizer_bytes(path_or_url)
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # tokenizers raises plain Exception subclasses with serde messages
+        raise TokenizerError(f"{where}: not a valid tokenizers JSON file: {e}") from e
+    identity = tokenizer_identity(tok, data, eos_token=eos_token, bos_token=bos_token, where=where)
+    tok.encode_special_tokens = True
+    return tok, identity
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def find_source_files(input_dir: str) -> list[str]:
+    """The parquet parts of a consolidated source: ``<dir>/outputs/main/*.parquet`` (or ``<dir>/*.parquet``).
+
+    Sorted by name so every consumer sees the same order; dot-files are skipped."""
+    fs, root = fsspec.core.url_to_fs(input_dir)
+    for sub in ("outputs/main", ""):
+        base = f"{root.rstrip('/')}/{sub}" if sub else root.rstrip("/")
+        found = sorted(p for p in fs.glob(f"{base}/*.parquet") if not os.path.basename(p).startswith("."))
+        if found:
+            return [fs.unstrip_protocol(p) if _is_url(input_dir) else p for p in found]
+    raise FileNotFoundError(
+        f"no parquet files in source {input_dir!r}: expected {input_dir}/outputs/main/part-*.parquet"
+    )
+
+
+def _iter_texts(path: str, batch_rows: int = 256) -> Iterator[str]:
+    with fsspec.open(path, "rb") as f:
+        pf = pq.ParquetFile(f)
+        if "text" not in pf.schema_arrow.names:
+            raise ValueError(f"{path}: no 'text' column (columns: {pf.schema_arrow.names})")
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=["text"]):
+            for t in batch.column(0).to_pylist():
+                if isinstance(t, str) and t:
+                    yield t
+
+
+def sample_corpus(input_dirs: list[str], max_bytes: int, seed: int = 0) -> list[str]:
+    """Documents for tokenizer training: round-robin over sources, one document at a time, until
+    ``max_bytes`` UTF-8 bytes are taken. Within a source the files are read starting at file
+    ``seed % n_files`` (wrapping), so different seeds train on different slices. Ids are content hashes
+    and files are sorted by id, so the first documents of a file are already a uniform-looking sample."""
+    streams = []
+    for d in sorted(input_dirs):
+        files = find_source_files(d)
+        start = seed % len(files)
+        order = files[start:] + files[:start]
+        streams.append((t for p in order for t in _iter_texts(p)))
+    texts: list[str] = []
+    used = 0
+    while streams and used < max_bytes:
+        alive = []
+        for s in streams:
+            t = next(s, None)
+            if t is None:
+                continue
+            alive.append(s)
+            texts.append(t)
+            used += len(t.encode("utf-8"))
+            if used >= max_bytes:
+                break
+        streams = alive
+    return texts
+
+
+def new_bpe_tokenizer() -> Tokenizer:
+    """An untrained byte-level BPE (GPT-2 style pre-tokenisation, no normaliser: lossless)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 8192,
+                    max_bytes: int = 20_000_000, seed: int = 0) -> dict:
+    """Train a byte-level BPE on up to ``max_bytes`` of the sources; write ``out_dir/tokenizer.json``.
+
+    Deterministic: the same inputs and arguments give byte-identical tokenizer.json (the sample order
+    is fixed and the HF BPE trainer breaks count ties by token id). Special tokens take ids 0..2:
+    EOS, BOS, PAD. Returns the identity dict plus the path and how much text was used."""
+    if vocab_size < 256 + 3:
+        raise ValueError(f"vocab_size must be >= 259 (256 bytes + 3 special tokens), got {vocab_size}")
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    texts = sample_corpus(list(input_dirs), max_bytes, seed)
+    if not texts:
+        raise ValueError(f"no non-empty text found to train a tokenizer in {list(input_dirs)}")
+    tok = new_bpe_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=[EOS_TOKEN, BOS_TOKEN, PAD_TOKEN],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer, length=len(texts))
+    data = tok.to_str(pretty=False).encode("utf-8")
+    fs, root = fsspec.core.url_to_fs(out_dir)
+    fs.makedirs(root, exist_ok=True)
+    final = f"{root.rstrip('/')}/tokenizer.json"
+    tmp = f"{root.rstrip('/')}/.tokenizer.json.tmp-{os.getpid()}"
+    with fs.open(tmp, "wb") as f:
+        f.write(data)
+    fs.mv(tmp, final)
+    identity = tokenizer_identity(tok, data, where=final)
+    return {
+        **identity.to_dict(),
+        "path": f"{out_dir.rstrip('/')}/tokenizer.json",
+        "docs_used": len(texts),
+        "bytes_used": sum(len(t.encode("utf-8")) for t in texts),
+        "requested_vocab_size": vocab_size,
+    }
+

@@ -1,0 +1,170 @@
+"""The `datakit` command line end to end: validate, dry-run, run, rerun, status, cache inspect."""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from datakit.cli import main
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def _corpus(tmp_path: Path) -> Path:
+    """A small real corpus: stdlib modules as text, license-like jsonl with planted duplicates."""
+    code = tmp_path / "code"
+    code.mkdir()
+    for name in ("heapq.py", "bisect.py", "textwrap.py", "shlex.py", "fnmatch.py", "colorsys.py"):
+        (code / name).write_text((STDLIB / name).read_text())
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    base = (STDLIB / "string.py").read_text()[:4000]
+    rows = [{"text": base + f"\nvariant {i}", "doc": f"d{i}"} for i in range(6)]
+    rows.append({"text": base + "\nvariant 0", "doc": "exact-copy"})
+    rows.append({"text": (STDLIB / "glob.py").read_text(), "doc": "glob"})
+    (docs / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"question": "Heaps are arrays for which a[k] <= a[2*k+1] and a[k] <= a[2*k+2] for "
+                                             "all k, counting elements from 0."}) + "\n")
+    manifest = tmp_path / "sources.yaml"
+    manifest.write_text(f"""\
+prefix: out
+sources:
+  - name: code
+    uri: {code}/*.py
+    format: text
+  - name: docs
+    uri: {docs}/*.jsonl
+    format: jsonl
+    id_field: doc
+decontaminate:
+  benchmarks:
+    - name: heap-bench
+      path: bench.jsonl
+      text_fields: [question]
+tokenize:
+  vocab_size: 512
+  validation_fraction: 0.2
+train:
+  preset: nano
+  seq_len: 32
+  batch_size: 4
+  steps: 3
+  warmup_steps: 1
+  eval_every: 3
+  checkpoint_every: 3
+""")
+    return manifest
+
+
+def test_validate_reports_every_error_with_line_and_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources:\n  - name: a\n    uri: /nonexistent/*.jsonl\n    format: jsnl\n  - name: a\n    uri: x\n"
+                   "    format: text\n    colour: red\n")
+    res = CliRunner().invoke(main, ["validate", str(bad)])
+    assert res.exit_code == 2
+    assert "bad.yaml:4:5: sources[0].format: 'jsnl' is not one of jsonl, parquet, text, html, warc" in res.output
+    assert "sources[1].colour" in res.output and "sources[1].name" in res.output
+    res = CliRunner().invoke(main, ["run", str(bad), "--prefix", str(tmp_path / "never")])
+    assert res.exit_code == 2
+    assert not (tmp_path / "never").exists()
+
+
+def test_impossible_train_config_fails_before_any_work(tmp_path):
+    manifest = _corpus(tmp_path)
+    manifest.write_text(manifest.read_text().replace("warmup_steps: 1", "warmup_steps: 50"))
+    res = CliRunner().invoke(main, ["run", str(manifest)])
+    assert res.exit_code == 2
+    assert "warmup_steps=50 exceeds train.steps=3" in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_touches_nothing(tmp_path):
+    manifest = _corpus(tmp_path)
+    before = _tree(tmp_path)
+    res = CliRunner().invoke(main, ["run", str(manifest), "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    names = [s["name"] for s in summary["steps"]]
+    assert names[:2] == ["normalize-code", "normalize-docs"] and names[-1] == "train"
+    assert {s["status"] for s in summary["steps"]} == {"would_run"}
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_run_end_to_end_then_rerun_skips_everything(tmp_path):
+    manifest = _corpus(tmp_path)
+    res = CliRunner().invoke(main, ["run", str(manifest), "--json", "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output.strip().splitlines()[-1])
+    assert summary["status"] == "succeeded"
+    by = {s["name"]: s for s in summary["steps"]}
+    assert all(s["status"] == "succeeded" for s in summary["steps"])
+    assert by["normalize-docs"]["counters"]["dups"] == 1  # the planted exact copy
+    assert by["decontaminate"]["counters"]["contaminated/code"] == 1  # heapq.py holds the benchmark item
+    assert by["decontaminate"]["counters"].get("contaminated/docs", 0) == 0
+    consolidated = by["consolidate-docs"]["counters"]
+    assert consolidated["removed_fuzzy"] >= 4  # six near-identical variants collapse to one
+    assert consolidated["docs_out"] == consolidated["docs_in"] - consolidated["removed_fuzzy"] - \
+        consolidated["removed_exact"] - consolidated["removed_decontaminate"]
+    train_out = Path(by["train"]["output"])
+    assert (train_out / "loss.png").exists() and (train_out / "metrics.jsonl").exists()
+
+    out = tmp_path / "out"
+    before = _tree(out)
+    again = CliRunner().invoke(main, ["run", str(manifest), "--json"])
+    assert again.exit_code == 0, again.output
+    summary2 = json.loads(again.output.strip().splitlines()[-1])
+    assert {s["status"] for s in summary2["steps"]} == {"skipped"}
+    after = _tree(out)
+    assert {k: v for k, v in after.items() if not k.endswith("events.jsonl")} == \
+        {k: v for k, v in before.items() if not k.endswith("events.jsonl")}
+
+    status = CliRunner().invoke(main, ["status", str(manifest), "--json"])
+    assert status.exit_code == 0
+    assert {r["state"] for r in json.loads(status.output)} == {"SUCCESS"}
+
+    cache_dir = by["tokenize-code"]["output"]
+    inspect = CliRunner().invoke(main, ["cache", "inspect", cache_dir, "--json"])
+    assert inspect.exit_code == 0, inspect.output
+    info = json.loads(inspect.output)
+    assert json.dumps(info)  # totals, per-source counts and a sample are reported
+
+
+def _digests(root: Path) -> dict[str, str]:
+    """Content hashes of every data file under a run's step dirs (markers and timings excluded)."""
+    import hashlib
+
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.name in ("artifact.json", ".status", "events.jsonl", "error.txt") \
+                or p.name.startswith(".lease"):
+            continue
+        rel = p.relative_to(root).parts
+        out["/".join((rel[0].rsplit("-", 1)[0],) + rel[1:])] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.slow
+def test_run_on_ray_equals_local_run_byte_for_byte(tmp_path, ray_cluster):
+    manifest = _corpus(tmp_path)
+    text = manifest.read_text()
+    manifest.write_text(text[: text.index("train:")])  # the data pipeline only; training is covered above
+    local = CliRunner().invoke(main, ["run", str(manifest), "--prefix", str(tmp_path / "local"), "--json"])
+    assert local.exit_code == 0, local.output
+    on_ray = CliRunner().invoke(main, ["run", str(manifest), "--prefix", str(tmp_path / "ray"), "--json",
+                                       "--backend", "ray"])
+    assert on_ray.exit_code == 0, on_ray.output
+    a, b = _digests(tmp_path / "local"), _digests(tmp_path / "ray")
+    assert any(k.startswith("consolidate-code/outputs/main/") for k in a)
+    assert any(k.startswith("tokenize-code/") for k in a)
+    assert a == b

@@ -1,0 +1,172 @@
+"""Tokenizer loading (paths, URLs, hub-name error), identity, deterministic training, long-text split."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import fsspec
+import numpy as np
+import pytest
+
+from datakit.tokenize.encode import encode_documents, split_long_text, token_dtype
+from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
+from datakit.tokenize.tokenizer import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    TokenizerError,
+    load_tokenizer,
+    sample_corpus,
+    train_tokenizer,
+)
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tok-src")
+    write_source(str(root / "code"), stdlib_texts(400_000, subdir="json") + stdlib_texts(300_000, subdir="email"), 3)
+    write_source(str(root / "prose"), license_texts() or stdlib_texts(200_000, subdir="asyncio"), 2)
+    return [str(root / "code"), str(root / "prose")]
+
+
+@pytest.fixture(scope="module")
+def trained(sources, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    info = train_tokenizer(sources, str(out), vocab_size=600, max_bytes=300_000)
+    return info
+
+
+def test_train_tokenizer_writes_identity(trained):
+    assert os.path.exists(trained["path"])
+    data = open(trained["path"], "rb").read()
+    assert trained["sha256"] == hashlib.sha256(data).hexdigest()
+    assert trained["vocab_size"] == 600
+    assert trained["eos_id"] == 0 and trained["bos_id"] == 1
+    assert 300_000 <= trained["bytes_used"] < 300_000 + 200_000
+    tok, ident = load_tokenizer(trained["path"])
+    assert tok.id_to_token(ident.eos_id) == EOS_TOKEN and tok.id_to_token(ident.bos_id) == BOS_TOKEN
+    assert ident.to_dict() == {k: trained[k] for k in ("sha256", "vocab_size", "bos_id", "eos_id")}
+
+
+def test_train_tokenizer_is_deterministic_across_processes(sources, trained, tmp_path):
+    """Same input => byte-identical tokenizer.json, also from a fresh interpreter (hash seeds differ)."""
+    code = (
+        "import sys; from datakit.tokenize.tokenizer import train_tokenizer; "
+        "print(train_tokenizer(sys.argv[1:3], sys.argv[3], vocab_size=600, max_bytes=300_000)['sha256'])"
+    )
+    env = dict(os.environ, PYTHONHASHSEED="123")
+    out = subprocess.run([sys.executable, "-c", code, *sources, str(tmp_path)], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stdout.strip() == trained["sha256"]
+    assert open(tmp_path / "tokenizer.json", "rb").read() == open(trained["path"], "rb").read()
+
+
+def test_seed_changes_the_sample(sources):
+    a = sample_corpus(sources, 100_000, seed=0)
+    b = sample_corpus(sources, 100_000, seed=1)
+    assert a != b and a == sample_corpus(sources, 100_000, seed=0)
+    # round-robin: both sources contribute
+    prose = set(t for t in license_texts())
+    if prose:
+        assert any(t in prose for t in a) and any(t not in prose for t in a)
+
+
+def test_train_tokenizer_bad_args(sources, tmp_path):
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(sources, str(tmp_path), vocab_size=100)
+    with pytest.raises(FileNotFoundError, match="no parquet files"):
+        train_tokenizer([str(tmp_path / "nope")], str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "meta-llama/Llama-3.1-8B", "mistralai/Mistral-7B-v0.1"])
+def test_hub_names_give_a_clear_error(name):
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer(name)
+    msg = str(e.value)
+    assert "Hugging Face Hub name" in msg and "cannot fetch" in msg and "tokenizer.json" in msg
+
+
+def test_missing_file_and_bad_json(tmp_path):
+    with pytest.raises(TokenizerError, match="not found"):
+        load_tokenizer(str(tmp_path / "missing" / "tokenizer.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"not": "a tokenizer"}')
+    with pytest.raises(TokenizerError, match="bad.json: not a valid tokenizers JSON"):
+        load_tokenizer(str(bad))
+
+
+def test_load_from_directory_and_fsspec_url(trained):
+    tok_a, ident_a = load_tokenizer(os.path.dirname(trained["path"]))
+    data = open(trained["path"], "rb").read()
+    with fsspec.open("memory://tokenizers/t1/tokenizer.json", "wb") as f:
+        f.write(data)
+    tok_b, ident_b = load_tokenizer("memory://tokenizers/t1/tokenizer.json")
+    assert ident_a == ident_b
+    assert tok_a.encode("def f(x): return x").ids == tok_b.encode("def f(x): return x").ids
+
+
+def test_tokenizer_without_eos_needs_explicit_token(trained, tmp_path):
+    d = json.loads(open(trained["path"]).read())
+    for t in d["added_tokens"]:
+        t["content"] = t["content"].replace("endoftext", "stop").replace("begin_of_text", "start")
+    for old, new in (("<|endoftext|>", "<|stop|>"), ("<|begin_of_text|>", "<|start|>")):
+        if old in d["model"]["vocab"]:
+            d["model"]["vocab"][new] = d["model"]["vocab"].pop(old)
+    p = tmp_path / "noeos.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(TokenizerError, match="no end-of-document token"):
+        load_tokenizer(str(p))
+    _, ident = load_tokenizer(str(p), eos_token="<|stop|>", bos_token="<|start|>")
+    assert (ident.eos_id, ident.bos_id) == (0, 1)
+    with pytest.raises(TokenizerError, match="not in the tokenizer's vocabulary"):
+        load_tokenizer(str(p), eos_token="<nope>")
+
+
+def test_special_token_text_in_documents_is_plain_text(trained):
+    tok, ident = load_tokenizer(trained["path"])
+    text = f"a {EOS_TOKEN} b"
+    ids = tok.encode(text, add_special_tokens=False).ids
+    assert ident.eos_id not in ids
+    assert tok.decode(ids, skip_special_tokens=False) == text
+
+
+def test_split_long_text_is_lossless_and_bounded():
+    text = ("word " * 5000) + ("x" * 25_000) + " tail\n\n  end"
+    pieces = split_long_text(text, 10_000)
+    assert "".join(pieces) == text
+    assert all(0 < len(p) <= 10_000 for p in pieces)
+    assert pieces[0].endswith("word") and pieces[1].startswith(" word")  # cut before a space
+    assert split_long_text("short", 10) == ["short"]
+
+
+def test_encode_documents_appends_eos_and_optional_bos(trained):
+    tok, ident = load_tokenizer(trained["path"])
+    texts = ["hello world", "", "x" * 30_000 + " y " * 10, "ünïcödé ✓ 🙂"]
+    tokens, lens = encode_documents(tok, texts, eos_id=ident.eos_id, dtype=token_dtype(ident.vocab_size))
+    assert tokens.dtype == "<u2" and lens.sum() == len(tokens)
+    ends = lens.cumsum()
+    assert (tokens[ends - 1] == ident.eos_id).all()
+    starts = ends - lens
+    for i, t in enumerate(texts):
+        assert tok.decode(tokens[starts[i] : ends[i] - 1].tolist(), skip_special_tokens=False) == t
+    with_bos, lens_b = encode_documents(tok, texts, eos_id=ident.eos_id, bos_id=ident.bos_id)
+    assert (lens_b == lens + 1).all()
+    assert (with_bos[np.cumsum(lens_b) - lens_b] == ident.bos_id).all()
+    empty, empty_lens = encode_documents(tok, [], eos_id=0)
+    assert len(empty) == 0 and len(empty_lens) == 0
+
+
+def test_token_dtype():
+    assert token_dtype(8192) == np.dtype("<u2")
+    assert token_dtype(65536) == np.dtype("<u2")
+    assert token_dtype(65537) == np.dtype("<u4")
+
+
+
+def test_train_tokenizer_to_an_fsspec_url(sources, trained):
+    info = train_tokenizer(sources, "memory://datakit-tok-test/out", vocab_size=600, max_bytes=300_000)
+    assert info["path"] == "memory://datakit-tok-test/out/tokenizer.json"
+    assert info["sha256"] == trained["sha256"]
+    _, ident = load_tokenizer(info["path"])
+    assert ident.sha256 == trained["sha256"]
