@@ -246,6 +246,12 @@ def _tokenize_fn(name: str, source: Step, tokenizer: Step, manifest: Manifest):
     return run
 
 
+def _tokenize_version() -> str:
+    from datakit.tokenize.tokenize_step import VERSION
+
+    return f"{VERSIONS['tokenize']}.{VERSION}"
+
+
 def _train_step(manifest: Manifest, tokenize: dict[str, Step]) -> Step:
     spec = manifest.train
     assert spec is not None
@@ -271,7 +277,7 @@ def _train_step(manifest: Manifest, tokenize: dict[str, Step]) -> Step:
         return d
 
     return Step("train", run, {"train": cfg_dict, "weights": weights},
-                deps=tuple(tokenize[n] for n in sorted(tokenize)), version=VERSIONS["train"])
+                deps=tuple(tokenize[n] for n in sorted(tokenize)), version=VERSIONS["train"], resumable=True)
 
 
 def build_steps(manifest: Manifest) -> list[Step]:
@@ -317,7 +323,8 @@ def build_steps(manifest: Manifest) -> list[Step]:
         tokenize[spec.name] = Step(f"tokenize-{spec.name}", _tokenize_fn(spec.name, final[spec.name], tokenizer, manifest),
                                    {"validation_fraction": manifest.tokenize.validation_fraction,
                                     "bos": manifest.tokenize.bos},
-                                   deps=(final[spec.name], tokenizer), version=VERSIONS["tokenize"])
+                                   deps=(final[spec.name], tokenizer), version=_tokenize_version(),
+                                   resumable=True)
         steps.append(tokenize[spec.name])
     if manifest.train is not None:
         steps.append(_train_step(manifest, tokenize))

@@ -602,3 +602,26 @@ def test_paused_holder_goes_stale_is_taken_over_and_cannot_commit(tmp_path):
     d = prefix / _hanging_step(str(flags)).dirname
     assert json.loads((d / "artifact.json").read_text())["result"] == {"who": "parent"}
     assert json.loads((d / ".status").read_text())["status"] == "SUCCESS"
+
+
+def _partial_then_succeed(ctx):
+    marker = os.path.join(ctx.output, "partial.txt")
+    seen = os.path.exists(marker)
+    if not seen:
+        with open(marker, "w") as f:
+            f.write("half done")
+        raise RuntimeError("crashed mid-step")
+    return {"resumed": seen}
+
+
+@pytest.mark.parametrize("resumable", [True, False])
+def test_resumable_steps_keep_partial_output_others_start_clean(tmp_path, resumable):
+    step = Step("resumable-or-not", _partial_then_succeed, {}, resumable=resumable)
+    first = run_steps([step], str(tmp_path))
+    assert first.status == "failed"
+    second = run_steps([step], str(tmp_path))
+    if resumable:
+        assert second.status == "succeeded" and second.result("resumable-or-not")["resumed"] is True
+    else:  # the stale partial file was cleared, so the step crashed again from scratch
+        assert second.status == "failed"
+    assert step.identity == Step("resumable-or-not", _partial_then_succeed, {}).identity

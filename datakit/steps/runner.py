@@ -188,12 +188,13 @@ class _Run:
                     self.records[step.name] = rec
                     self.emit("step_skipped", step, output=url, location="prefix", reason="built by another runner")
                     return _entry(step, "skipped", url, counters=rec.counters, location="prefix")
-            return self._run_fn(step, lease, fs, d, url)
+            return self._run_fn(step, lease, fs, d, url, forced)
         finally:
             lease.release()
 
-    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str) -> dict:
-        markers.clear_step_dir(fs, d, keep=is_lease_name)
+    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str, forced: bool = False) -> dict:
+        if forced or not step.resumable:
+            markers.clear_step_dir(fs, d, keep=is_lease_name)
         started = time.time()
         markers.write_status(fs, d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
                              lease_owner=lease.owner)

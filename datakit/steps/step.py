@@ -31,6 +31,8 @@ class Step:
              paths (rejected): see datakit.steps.identity.
     deps:    Steps whose outputs this one reads (``ctx.deps[name]``).
     version: implementation version; bump it when the code's output changes for the same config.
+    resumable: keep a failed attempt's partial output for the next attempt (the stage must validate
+             what it reuses); otherwise the step dir is cleared first so partial output is never trusted.
     """
 
     name: str
@@ -38,6 +40,9 @@ class Step:
     config: dict = field(default_factory=dict)
     deps: tuple["Step", ...] = ()
     version: str = "1"
+    # Stages that keep their own fingerprinted progress markers (tokenize shards, training checkpoints)
+    # resume from a crashed attempt's partial output instead of starting over; not part of the identity.
+    resumable: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
