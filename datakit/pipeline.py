@@ -282,6 +282,14 @@ def _train_step(manifest: Manifest, tokenize: dict[str, Step]) -> Step:
 
 def build_steps(manifest: Manifest) -> list[Step]:
     """The whole DAG for a manifest, in a deterministic order."""
+    if manifest.dedup.exact or manifest.dedup.fuzzy:
+        for i, spec in enumerate(manifest.sources):
+            if spec.dedup == "none":
+                raise ValueError(
+                    f"{manifest.path}: sources[{i}].dedup: 'none' keeps duplicate ids in {spec.name!r}, but the "
+                    "corpus-level dedup steps (dedup.exact / dedup.fuzzy) mark documents by id and need one row "
+                    "per id; remove `dedup: none`, or set dedup: {exact: false, fuzzy: false} to keep every copy"
+                )
     steps: list[Step] = []
     normalize: dict[str, Step] = {}
     for spec in manifest.sources:

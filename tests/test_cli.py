@@ -168,3 +168,12 @@ def test_run_on_ray_equals_local_run_byte_for_byte(tmp_path, ray_cluster):
     assert any(k.startswith("consolidate-code/outputs/main/") for k in a)
     assert any(k.startswith("tokenize-code/") for k in a)
     assert a == b
+
+
+def test_dedup_none_with_corpus_dedup_is_refused_before_any_work(tmp_path):
+    manifest = _corpus(tmp_path)
+    manifest.write_text(manifest.read_text().replace("    id_field: doc\n", "    id_field: doc\n    dedup: none\n"))
+    res = CliRunner().invoke(main, ["run", str(manifest)])
+    assert res.exit_code == 2
+    assert "sources[1].dedup: 'none' keeps duplicate ids" in res.output
+    assert not (tmp_path / "out").exists()
