@@ -152,6 +152,13 @@ def test_byte_identical_across_backends_and_worker_counts(built, corpus):
     _assert_same_tree(built.out_dir, out)
 
 
+def test_byte_identical_for_any_batch_size(built, corpus, tmp_path):
+    out = str(tmp_path / "small-batches")
+    tokenize_source("mixed", corpus["src"], out, corpus["tok"], validation_fraction=0.2, exec_config=INLINE,
+                    batch_bytes=16 << 10, threads=1)
+    _assert_same_tree(built.out_dir, out)
+
+
 def test_rerun_reuses_everything_and_rewrites_identical_bytes(built, corpus, tmp_path):
     out = str(tmp_path / "c")
     shutil.copytree(built.out_dir, out)

@@ -3,7 +3,7 @@
 Modules: tokenizer (load/identify/train HF tokenizers), encode (batch encoding with long-text
 splitting), cache (on-disk format, writer helpers, TokenCache reader), tokenize_step (the engine
 pipeline), feistel and mixture (stateless shuffling and mixing), reader (TrainBatches, eval_batches),
-inspection (`datakit cache inspect`).
+inspection (`datakit cache inspect`), fixtures (real-text sources for tests and benchmarks).
 
 The stage entry point lives in tokenize_step, which pulls in the shuffle engine; it is imported lazily
 so that training code reading caches does not load the engine.

@@ -35,10 +35,13 @@ __all__ = [
     "CacheNotReady",
     "NpyStreamWriter",
     "TokenCache",
+    "open_cache",
+    "read_ledger",
     "shard_file_names",
     "write_json_atomic",
     "read_json",
     "write_npy_atomic",
+    "load_npy",
 ]
 
 CACHE_FORMAT = "datakit.token_cache"

@@ -1,10 +1,12 @@
 """The tokenize stage: one consolidated source (parquet parts) -> a train and a validation token cache.
 
-One engine task per input part: it reads the part in record batches, encodes each batch with ONE
-``encode_batch_fast`` call (the tokenizer's Rust threads do the parallel work; long texts are cut at
-whitespace first), appends EOS (and optionally BOS) per document, routes each document to train or
-validation by a hash of its id, and streams tokens straight into the split's .npy files. Output shard i
-of each split comes from input part i only, so the result is byte-identical for any worker count.
+One engine task per input part: it reads the part in chunks of about ``batch_bytes`` of text, encodes
+each chunk with ONE ``encode_batch_fast`` call (the tokenizer's Rust threads do the parallel work; long
+texts are cut at whitespace first) on a helper thread while the task's own thread reads the next chunk
+and converts/writes the previous one, appends EOS (and optionally BOS) per document, routes each
+document to train or validation by a hash of its id, and streams tokens straight into the split's .npy
+files. Output shard i of each split comes from input part i only, so the result is byte-identical for
+any worker count, backend or batch size.
 
 Resume: each finished shard leaves a marker holding the fingerprint of its inputs (part name and size,
 tokenizer sha256, split and encoding settings). A rerun reuses shards whose marker matches and rebuilds
@@ -204,8 +206,8 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     bad: list[dict] = []  # samples, capped
     n_bad = 0
 
-    def prepare(first_row: int, ids: pa.Array, texts: pa.Array) -> tuple[list[str], np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
+    def prepare(first_row: int, ids: pa.Array, texts: pa.Array) -> tuple:
+        """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc)."""
         nonlocal n_bad
         _check_types(file.path, ids, texts)
         valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
