@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from datakit.shuffle import ExecConfig, FileInfo, list_files
+from datakit.shuffle.fsio import sha256_file
 from datakit.sources.manifest import Manifest, SourceSpec
 from datakit.steps import Step, StepContext
 
@@ -57,14 +58,6 @@ def local_fingerprint(files: list[FileInfo]) -> str:
         st = os.stat(f.path)
         h.update(f"{os.path.relpath(f.path, root)}\0{f.size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:20]
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _source_config(spec: SourceSpec) -> dict:
@@ -167,7 +160,7 @@ def _dedup_steps(manifest: Manifest, normalize: dict[str, Step]) -> tuple[list[S
 
     benches = manifest.decontaminate.benchmarks
     if benches:
-        bench_cfg = [{"name": b.name, "text_fields": list(b.text_fields), "sha256": file_sha256(b.path)}
+        bench_cfg = [{"name": b.name, "text_fields": list(b.text_fields), "sha256": sha256_file(b.path)}
                      for b in benches]
 
         def decon(ctx: StepContext) -> dict:
@@ -211,7 +204,7 @@ def _tokenizer_step(manifest: Manifest, inputs: dict[str, Step]) -> Step:
             _, ident = load_tokenizer(f"{ctx.output}/tokenizer.json")
             return {"tokenizer": "tokenizer.json", "identity": dataclasses.asdict(ident)}
 
-        ref = given if "://" in given and not given.startswith("file://") else file_sha256(given)
+        ref = given if "://" in given and not given.startswith("file://") else sha256_file(given)
         return Step("tokenizer", copy, {"given": ref}, version=VERSIONS["tokenizer"])
 
     names = sorted(inputs)

@@ -9,7 +9,6 @@ the DuckDB connection, the artifact records of built steps, which steps are no l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import duckdb
 
 from .envelopes import Envelopes
 from .plan import RunPlan
+from datakit.shuffle.fsio import sha256_file  # noqa: F401  (the checks import it from here)
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 # The whitespace class of DuckDB's RE2 `\s`, used on both sides of the planted-text search.
@@ -70,14 +70,6 @@ def parquet_names(d: str) -> list[str]:
 def read_json(path: str) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def collapse(text: str) -> str:

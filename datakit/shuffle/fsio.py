@@ -7,6 +7,7 @@ becomes visible only when the upload completes, which gives the same guarantee.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from typing import IO
@@ -76,6 +77,15 @@ def discard(tmp: str) -> None:
             fs_for(tmp).rm(tmp)
     except FileNotFoundError:
         pass
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's bytes, streamed (local or any fsspec URL)."""
+    h = hashlib.sha256()
+    with open_read(path) as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
