@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -36,6 +35,7 @@ from .layout import (
     DedupInputError,
     basename,
     check_files_match,
+    iter_batches,
     main_files,
     open_parquet,
     per_file_tasks,
@@ -91,7 +91,7 @@ def _marks(kind: str, path: str) -> tuple[pa.Array, pa.Array]:
     return ids, pa.chunked_array([detail]).combine_chunks().cast(pa.string())
 
 
-def _consolidate_file(job: tuple, name: str) -> dict:
+def _consolidate_file(job: tuple) -> dict:
     src, attr_files, dst_main, dst_removed = job
     marks = [(kind, *_marks(kind, path)) for kind, path in attr_files]
     found = [np.zeros(len(ids), dtype=bool) for _, ids, _ in marks]
@@ -103,38 +103,38 @@ def _consolidate_file(job: tuple, name: str) -> dict:
     try:
         with open_parquet(src) as pf:
             schema = pf.schema_arrow
-            if "id" not in schema.names:
-                raise DedupInputError(f"{src}: missing column id")
-            writer = pq.ParquetWriter(f_out, schema, compression="zstd")
-            row0 = 0
-            for rb in pf.iter_batches(batch_size=8192):
-                ids = rb.column(schema.get_field_index("id"))
-                hi, lo = ids_to_u64(ids, src)
-                _check_sorted(hi, lo, last, src, row0, ids)
-                if len(hi):
-                    last = (hi[-1], lo[-1])
-                drop = np.zeros(len(rb), dtype=bool)
-                for (kind, mids, detail), seen in zip(marks, found):
-                    if not len(mids):
-                        continue
-                    hit = np.asarray(pc.is_in(ids, value_set=mids), dtype=bool)
-                    if not hit.any():
-                        continue
-                    where = np.asarray(pc.index_in(ids.filter(pa.array(hit)), value_set=mids))
-                    seen[where] = True
-                    new = hit & ~drop
-                    if new.any():
-                        sel = pa.array(new)
-                        removed_ids.append(ids.filter(sel))
-                        removed_reason.append(pa.array([kind] * int(new.sum()), pa.string()))
-                        removed_detail.append(detail.take(pc.index_in(ids.filter(sel), value_set=mids)))
-                        stats[f"removed_{kind}"] += int(new.sum())
-                    drop |= hit
-                kept = rb.filter(pa.array(~drop))
-                writer.write_batch(kept)
-                stats["docs_in"] += len(rb)
-                stats["docs_out"] += len(kept)
-                row0 += len(rb)
+        if "id" not in schema.names:
+            raise DedupInputError(f"{src}: missing column id")
+        writer = pq.ParquetWriter(f_out, schema, compression="zstd")
+        row0 = 0
+        for rb in iter_batches(src, None, 8192):
+            ids = rb.column(schema.get_field_index("id"))
+            hi, lo = ids_to_u64(ids, src)
+            _check_sorted(hi, lo, last, src, row0, ids)
+            if len(hi):
+                last = (hi[-1], lo[-1])
+            drop = np.zeros(len(rb), dtype=bool)
+            for (kind, mids, detail), seen in zip(marks, found):
+                if not len(mids):
+                    continue
+                hit = np.asarray(pc.is_in(ids, value_set=mids), dtype=bool)
+                if not hit.any():
+                    continue
+                where = np.asarray(pc.index_in(ids.filter(pa.array(hit)), value_set=mids))
+                seen[where] = True
+                new = hit & ~drop
+                if new.any():
+                    sel = pa.array(new)
+                    removed_ids.append(ids.filter(sel))
+                    removed_reason.append(pa.array([kind] * int(new.sum()), pa.string()))
+                    removed_detail.append(detail.take(pc.index_in(ids.filter(sel), value_set=mids)))
+                    stats[f"removed_{kind}"] += int(new.sum())
+                drop |= hit
+            kept = rb.filter(pa.array(~drop))
+            writer.write_batch(kept)
+            stats["docs_in"] += len(rb)
+            stats["docs_out"] += len(kept)
+            row0 += len(rb)
         writer.close()
         f_out.close()
     except BaseException:
@@ -215,7 +215,7 @@ def consolidate(
     for f, fn in zip(files, file_names):
         attrs = [(kind, f"{sets[kind][0]}/{fn}") for kind in REASONS if kind in sets]
         jobs.append((f.path, attrs, f"{main_dir}/{fn}", f"{removed_dir}/{fn}"))
-    run = per_file_tasks(jobs, [f.path for f in files]).map(partial(_consolidate_file, name=name)).run(exec_config)
+    run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
     keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS)]
     c = {k: int(run.counters.get(k, 0)) for k in keys}
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,

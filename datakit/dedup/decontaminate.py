@@ -16,7 +16,6 @@ and per source.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.shuffle import ExecConfig, counters
-from datakit.shuffle.fsio import atomic_write_bytes, exists, open_read
+from datakit.shuffle.fsio import atomic_write_bytes, exists, open_read, sha256_file
 from datakit.shuffle.io import open_decompressed
 
 from .hashing import U64
@@ -134,14 +133,6 @@ def _segments(value: Any) -> list[str] | None:
     return None
 
 
-def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open_read(path) as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_benchmark_ngrams(
     specs: Sequence[BenchmarkSpec], cfg: DecontamConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[str]], dict]:
@@ -191,7 +182,7 @@ def load_benchmark_ngrams(
         for i in np.flatnonzero(~has)[: _MAX_EXAMPLES - len(st["examples"])]:
             st["examples"].append(f"{spec.name} item {names[i]}: no field has {cfg.ngram}+ words")
         st["ngrams"] = int(len(np.unique(grams.values)))
-        st["sha256"] = _file_digest(spec.path)
+        st["sha256"] = sha256_file(spec.path)
         hashes.append(grams.values)
         bench_idx.append(np.full(len(grams.values), b, dtype=np.int64))
         item_idx.append(item_of)

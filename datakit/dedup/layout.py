@@ -184,28 +184,45 @@ def write_parquet_atomic(table: pa.Table, path: str, metadata: dict | None = Non
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _unreadable(path: str, e: Exception) -> DedupInputError:
+    return DedupInputError(f"{path}: cannot read parquet: {e}")
+
+
 @contextmanager
 def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
-    """A ParquetFile whose read errors name the file (pyarrow's messages do not)."""
+    """A ParquetFile; a file that is not parquet fails naming the file (pyarrow's messages do not)."""
     with open_read(path) as f:
         try:
-            yield pq.ParquetFile(f)
+            pf = pq.ParquetFile(f)
         except (pa.ArrowException, OSError) as e:
-            raise DedupInputError(f"{path}: cannot read parquet: {e}") from None
+            raise _unreadable(path, e) from None
+        yield pf
 
 
-def iter_batches(path: str, columns: Sequence[str], batch_size: int) -> Iterator[pa.RecordBatch]:
-    """Stream these columns of one parquet file in record batches (errors name the file)."""
+def iter_batches(path: str, columns: Sequence[str] | None, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Stream columns (all if None) of one parquet file in record batches; read errors name the file."""
     with open_parquet(path) as pf:
-        require_columns(path, pf.schema_arrow, columns)
-        yield from pf.iter_batches(batch_size=batch_size, columns=list(columns))
+        if columns is not None:
+            require_columns(path, pf.schema_arrow, columns)
+        batches = pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns is not None else None)
+        while True:
+            try:
+                rb = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as e:
+                raise _unreadable(path, e) from None
+            yield rb
 
 
 def read_columns(path: str, columns: Sequence[str]) -> pa.Table:
     """Read these columns of one parquet file, or fail naming the file and the missing columns."""
     with open_parquet(path) as pf:
         require_columns(path, pf.schema_arrow, columns)
-        return pf.read(columns=list(columns))
+        try:
+            return pf.read(columns=list(columns))
+        except (pa.ArrowException, OSError) as e:
+            raise _unreadable(path, e) from None
 
 
 def per_file_tasks(jobs: Sequence[Any], labels: Sequence[str]) -> Dataset:

@@ -117,7 +117,7 @@ class _Worker:
     def __init__(self) -> None:
         parent, child = socket.socketpair()
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "datakit.shuffle.worker", str(child.fileno())],
             pass_fds=(child.fileno(),), env=env, start_new_session=True,

@@ -139,10 +139,14 @@ def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: S
                     deaths[i] += 1
                     st.worker_deaths += 1
                     if deaths[i] >= config.max_worker_deaths:
+                        code = value.get("exitcode")
+                        hint = ("killed by a signal: look for out-of-memory kills (dmesg) or crashes in native "
+                                "code" if code is None or code < 0 else
+                                "the worker process exited on its own: its stderr (above) says why, e.g. an "
+                                "import error in the worker's environment")
                         raise WorkerDeaths(
                             f"stage {specs[i].stage_id}, shard {i} ({specs[i].label}): the worker died "
-                            f"{deaths[i]} times running it (last exit code {value.get('exitcode')}); "
-                            "look for out-of-memory kills (dmesg) or crashes in native code"
+                            f"{deaths[i]} times running it (last exit code {code}); {hint}"
                         )
                     pending.append(i)
     except BaseException:

@@ -12,6 +12,7 @@ import fnmatch
 import gzip
 import io
 import json
+import pickle
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -114,17 +115,26 @@ def format_output(pattern: str, shard: int, total: int) -> str:
 
 
 class _ParquetSink:
-    def __init__(self, path: str, schema: pa.Schema | None, rows_per_group: int = 65536):
+    """Buffers rows into row groups bounded by rows AND estimated bytes, so memory stays flat."""
+
+    def __init__(self, path: str, schema: pa.Schema | None, rows_per_group: int = 65536,
+                 bytes_per_group: int = 8 << 20):
         self.path, self.schema, self.rows_per_group = path, schema, rows_per_group
+        self.bytes_per_group = bytes_per_group
         self.buffer: list[dict] = []
         self.writer: pq.ParquetWriter | None = None
         self.file, self.tmp = open_atomic(path)
         self.rows = 0
+        self.next_check = 256
 
     def add(self, row: dict) -> None:
-        self.buffer.append(row)
-        if len(self.buffer) >= self.rows_per_group:
-            self._write()
+        buf = self.buffer
+        buf.append(row)
+        if len(buf) >= self.next_check:
+            avg = len(pickle.dumps(buf[-16:], protocol=5)) / 16 * 3  # Python objects weigh ~3x their pickle
+            if len(buf) >= self.rows_per_group or len(buf) * avg >= self.bytes_per_group:
+                self._write()
+            self.next_check = len(self.buffer) + 256
 
     def _write(self) -> None:
         if not self.buffer:
@@ -142,6 +152,7 @@ class _ParquetSink:
         self.writer.write_table(table)
         self.rows += len(self.buffer)
         self.buffer = []
+        self.next_check = 256
 
     def close(self) -> None:
         self._write()
