@@ -89,10 +89,14 @@ def sha256_file(path: str) -> str:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Publish `data` at `path` all at once; local files are fsynced before the rename (durable markers)."""
     f, tmp = open_atomic(path)
     try:
         with f:
             f.write(data)
+            if is_local(path):
+                f.flush()
+                os.fsync(f.fileno())
     except BaseException:
         discard(tmp)
         raise

@@ -20,7 +20,6 @@ import functools
 import json
 import math
 import os
-import tempfile
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from datakit.shuffle.fsio import atomic_write_bytes
 from datakit.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -106,19 +106,7 @@ def bits_per_byte(nll_sum_nats: float, num_bytes: float | None) -> float | None:
 
 
 def _atomic_write_text(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(os.path.abspath(path), text.encode("utf-8"))
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
