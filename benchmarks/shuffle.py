@@ -169,6 +169,14 @@ def physical_limit(n: int, workers: int) -> dict:
     return {"records_per_s_per_core": per_core, "records_per_s": per_core * workers}
 
 
+def _rss_probe(n: int, workers: int, shards: int, out: str, backend: str, reduce_mb: int) -> float:
+    cmd = [sys.executable, "-m", "benchmarks.shuffle", "--rss-probe", "--records", str(n), "--workers",
+           str(workers), "--shards", str(shards), "--out", out, "--backend", backend,
+           "--reduce-memory-mb", str(reduce_mb)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=2_000_000)
@@ -180,7 +188,13 @@ def main() -> None:
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--reduce-memory-mb", type=int, default=16, help="datakit's merge budget per reducer")
     ap.add_argument("--peer-ray", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rss-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rss_probe:
+        res = run_datakit(args.records, "payload", args.workers, args.shards, args.out, args.backend,
+                          args.reduce_memory_mb)
+        print(res["reducer_peak_rss_mb"])
+        return
     if args.peer_ray:
         print(json.dumps(run_ray(args.records, args.workload, args.workers, args.shards)))
         return
@@ -206,14 +220,16 @@ def main() -> None:
                     entry[f"ratio_vs_{peer}"] = ours["records_per_s"] / entry[peer]["records_per_s"]
         entry["fraction_of_physical_limit"] = ours["records_per_s"] / limit["records_per_s"]
         report[workload] = entry
-    # Reducer memory must not grow with the input: same shard count, 4x the records.
+    # Reducer memory must not grow with the input: same shard count, 1x and 4x the records, each size in a
+    # fresh process so no worker carries heap from an earlier run.
     if "payload" in report:
-        big = run_datakit(4 * n, "payload", w, args.shards, args.out, args.backend, args.reduce_memory_mb)
-        one = report["payload"]["datakit"]["reducer_peak_rss_mb"]
+        sizes = {"1x": n, "4x": 4 * n}
+        peaks = {k: _rss_probe(v, w, args.shards, args.out, args.backend, args.reduce_memory_mb)
+                 for k, v in sizes.items()}
         report["reducer_rss_flatness"] = {
-            "reduce_memory_mb": args.reduce_memory_mb, "records_1x": n, "reducer_peak_rss_mb_1x": one,
-            "records_4x": 4 * n, "reducer_peak_rss_mb_4x": big["reducer_peak_rss_mb"],
-            "ratio_4x_over_1x": big["reducer_peak_rss_mb"] / one,
+            "reduce_memory_mb": args.reduce_memory_mb, "records_1x": n, "reducer_peak_rss_mb_1x": peaks["1x"],
+            "records_4x": 4 * n, "reducer_peak_rss_mb_4x": peaks["4x"],
+            "ratio_4x_over_1x": peaks["4x"] / peaks["1x"],
         }
     shutil.rmtree(args.out, ignore_errors=True)
     print(json.dumps(report, indent=2))
