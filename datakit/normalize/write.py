@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import counters, current_shard
-from datakit.shuffle.fsio import commit, discard, makedirs, open_atomic, open_read
+from datakit.shuffle.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 
 from .schema import (
     CORE_SCHEMA, ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,
@@ -132,19 +132,12 @@ def rewrite_with_schema(path: str, schema: pa.Schema) -> str:
         pf = pq.ParquetFile(f)
         if pf.schema_arrow == schema:
             return path
-        out, tmp = open_atomic(path)
-        try:
+        with atomic_output(path) as out:
             w = _writer(out, schema)
             for i in range(pf.num_row_groups):
                 t = pf.read_row_group(i)
                 w.write_table(conform(t, schema), row_group_size=max(1, t.num_rows))
             w.close()
-            out.close()
-        except BaseException:
-            out.close()
-            discard(tmp)
-            raise
-    commit(tmp, path)
     return path
 
 
@@ -277,9 +270,8 @@ class RejectSink:
 def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
     """Concatenate the read tasks' reject files (in input order) into one file with fixed-size row
     groups, so its bytes do not depend on how the input was split into tasks."""
-    out, tmp = open_atomic(final_path)
     total = 0
-    try:
+    with atomic_output(final_path) as out:
         w = pq.ParquetWriter(out, REJECTS_SCHEMA, compression="zstd")
         pending: list[pa.Table] = []
         held = 0
@@ -298,12 +290,6 @@ def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
             w.write_table(pa.concat_tables(pending), row_group_size=REJECT_ROW_GROUP)
             total += held
         w.close()
-        out.close()
-    except BaseException:
-        out.close()
-        discard(tmp)
-        raise
-    commit(tmp, final_path)
     return total
 
 

@@ -7,10 +7,11 @@ becomes visible only when the upload completes, which gives the same guarantee.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
-from typing import IO
+from typing import IO, Iterator
 
 import fsspec
 
@@ -88,12 +89,13 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Publish `data` at `path` all at once; local files are fsynced before the rename (durable markers)."""
+@contextlib.contextmanager
+def atomic_output(path: str) -> Iterator[IO[bytes]]:
+    """Write `path` through a temp file: published on success (local files fsynced first), discarded on error."""
     f, tmp = open_atomic(path)
     try:
         with f:
-            f.write(data)
+            yield f
             if is_local(path):
                 f.flush()
                 os.fsync(f.fileno())
@@ -101,3 +103,9 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         discard(tmp)
         raise
     commit(tmp, path)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Publish `data` at `path` all at once."""
+    with atomic_output(path) as f:
+        f.write(data)

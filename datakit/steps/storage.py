@@ -43,16 +43,25 @@ def read_bytes(fs: fsspec.AbstractFileSystem, path: str) -> bytes | None:
         return None
 
 
+def _write_temp(directory: str, data: bytes, tmp_prefix: str) -> str:
+    """A durable (fsynced) temp file holding `data` in `directory`; the caller renames or links it."""
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=tmp_prefix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    return tmp
+
+
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, tmp_prefix: str = ".tmp-") -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix."""
     if is_local(fs):
-        directory = os.path.dirname(path)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=tmp_prefix)
+        tmp = _write_temp(os.path.dirname(path), data, tmp_prefix)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             _unlink_quiet(tmp)
@@ -70,13 +79,8 @@ def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes, *, t
     to check-then-put, which is best effort - the lease re-verifies after creating for that reason.
     """
     if is_local(fs):
-        directory = os.path.dirname(path)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=tmp_prefix)
+        tmp = _write_temp(os.path.dirname(path), data, tmp_prefix)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:
