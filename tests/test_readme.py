@@ -29,3 +29,23 @@ def test_python_api_example_runs(tmp_path, monkeypatch, capsys):
     assert list((tmp_path / "datakit-out" / "api-example").glob("longest-docs-*/artifact.json"))
     # Rerunning skips every step, the custom one included.
     runpy.run_path(str(script), run_name="__main__")
+
+
+def test_columnar_example_runs(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "docs").mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"source": ["web", "code", "web"], "text": ["ab", "cde", "f" * i],
+                                 "id": [1, 2, 3]}), tmp_path / "docs" / f"part-{i}.parquet")
+    monkeypatch.chdir(tmp_path)
+    scope = runpy.run_path(_write(tmp_path, _block("columnar")), run_name="__main__")
+    assert sorted(scope["sizes"], key=lambda r: r["source"]) == [
+        {"source": "code", "docs": 2, "chars": 6}, {"source": "web", "docs": 4, "chars": 5}]
+
+
+def _write(tmp_path: Path, code: str) -> str:
+    script = tmp_path / "example_columnar.py"
+    script.write_text(code)
+    return str(script)

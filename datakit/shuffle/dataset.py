@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from .executor import ExecConfig, RunResult, execute
-from .io import FileInfo, list_files, read_jsonl, read_parquet, read_text
+from .io import FileInfo, list_files, read_jsonl, read_parquet, read_parquet_batches, read_text
 from .plan import JoinNode, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
 
 
@@ -65,23 +65,41 @@ class Dataset:
     def map_shard(self, fn: Callable[[Iterable[Any]], Iterable[Any]]) -> "Dataset":
         return self._op("map_shard", fn)
 
+    def map_batches(self, fn: Callable[[Any], Any]) -> "Dataset":
+        """Apply `fn` to pyarrow Tables: Arrow items pass through as batches, dict rows are gathered
+        into tables of up to 4096 rows. `fn` returns a Table/RecordBatch (or None to drop the batch);
+        the items after this op are those tables, ready for a column-keyed group_by or write_parquet."""
+        return self._op("map_batches", fn)
+
     def read_jsonl(self) -> "Dataset":
         return self.flat_map(read_jsonl)
 
-    def read_parquet(self, columns: Sequence[str] | None = None) -> "Dataset":
+    def read_parquet(self, columns: Sequence[str] | None = None, *, as_batches: bool = False) -> "Dataset":
+        """Dict rows, or with `as_batches=True` pyarrow Tables of up to 64k rows (the columnar plane)."""
         cols = list(columns) if columns else None
+        if as_batches:
+            return self.flat_map(lambda f: read_parquet_batches(f, cols))
         return self.flat_map(lambda f: read_parquet(f, cols))
 
     def read_text(self) -> "Dataset":
         return self.flat_map(read_text)
 
     # ------------------------------------------------------------ shuffles
-    def group_by(self, key: Callable[[Any], Any], reducer: Callable[[Any, Iterable[Any]], Any], *,
-                 sort_by: Callable[[Any], Any] | None = None, num_shards: int | None = None,
-                 combiner: Callable[[Any, list], Any] | None = None) -> "Dataset":
+    def group_by(self, key: Callable[[Any], Any] | str, reducer: Callable[[Any, Any], Any], *,
+                 sort_by: Callable[[Any], Any] | str | None = None, num_shards: int | None = None,
+                 combiner: Callable[[Any, Any], Any] | None = None) -> "Dataset":
+        """Group items by key; `reducer(key, rows)` runs once per key, in key order within a shard.
+
+        `key` a function: any items, `rows` is an iterator of them (the record data plane).
+        `key` a column name: items are Arrow tables/record batches or dict rows, and the shuffle stays
+        columnar end to end; `reducer(key, table)` gets the group's rows as one pyarrow Table (ordered
+        by the `sort_by` column, then input order) and `combiner(key, table)` returns a dict or table
+        with the same columns. Both planes route a key to the same shard and order keys the same way.
+        """
         return Dataset(ShuffleNode(self._node, "group", key, reducer, sort_by, combiner, num_shards))
 
-    def deduplicate(self, key: Callable[[Any], Any], num_shards: int | None = None) -> "Dataset":
+    def deduplicate(self, key: Callable[[Any], Any] | str, num_shards: int | None = None) -> "Dataset":
+        """Keep the first item (in input order) per key; a column-name key dedups Arrow batches in bulk."""
         return Dataset(ShuffleNode(self._node, "dedup", key, None, None, None, num_shards))
 
     def reshard(self, num_shards: int) -> "Dataset":

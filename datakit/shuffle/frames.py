@@ -45,6 +45,8 @@ class RunRef:
     length: int
     rows: int
     raw_bytes: int
+    fmt: str = "pickle"  # "arrow": an IPC stream of record batches (columnar.py)
+    items: str = "rows"  # arrow runs: "rows" when the map side built its tables from dict rows
 
 
 def _serialize_run(records: list[Record], cctx: zstandard.ZstdCompressor) -> tuple[bytes, int]:
@@ -58,6 +60,12 @@ def _serialize_run(records: list[Record], cctx: zstandard.ZstdCompressor) -> tup
         parts.append(comp.compress(body))
     parts.append(comp.flush())
     return b"".join(parts), raw
+
+
+def frame_compressor() -> zstandard.ZstdCompressor:
+    # A 1 MB window bounds what each open run costs a reducer's decompressor during the merge.
+    return zstandard.ZstdCompressor(
+        compression_params=zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, window_log=20))
 
 
 class RunWriter:
@@ -92,9 +100,7 @@ class RunWriter:
         self.bytes_written = 0
         self.rows_written = 0
         self.index: dict[int, list[list[int]]] = {}
-        # A 1 MB window bounds what each open run costs a reducer's decompressor during the merge.
-        self._cctx = zstandard.ZstdCompressor(
-            compression_params=zstandard.ZstdCompressionParameters.from_level(ZSTD_LEVEL, window_log=20))
+        self._cctx = frame_compressor()
         self._file = None
         self._tmp = None
 
@@ -144,18 +150,8 @@ class RunWriter:
         self.flushes += 1
 
     def close(self) -> dict:
-        """Finish the data file, then publish the sidecar (the sidecar's existence means 'complete')."""
         self.flush()
-        data_path = None
-        if self._file is not None:
-            self._file.close()
-            commit(self._tmp, self.data_path)
-            data_path = self.data_path
-        sidecar = {
-            "data": data_path.rsplit("/", 1)[-1] if data_path else None,
-            "targets": {str(t): ranges for t, ranges in self.index.items()},
-        }
-        atomic_write_bytes(self.index_path, json.dumps(sidecar).encode())
+        publish_map_output(self._file, self._tmp, self.data_path, self.index_path, self.index)
         return {"index": self.index_path, "bytes": self.bytes_written, "rows": self.rows_written,
                 "flushes": self.flushes}
 
@@ -165,6 +161,19 @@ class RunWriter:
             discard(self._tmp)
 
 
+def publish_map_output(file: Any, tmp: Any, data_path: str, index_path: str,
+                       index: dict[int, list[list[int]]], **extra: Any) -> None:
+    """Finish the data file (if anything was written), then publish the sidecar: its existence means
+    'this map output is complete', so it goes last."""
+    name = None
+    if file is not None:
+        file.close()
+        commit(tmp, data_path)
+        name = data_path.rsplit("/", 1)[-1]
+    sidecar = {"data": name, **extra, "targets": {str(t): ranges for t, ranges in index.items()}}
+    atomic_write_bytes(index_path, json.dumps(sidecar).encode())
+
+
 def read_sidecar_runs(index_path: str, target: int) -> list[RunRef]:
     with open_read(index_path) as f:
         sidecar = json.loads(f.read())
@@ -172,7 +181,8 @@ def read_sidecar_runs(index_path: str, target: int) -> list[RunRef]:
     if not ranges:
         return []
     data = index_path.rsplit("/", 1)[0] + "/" + sidecar["data"]
-    return [RunRef(data, o, n, rows, raw) for o, n, rows, raw in ranges]
+    fmt, items = sidecar.get("format", "pickle"), sidecar.get("items", "rows")
+    return [RunRef(data, o, n, rows, raw, fmt, items) for o, n, rows, raw in ranges]
 
 
 class _RangeReader:
@@ -196,9 +206,9 @@ class _RangeReader:
         self._f.close()
 
 
-def iter_run(run: RunRef) -> Iterator[Record]:
-    """Stream one run's records, holding one sub-batch at a time."""
-    src = _RangeReader(run.path, run.offset, run.length)
+def iter_frame_bodies(path: str, offset: int, length: int) -> Iterator[bytes]:
+    """Stream the length-prefixed sub-batch bodies of one frame (both data planes share this layout)."""
+    src = _RangeReader(path, offset, length)
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(src, read_size=1 << 16)
         while True:
@@ -210,11 +220,17 @@ def iter_run(run: RunRef) -> Iterator[Record]:
             while len(body) < n:
                 more = reader.read(n - len(body))
                 if not more:
-                    raise IOError(f"truncated shuffle frame in {run.path} at offset {run.offset}")
+                    raise IOError(f"truncated shuffle frame in {path} at offset {offset}")
                 body += more
-            yield from pickle.loads(body)
+            yield body
     finally:
         src.close()
+
+
+def iter_run(run: RunRef) -> Iterator[Record]:
+    """Stream one run's records, holding one sub-batch at a time."""
+    for body in iter_frame_bodies(run.path, run.offset, run.length):
+        yield from pickle.loads(body)
 
 
 def write_spill_run(path: str, records: Iterable[Record]) -> RunRef:

@@ -104,6 +104,16 @@ def read_parquet(file: FileInfo | str, columns: Sequence[str] | None = None) -> 
             yield from batch.to_pylist()
 
 
+def read_parquet_batches(file: FileInfo | str, columns: Sequence[str] | None = None,
+                         batch_size: int = 65536) -> Iterator[pa.Table]:
+    """The file as Arrow tables (for column-keyed shuffles and map_batches): no Python object per row."""
+    path = file.path if isinstance(file, FileInfo) else file
+    with open_read(path) as f:
+        pf = pq.ParquetFile(f)
+        for batch in pf.iter_batches(batch_size=batch_size, columns=list(columns) if columns else None):
+            yield pa.Table.from_batches([batch])
+
+
 def read_text(file: FileInfo | str) -> Iterator[dict]:
     path = file.path if isinstance(file, FileInfo) else file
     with open_decompressed(path) as f:
@@ -136,6 +146,27 @@ class _ParquetSink:
                 self._write()
             self.next_check = len(self.buffer) + 256
 
+    def add_table(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Arrow batches go straight to row groups (after any buffered rows, keeping input order)."""
+        self._write()
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if self.schema is not None and table.schema != self.schema:
+            try:
+                table = table.select(self.schema.names).cast(self.schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+                raise ValueError(
+                    f"write_parquet {self.path}: a batch does not fit the schema {self.schema}: {e}; "
+                    "pass schema= to write_parquet or give every batch the same columns") from None
+        self._write_table(table, table.num_rows)
+
+    def _write_table(self, table: pa.Table, rows: int) -> None:
+        if self.writer is None:
+            self.schema = table.schema
+            self.writer = pq.ParquetWriter(self.file, table.schema, compression="zstd")
+        self.writer.write_table(table, row_group_size=self.rows_per_group)
+        self.rows += rows
+
     def _write(self) -> None:
         if not self.buffer:
             return
@@ -146,11 +177,7 @@ class _ParquetSink:
                 f"write_parquet {self.path}: rows do not fit the schema {self.schema}: {e}; "
                 "pass schema= to write_parquet to fix column types"
             ) from None
-        if self.writer is None:
-            self.schema = table.schema
-            self.writer = pq.ParquetWriter(self.file, table.schema, compression="zstd")
-        self.writer.write_table(table)
-        self.rows += len(self.buffer)
+        self._write_table(table, len(self.buffer))
         self.buffer = []
         self.next_check = 256
 
@@ -182,6 +209,10 @@ class _JsonlSink:
         self.stream.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
         self.rows += 1
 
+    def add_table(self, table: pa.Table | pa.RecordBatch) -> None:
+        for row in table.to_pylist():
+            self.add(row)
+
     def close(self) -> None:
         if self.stream is not self.file:
             self.stream.close()
@@ -198,7 +229,10 @@ def write_shard(items: Iterable[Any], kind: str, path: str, schema: pa.Schema | 
     sink = _ParquetSink(path, schema) if kind == "parquet" else _JsonlSink(path)
     try:
         for item in items:
-            sink.add(item)
+            if isinstance(item, (pa.Table, pa.RecordBatch)):
+                sink.add_table(item)
+            else:
+                sink.add(item)
     except BaseException:
         sink.abort()
         raise

@@ -14,12 +14,14 @@ import os
 from operator import itemgetter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from .frames import RECORD_KEY, Record, RunRef, iter_run, new_spill_path, read_sidecar_runs, write_spill_run
+from . import columnar
 
 _ZSTD_WINDOW = 1 << 20
 _PY_OVERHEAD = 4  # decoded Python objects weigh several times their pickled bytes
+_ARROW_OVERHEAD = 3  # a decoded Arrow sub-batch is about its IPC size; merge rounds copy it (slice, sort)
 _SUB_BATCH_ROWS = 1024
 
 
@@ -46,6 +48,9 @@ def run_cost(run: RunRef) -> int:
     """Memory one open run costs during a merge."""
     if run.rows == 0:
         return 1
+    if run.fmt == "arrow":
+        sub_batch = min(run.raw_bytes, columnar.SUB_BATCH_BYTES + run.raw_bytes / max(1, run.rows))
+        return int(sub_batch * _ARROW_OVERHEAD + min(_ZSTD_WINDOW, run.raw_bytes) + (1 << 16))
     sub_batch = run.raw_bytes / max(1, -(-run.rows // _SUB_BATCH_ROWS))
     return int(sub_batch * _PY_OVERHEAD + min(_ZSTD_WINDOW, run.raw_bytes) + (1 << 16))
 
@@ -56,14 +61,29 @@ def _merge_iter(runs: list[RunRef], key=RECORD_KEY) -> Iterator[Record]:
     return heapq.merge(*(iter_run(r) for r in runs), key=key)
 
 
+def _arrow_merge_iter(runs: list[RunRef], columns: tuple[str, str | None]) -> Iterator:
+    streams = [columnar.iter_arrow_run(r.path, r.offset, r.length) for r in runs]
+    if len(streams) == 1:
+        return streams[0]
+    return columnar.merge_arrow(streams, *columns)
+
+
+def _spill(path: str, runs: list[RunRef], key, columns: tuple[str, str | None] | None) -> RunRef:
+    if columns is None:
+        return write_spill_run(path, _merge_iter(runs, key))
+    rows, raw, length = columnar.write_arrow_spill(path, _arrow_merge_iter(runs, columns))
+    return RunRef(path, 0, length, rows, raw, "arrow", runs[0].items)
+
+
 def merge_runs(
     runs: list[RunRef], memory_bytes: int, spill_dir: str, stats: MergeStats | None = None,
-    secondary: bool = True,
-) -> Iterator[Record]:
+    secondary: bool = True, columns: tuple[str, str | None] | None = None,
+) -> Iterator[Any]:
     """Yield all records of `runs` in (key, sort key, input order), spilling when over budget.
 
     Without a secondary sort every sort key is empty, so comparing the key alone gives the same order
-    and saves building a tuple per record.
+    and saves building a tuple per record. Columnar runs (`columns` = (key column, sort column)) yield
+    key-sorted Arrow tables instead, no key split across two of them.
     """
     key = RECORD_KEY if secondary else itemgetter(0)
     stats = stats if stats is not None else MergeStats()
@@ -86,7 +106,7 @@ def merge_runs(
                     continue
                 path = new_spill_path(spill_dir)
                 spills.append(path)
-                ref = write_spill_run(path, _merge_iter(group, key))
+                ref = _spill(path, group, key, columns)
                 stats.spill_files += 1
                 stats.spilled_rows += ref.rows
                 merged.append(ref)
@@ -95,7 +115,7 @@ def merge_runs(
                         os.unlink(old.path)
                         spills.remove(old.path)
             runs = merged
-        yield from _merge_iter(runs, key)
+        yield from (_merge_iter(runs, key) if columns is None else _arrow_merge_iter(runs, columns))
     finally:
         for path in spills:
             try:

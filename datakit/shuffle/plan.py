@@ -67,6 +67,7 @@ class ShuffleInput:
     kind: str
     reducer: Callable | None
     secondary: bool = False
+    columns: tuple[str, str | None] | None = None  # columnar shuffle: (key column, sort column)
 
 
 @dataclass
@@ -145,6 +146,21 @@ def _describe_ops(ops: list[tuple[str, Any]]) -> str:
     return " -> ".join(names)
 
 
+def _columns(n: ShuffleNode) -> tuple[str, str | None] | None:
+    """A column-name key selects the columnar data plane; then sort_by must name a column too."""
+    if isinstance(n.key, str):
+        if n.sort_by is not None and not isinstance(n.sort_by, str):
+            raise PlanError(f"group_by key {n.key!r} is a column name, so sort_by must be a column name too "
+                            f"(got {n.sort_by!r}); or give both as functions")
+        return (n.key, n.sort_by)
+    if isinstance(n.sort_by, str):
+        raise PlanError(f"sort_by {n.sort_by!r} is a column name but the key is a function; give both as "
+                        "column names (columnar shuffle) or both as functions")
+    if n.key is not None and not callable(n.key):
+        raise PlanError(f"a shuffle key must be a function or a column name, got {n.key!r}")
+    return None
+
+
 def plan(node: Any) -> list[Stage]:
     """Cut the logical DAG ending at `node` into stages, in execution order."""
     stages: list[Stage] = []
@@ -161,10 +177,11 @@ def plan(node: Any) -> list[Stage]:
             targets = n.num_shards or up.num_shards
             if targets < 1:
                 raise PlanError(f"num_shards must be >= 1, got {targets}")
+            columns = _columns(n)
             stage = Stage(len(stages), up, ShuffleOutput(n.kind, n.key, n.sort_by, n.combiner, targets))
             stage.name = f"{n.kind}"
             stages.append(stage)
-            return Pipe(ShuffleInput(stage.id, n.kind, n.reducer, n.sort_by is not None), [], targets)
+            return Pipe(ShuffleInput(stage.id, n.kind, n.reducer, n.sort_by is not None, columns), [], targets)
         if isinstance(n, JoinNode):
             left, right = to_pipe(n.left), to_pipe(n.right)
             if left.num_shards != right.num_shards:
@@ -193,7 +210,8 @@ def explain(stages: list[Stage]) -> str:
             src = f"sorted_merge_join[{inp.how}](left: {_describe_pipe(inp.left)}; right: {_describe_pipe(inp.right)})"
         ops = _describe_ops(st.pipe.ops)
         out = (
-            f"shuffle[{st.output.kind}] -> {st.output.num_targets} shards"
+            f"shuffle[{st.output.kind}{', columnar on ' + repr(st.output.key) if isinstance(st.output.key, str) else ''}]"
+            f" -> {st.output.num_targets} shards"
             if st.output
             else "collect"
         )

@@ -21,11 +21,11 @@ import psutil
 from xxhash import xxh3_64_intdigest
 import zstandard
 
-from . import context
+from . import columnar, context
 from .frames import TARGET_PREFIX, Record, RunWriter
 from .fsio import atomic_write_bytes, exists, is_local, makedirs, open_read
 from .io import format_output, write_shard
-from .keys import KeyEncodingError, decode_key, encode_key, route
+from .keys import KeyEncodingError, decode_key, encode_key
 from .merge import MergeStats, gather_runs, merge_runs
 from .plan import JoinInput, Pipe, ShuffleInput, ShuffleOutput, SinkSpec, SourceInput
 
@@ -143,7 +143,10 @@ def _open_input(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
         # Spills are private to this reducer: always on local disk, even when shuffle files are remote.
         spill_root = spec.stage_dir if is_local(spec.stage_dir) else tempfile.gettempdir()
         spill_dir = os.path.join(spill_root, f"spill-{spec.shard:05d}-{uuid.uuid4().hex[:8]}")
-        records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats, inp.secondary)
+        records = merge_runs(runs, spec.reduce_memory_bytes, spill_dir, mstats, inp.secondary, inp.columns)
+        if inp.columns is not None:
+            as_rows = bool(runs) and all(r.items == "rows" for r in runs)
+            return columnar.reduce_arrow(records, inp.kind, inp.reducer, inp.columns[0], as_rows)
         return _reduce_groups(records, inp.kind, inp.reducer)
     if isinstance(inp, JoinInput):
         return _merge_join(spec, inp, stats)
@@ -178,11 +181,39 @@ def _run_pipe(spec: TaskSpec, pipe: Pipe, stats: dict) -> Iterator[Any]:
             it = filter(fn, it)
         elif kind == "map_shard":
             it = iter(fn(it))
+        elif kind == "map_batches":
+            it = _map_batches(it, fn, spec.label)
         elif kind == "sink":
             it = _sink(it, fn, spec.shard, spec.num_shards)
         else:
             raise ValueError(f"unknown op {kind}")
     return it
+
+
+def _map_batches(items: Iterator[Any], fn, where: str) -> Iterator[Any]:
+    """Call `fn` on Arrow tables: batches pass through as they are, dict rows are gathered first."""
+    for table, _ in columnar.tables_from_items(items, where):
+        out = fn(table)
+        if out is None:
+            continue
+        if columnar.to_table(out) is None:
+            raise TypeError(f"{where}: map_batches function {getattr(fn, '__name__', fn)!r} must return an "
+                            f"Arrow Table or RecordBatch (or None), got {type(out).__name__}")
+        yield out
+
+
+def _write_columnar(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, attempt: int) -> dict:
+    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
+    where = f"stage {spec.stage_id}, {spec.label}"
+    writer = columnar.ArrowRunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
+                                     out.key, out.sort_by, out.combiner, where)
+    try:
+        for table, from_rows in columnar.tables_from_items(items, where):
+            writer.add(table, from_rows)
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def _combine(combiner):
@@ -201,6 +232,8 @@ def _combine(combiner):
 
 def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, attempt: int) -> dict:
     makedirs(spec.stage_dir)
+    if isinstance(out.key, str):
+        return _write_columnar(spec, items, out, attempt)
     base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
     writer = RunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
                        _combine(out.combiner) if out.combiner else None, out.sort_by is not None)
@@ -268,6 +301,12 @@ def _release_freed_memory() -> None:
 
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
+        pass
+    try:  # Arrow's allocator keeps freed pages for reuse unless told otherwise
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):
         pass
 
 
