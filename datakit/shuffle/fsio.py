@@ -20,7 +20,8 @@ def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
-def _strip_file(path: str) -> str:
+def local_path(path: str) -> str:
+    """A local path or file:// URL as a plain filesystem path."""
     return path[len("file://") :] if path.startswith("file://") else path
 
 
@@ -31,20 +32,20 @@ def fs_for(path: str):
 
 def open_read(path: str) -> IO[bytes]:
     if is_local(path):
-        return open(_strip_file(path), "rb")
+        return open(local_path(path), "rb")
     return fsspec.open(path, "rb").open()
 
 
 def makedirs(path: str) -> None:
     if is_local(path):
-        os.makedirs(_strip_file(path), exist_ok=True)
+        os.makedirs(local_path(path), exist_ok=True)
     else:
         fs_for(path).makedirs(path, exist_ok=True)
 
 
 def exists(path: str) -> bool:
     if is_local(path):
-        return os.path.exists(_strip_file(path))
+        return os.path.exists(local_path(path))
     return fs_for(path).exists(path)
 
 
@@ -57,7 +58,7 @@ def open_atomic(path: str) -> tuple[IO[bytes], str]:
     """Open a temp file beside `path`; `commit(tmp, path)` publishes it."""
     tmp = tmp_name(path)
     if is_local(path):
-        tmp = _strip_file(tmp)
+        tmp = local_path(tmp)
         os.makedirs(os.path.dirname(tmp) or ".", exist_ok=True)
         return open(tmp, "wb"), tmp
     return fsspec.open(tmp, "wb").open(), tmp
@@ -65,7 +66,7 @@ def open_atomic(path: str) -> tuple[IO[bytes], str]:
 
 def commit(tmp: str, path: str) -> None:
     if is_local(path):
-        os.replace(tmp, _strip_file(path))
+        os.replace(tmp, local_path(path))
     else:
         fs_for(path).mv(tmp, path)
 

@@ -20,12 +20,26 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from dataclasses import dataclass
 from typing import IO, Any
 
 import fsspec
 import numpy as np
+
+from datakit.shuffle.fsio import (
+    atomic_output,
+    atomic_write_bytes,
+    commit,
+    discard as remove,
+    exists,
+    fs_for as fs_of,
+    is_local,
+    local_path,
+    makedirs,  # noqa: F401 (the build step uses it through this module)
+    open_atomic,
+    open_read,
+    tmp_name,
+)
 
 __all__ = [
     "CACHE_FORMAT",
@@ -57,41 +71,8 @@ class CacheNotReady(RuntimeError):
 # ------------------------------------------------------------------------------------------- file helpers
 
 
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def local_path(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
-
-
 def join(base: str, *names: str) -> str:
     return "/".join([base.rstrip("/"), *names])
-
-
-def fs_of(path: str):
-    return fsspec.core.url_to_fs(path)[0]
-
-
-def makedirs(path: str) -> None:
-    if is_local(path):
-        os.makedirs(local_path(path), exist_ok=True)
-    else:
-        fs_of(path).makedirs(path, exist_ok=True)
-
-
-def exists(path: str) -> bool:
-    return os.path.exists(local_path(path)) if is_local(path) else fs_of(path).exists(path)
-
-
-def remove(path: str) -> None:
-    try:
-        if is_local(path):
-            os.unlink(local_path(path))
-        else:
-            fs_of(path).rm(path)
-    except FileNotFoundError:
-        pass
 
 
 def listdir(path: str) -> list[str]:
@@ -105,44 +86,9 @@ def listdir(path: str) -> list[str]:
     return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
 
 
-def _tmp_name(path: str) -> str:
-    head, tail = path.rsplit("/", 1) if "/" in path else ("", path)
-    name = f".tmp-{uuid.uuid4().hex[:12]}-{tail}"
-    return f"{head}/{name}" if head else name
-
-
-def _publish(tmp: str, path: str) -> None:
-    if is_local(path):
-        os.replace(local_path(tmp), local_path(path))
-    else:
-        fs_of(path).mv(tmp, path)
-
-
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    tmp = _tmp_name(path)
-    try:
-        if is_local(path):
-            with open(local_path(tmp), "wb") as f:
-                f.write(data)
-        else:
-            with fsspec.open(tmp, "wb") as f:
-                f.write(data)
-        _publish(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
-
-
 def write_json_atomic(path: str, obj: Any) -> None:
     """Canonical JSON (sorted keys, fixed separators): identical content gives identical bytes."""
-    write_bytes_atomic(path, (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
-
-
-def open_read(path: str) -> IO[bytes]:
-    """Binary read handle for a local path or an fsspec URL."""
-    if is_local(path):
-        return open(local_path(path), "rb")
-    return fsspec.open(path, "rb").open()
+    atomic_write_bytes(path, (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
 
 
 def read_json(path: str) -> Any:
@@ -181,14 +127,13 @@ class NpyStreamWriter:
         self.path = path
         self.dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
         self.length = 0
+        self._f: IO[bytes] | None
         if is_local(path):
-            self._tmp = _tmp_name(local_path(path))
+            self._f, self._tmp = open_atomic(path)
             self._staged = None
-        else:
+        else:  # the header is patched at the end, which needs a seekable file: stage locally, then upload
             fd, self._staged = tempfile.mkstemp(prefix="datakit-npy-", suffix=".npy")
-            os.close(fd)
-            self._tmp = self._staged
-        self._f: IO[bytes] | None = open(self._tmp, "wb")
+            self._f, self._tmp = os.fdopen(fd, "wb"), self._staged
         self._f.write(_npy_header(self.dtype, 0))
 
     def append(self, arr: np.ndarray) -> None:
@@ -203,15 +148,17 @@ class NpyStreamWriter:
         assert self._f is not None
         self._f.seek(0)
         self._f.write(_npy_header(self.dtype, self.length))
+        self._f.flush()
+        os.fsync(self._f.fileno())
         self._f.close()
         self._f = None
         if self._staged is None:
-            os.replace(self._tmp, local_path(self.path))
+            commit(self._tmp, self.path)
         else:
-            remote_tmp = _tmp_name(self.path)
+            remote_tmp = tmp_name(self.path)
             try:
                 fs_of(self.path).put_file(self._staged, remote_tmp)
-                _publish(remote_tmp, self.path)
+                commit(remote_tmp, self.path)
             finally:
                 os.unlink(self._staged)
         return self.path
@@ -220,10 +167,7 @@ class NpyStreamWriter:
         if self._f is not None:
             self._f.close()
             self._f = None
-        try:
-            os.unlink(self._tmp)
-        except FileNotFoundError:
-            pass
+        remove(self._tmp)
 
 
 def write_npy_atomic(path: str, arr: np.ndarray) -> None:
@@ -245,13 +189,8 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
 
 
 def copy_file_atomic(src: str, dst: str) -> None:
-    if is_local(src) and is_local(dst):
-        tmp = _tmp_name(local_path(dst))
-        shutil.copyfile(local_path(src), tmp)
-        os.replace(tmp, local_path(dst))
-    else:
-        with fsspec.open(src, "rb") as f:
-            write_bytes_atomic(dst, f.read())
+    with open_read(src) as f, atomic_output(dst) as out:
+        shutil.copyfileobj(f, out, 1 << 20)
 
 
 # ------------------------------------------------------------------------------------------- reading
