@@ -8,8 +8,9 @@ Inputs are generated here, deterministically, from this machine's Python:
 
 Measured, each single-process (one core); the reader measurements alternate ours and the peer for
 --repeat rounds and keep each one's best (shared machines drift; alternating exposes both to it):
-  jsonl  ours:  read_jsonl (streaming zstd, line provenance) + clean_record (blank drop, whitespace cap,
-                xxh3-128 id)                       peer: datatrove JsonlReader (orjson)
+  jsonl  ours:  read_jsonl (streaming zstd, line provenance, orjson with json's exact semantics) +
+                clean_record (blank drop, whitespace cap, xxh3-128 id)
+         peer:  datatrove JsonlReader (orjson)
   warc   ours:  read_warc (FastWARC + Resiliparse main-content extraction) + clean_record
          peer:  datatrove WarcReader (warcio) + Trafilatura extractor, as a datatrove user runs them
                 (one run: it is an order of magnitude slower); also the peer's reader alone, to show

@@ -150,6 +150,27 @@ def test_read_jsonl_round_trip_with_provenance(tmp_path, suffix):
     assert [r.offset for r in recs] == starts
 
 
+def test_read_jsonl_parses_exactly_like_the_standard_library(tmp_path):
+    """The fast parser must not change a value: integers past 64 bits stay exact integers, NaN and
+    Infinity load as the standard library loads them, nested and unicode content round-trips."""
+    lines = ['{"id": 123456789012345678901234567890, "text": "big int"}',
+             '{"id": -98765432109876543210, "meta": {"ids": [18446744073709551616, 1]}, "text": "nested"}',
+             '{"score": NaN, "hi": Infinity, "lo": -Infinity, "text": "non-finite"}',
+             '{"score": 0.25, "n": 9223372036854775807, "m": -9223372036854775808, "text": "edges"}',
+             r'{"f": 1e300, "g": 12345678901234567890.5, "text": "floats \u00e9 \ud83d\ude00 日本"}',
+             '{"a": 1, "a": 2, "text": "duplicate key"}']
+    path = tmp_path / "exact.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recs, rejs = split(list(read_jsonl(ref(path))))
+    assert not rejs
+    want = [json.loads(line) for line in lines]
+    assert [r.fields for r in recs][0:2] == want[0:2] and [r.fields for r in recs][3:] == want[3:]
+    assert type(recs[0].fields["id"]) is int and recs[0].fields["id"] == 123456789012345678901234567890
+    assert recs[1].fields["meta"]["ids"][0] == 2**64
+    nf = recs[2].fields  # NaN != NaN: compare by repr
+    assert repr(nf) == repr(want[2])
+
+
 def test_read_jsonl_bad_lines_become_rejects_with_line_numbers(tmp_path):
     lines = [b'{"text": "ok 1"}', b'{"text": broken', b"", b"   ", b"[1, 2]", b'"just a string"',
              b'{"text": "bad \xff utf8"}', b'{"text": "lone \\ud800 surrogate"}', b'{"text": "last, no newline"}']

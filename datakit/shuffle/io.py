@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from .fsio import commit, discard, exists, is_local, open_atomic, open_read
+from .json_exact import loads
 
 _GLOB_CHARS = "*?["
 
@@ -91,7 +92,7 @@ def read_jsonl(file: FileInfo | str) -> Iterator[dict]:
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                yield loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno})") from None
 

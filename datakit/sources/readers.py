@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from datakit.shuffle.fsio import open_read
+from datakit.shuffle.json_exact import loads as _loads
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -398,7 +399,7 @@ def _jsonl_line(raw: bytes, ref: FileRef, line_no: int, offset: int, stats: Coun
     if line_no == 1 and text.startswith("\ufeff"):
         text = text[1:]
     try:
-        obj = json.loads(text)
+        obj = _loads(text)
     except json.JSONDecodeError as e:
         return Reject(ref.index, ref.rel, line_no, line_no, offset, MALFORMED_JSON,
                       f"{e.msg} at column {e.colno}", excerpt_of(text))
