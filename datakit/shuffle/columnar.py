@@ -337,12 +337,19 @@ class _Cursor:
                 return
         self.buf, self.done = None, True
 
-    def extend(self) -> None:
+    def extend_past(self, key: str, bound: Any) -> None:
+        """Read sub-batches until one ends beyond `bound` (or the run ends), joining them once: a key
+        spanning many sub-batches costs one pass, not one re-scan of the growing buffer per sub-batch."""
+        parts = [self.buf]
         for t in self.it:
             if t.num_rows:
-                self.buf = _concat([self.buf, t], "merge")
-                return
-        self.done = True
+                parts.append(t)
+                if _order(t[key][t.num_rows - 1].as_py()) != _order(bound):
+                    break
+        else:
+            self.done = True
+        if len(parts) > 1:
+            self.buf = _concat(parts, "merge").combine_chunks()
 
     def last(self, key: str) -> Any:
         return self.buf[key][self.buf.num_rows - 1].as_py()
@@ -367,7 +374,7 @@ def merge_arrow(streams: list[Iterator[pa.Table]], key: str, sort_col: str | Non
             # Every buffer starts with the bound key: read further into the streams that end on it.
             for c in open_:
                 if _order(c.last(key)) == _order(bound):
-                    c.extend()
+                    c.extend_past(key, bound)
             continue
         parts = [c.buf.slice(0, n) for c, n in zip(cursors, cut) if n]
         for c, n in zip(cursors, cut):
