@@ -211,3 +211,43 @@ def test_nan_step_on_real_data_is_skipped_and_training_continues(trained, caches
     assert [r["step"] for r in bad] == [10, 11]
     assert res.final_loss == pytest.approx(trained.final_loss, abs=0.3)  # same data, two updates fewer
     assert res.eval_loss is None and res.bpb is None  # no validation caches given
+
+
+def test_remote_out_dir_publishes_every_checkpoint_and_resumes_from_it(trained, caches, monkeypatch, tmp_path):
+    """An fsspec out_dir (here the in-process memory:// store): checkpoints appear remotely as they are
+    written (pruned ones removed), a preempted run resumes from the remote checkpoint alone, and the
+    finished run's files and result name remote paths. Nothing is left in the local mirror."""
+    import tempfile
+    import uuid
+
+    import fsspec
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # local mirrors go here: check they are removed
+    fs = fsspec.filesystem("memory")
+    remote = f"memory://train-{uuid.uuid4().hex[:8]}/run"
+    cfg = stage_cfg(checkpoint_every=10, keep_checkpoints=2)
+    part = train_model(cfg, caches["train"], WEIGHTS, caches["validation"], remote, stop_at=25)
+    assert not part.completed and part.steps == 25
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{remote}/checkpoints", detail=False))
+    assert names == ["step-00000020.npz", "step-00000025.npz"]  # step 10 was pruned remotely too
+    assert part.checkpoints == [f"{remote}/checkpoints/{n}" for n in names]
+    assert list(tmp_path.iterdir()) == []
+
+    done = train_model(cfg, caches["train"], WEIGHTS, caches["validation"], remote)
+    assert done.resumed_from == 25 and done.completed
+    assert done.metrics_path == f"{remote}/metrics.jsonl" and fs.exists(f"{remote}/loss.png")
+    with fsspec.open(done.result_path, "r") as f:
+        assert json.load(f)["checkpoints"] == done.checkpoints
+    with fsspec.open(done.metrics_path, "r") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+
+    def curve(rows):
+        return {(r["kind"], r["step"]): r["loss"] for r in rows if r["kind"] in ("train", "eval")}
+
+    ref, got = curve(read_metrics(trained.metrics_path)), curve(records)
+    assert sorted(ref) == sorted(got)
+    for key, value in ref.items():
+        assert got[key] == pytest.approx(value, abs=1e-6), key
+    assert done.bpb == pytest.approx(trained.bpb, abs=1e-6)
+    assert list(tmp_path.iterdir()) == []
+    assert not os.path.exists("memory:")  # no stray local directory named after the URL

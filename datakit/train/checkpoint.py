@@ -31,6 +31,12 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not match the run (names file and leaf)."""
 
 
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint file name (``step-00000040.npz`` -> 40); None for anything else."""
+    m = _NAME_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
 def checkpoint_path(ckpt_dir: str, step: int) -> str:
     return os.path.join(ckpt_dir, f"step-{step:08d}.npz")
 

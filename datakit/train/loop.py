@@ -262,8 +262,12 @@ def run_training(
     run_info: dict[str, Any] | None = None,
     inject_nan_steps: Iterable[int] = (),
     stop_at: int | None = None,
+    on_checkpoint: Callable[[list[str]], None] | None = None,
 ) -> TrainResult:
     """Train (or resume) into ``out_dir``; see module docstring.
+
+    ``on_checkpoint``: called after every checkpoint is written and old ones pruned, with the paths of
+    the checkpoints kept (the remote mirror publishes them from there).
 
     ``inject_nan_steps``: test hook, step numbers (1-based, as in metrics.jsonl) whose loss is
     forced to NaN; they must be skipped and counted. ``stop_at``: stop after this step as a
@@ -360,6 +364,8 @@ def run_training(
         path = save_checkpoint(ckpt_dir, step, state, meta)
         checkpoints.append(path)
         prune_checkpoints(ckpt_dir, cfg.keep_checkpoints)
+        if on_checkpoint is not None:
+            on_checkpoint([p for _, p in list_checkpoints(ckpt_dir)])
 
     eval_bs = cfg.eval_batch_size or cfg.batch_size
 

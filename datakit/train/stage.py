@@ -24,9 +24,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from datakit.shuffle.fsio import is_local, local_path
 from datakit.tokenize.reader import CacheNotReady, TokenCache, TrainBatches, open_cache
 from datakit.train.config import ConfigError, TrainConfig
 from datakit.train.loop import EvalSet, TrainResult, run_training
+from datakit.train.remote import RemoteMirror
 
 
 def _open(kind: str, name: str, path: str) -> TokenCache:
@@ -147,14 +149,15 @@ def train_model(
             for n, c in val.items()
         },
     }
-    return run_training(
-        cfg,
-        batches,
-        eval_sets,
-        out_dir,
-        model_vocab,
-        data_fingerprint=_data_fingerprint(identity, train, weights, cfg.data_seed),
-        run_info=run_info,
-        inject_nan_steps=inject_nan_steps,
-        stop_at=stop_at,
-    )
+    kwargs = dict(data_fingerprint=_data_fingerprint(identity, train, weights, cfg.data_seed),
+                  run_info=run_info, inject_nan_steps=inject_nan_steps, stop_at=stop_at)
+    if is_local(out_dir):
+        return run_training(cfg, batches, eval_sets, local_path(out_dir), model_vocab, **kwargs)
+    mirror = RemoteMirror(out_dir)  # s3://, gs://, ...: train in a local mirror, publish each checkpoint
+    try:
+        mirror.pull()
+        res = run_training(cfg, batches, eval_sets, mirror.local, model_vocab,
+                           on_checkpoint=mirror.on_checkpoint, **kwargs)
+        return mirror.finish(res)
+    finally:
+        mirror.cleanup()
