@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from datakit.pipeline import build_steps
+from datakit.pipeline import build_steps, exec_config
 from datakit.shuffle import ExecConfig
 from datakit.sources.manifest import Manifest, load_manifest, manifest_from_dict
 from datakit.steps import RunSummary, Step, StepContext, run_steps
@@ -32,8 +32,9 @@ def run(manifest: Manifest | str, *, prefix: str | None = None, backend: str | N
     """Run a manifest's pipeline (plus `extra_steps`, which may depend on its steps); returns the summary."""
     m = load_manifest(manifest) if isinstance(manifest, (str, os.PathLike)) else manifest
     steps = build_steps(m) + list(extra_steps)
-    cfg = ExecConfig(backend=backend or m.backend, max_workers=workers or m.workers)
-    return run_steps(steps, prefix or m.prefix, mirror=mirror or m.mirror, dry_run=dry_run, only=only,
+    out = prefix or m.prefix
+    cfg = exec_config(out, backend or m.backend, workers or m.workers)
+    return run_steps(steps, out, mirror=mirror or m.mirror, dry_run=dry_run, only=only,
                      force=list(force), exec_config=cfg)
 
 

@@ -55,12 +55,13 @@ def validate(manifest: str | None) -> None:
     click.echo(f"{m.path}: ok ({len(m.sources)} sources)")
 
 
-def _exec_config(m, backend: str | None, workers: int | None, ray_address: str | None, progress: bool):
-    from datakit.shuffle import ExecConfig
+def _exec_config(m, prefix: str, backend: str | None, workers: int | None, ray_address: str | None,
+                 progress: bool):
+    from datakit.pipeline import exec_config
 
     opts = {"address": ray_address} if ray_address else {}
-    return ExecConfig(backend=backend or m.backend, max_workers=workers or m.workers, progress=progress,
-                      backend_options=opts)
+    return exec_config(prefix, backend or m.backend, workers or m.workers, progress=progress,
+                       backend_options=opts)
 
 
 def _resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
@@ -117,7 +118,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 
     try:
         summary = run_steps(steps, out, mirror=mirror or m.mirror, dry_run=dry_run, only=list(only) or None,
-                            force=list(force), exec_config=_exec_config(m, backend, workers, ray_address,
+                            force=list(force), exec_config=_exec_config(m, out, backend, workers, ray_address,
                                                                         progress=not as_json and sys.stderr.isatty()),
                             on_event=on_event)
     except (ValueError, ConfigError) as e:

@@ -273,6 +273,18 @@ def _train_step(manifest: Manifest, tokenize: dict[str, Step]) -> Step:
                 deps=tuple(tokenize[n] for n in sorted(tokenize)), version=VERSIONS["train"], resumable=True)
 
 
+def exec_config(prefix: str, backend: str, workers: int | None = None, **options: Any) -> ExecConfig:
+    """The engine settings a run hands its steps.
+
+    On Ray, map outputs must be readable by reducers on other nodes, so shuffle files go under
+    `<prefix>/.shuffle` (an object store or shared mount when the cluster has several nodes; the engine
+    refuses a node-local one) and, being there, double as stage checkpoints a rerun resumes from. On the
+    local backend they stay in a temporary directory on this machine's disk.
+    """
+    work_dir = f"{prefix.rstrip('/')}/.shuffle" if backend == "ray" else None
+    return ExecConfig(backend=backend, max_workers=workers, work_dir=work_dir, **options)
+
+
 def build_steps(manifest: Manifest) -> list[Step]:
     """The whole DAG for a manifest, in a deterministic order."""
     if manifest.dedup.exact or manifest.dedup.fuzzy:

@@ -177,3 +177,21 @@ def test_dedup_none_with_corpus_dedup_is_refused_before_any_work(tmp_path):
     assert res.exit_code == 2
     assert "sources[1].dedup: 'none' keeps duplicate ids" in res.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_ray_runs_keep_shuffle_files_under_the_prefix_and_clean_them(tmp_path, ray_cluster):
+    """On Ray, map outputs must be readable from every node: a run puts them under <prefix>/.shuffle
+    (stage checkpoints for a rerun) and leaves no shuffle file behind once its steps succeed."""
+    from datakit.pipeline import exec_config
+
+    assert exec_config("gs://b/out/", "ray").work_dir == "gs://b/out/.shuffle"
+    assert exec_config("gs://b/out", "local").work_dir is None  # local runs shuffle on this machine's disk
+    manifest = _corpus(tmp_path)
+    text = manifest.read_text()
+    manifest.write_text(text[: text.index("train:")])
+    res = CliRunner().invoke(main, ["run", str(manifest), "--prefix", str(tmp_path / "out"), "--json",
+                                    "--backend", "ray", "--only", "normalize-code"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / ".shuffle").is_dir()  # the engine worked there ...
+    assert [p for p in (tmp_path / "out" / ".shuffle").rglob("*") if p.is_file()] == []  # ... and cleaned up

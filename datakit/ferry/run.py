@@ -245,7 +245,7 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
 
 
 def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str], None]):
-    from datakit.shuffle import ExecConfig
+    from datakit.pipeline import exec_config
     from datakit.steps import run_steps
 
     def on_event(ev: dict) -> None:
@@ -254,5 +254,5 @@ def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str],
             err = f": {ev['error']}" if ev.get("error") else ""
             log(f"[{time.strftime('%H:%M:%S')}] {ev['event'].replace('step_', '')}: {ev.get('step')}{extra}{err}")
 
-    cfg = ExecConfig(backend=m.backend, max_workers=workers or m.workers, progress=False)
+    cfg = exec_config(run_dir, m.backend, workers or m.workers, progress=False)
     return run_steps(steps, run_dir, exec_config=cfg, on_event=on_event)
