@@ -281,6 +281,10 @@ def exec_config(prefix: str, backend: str, workers: int | None = None, **options
     refuses a node-local one) and, being there, double as stage checkpoints a rerun resumes from. On the
     local backend they stay in a temporary directory on this machine's disk.
     """
+    if prefix.startswith("memory://") and backend != "inline":
+        raise ValueError(f"prefix {prefix}: memory:// lives inside one process, but the {backend} backend runs "
+                         "steps in worker processes that could not see each other's outputs; use backend "
+                         "'inline' for memory://, or a prefix on disk or an object store")
     work_dir = f"{prefix.rstrip('/')}/.shuffle" if backend == "ray" else None
     return ExecConfig(backend=backend, max_workers=workers, work_dir=work_dir, **options)
 

@@ -74,3 +74,9 @@ def test_pipeline_on_an_fsspec_prefix_matches_local_disk(tmp_path, monkeypatch):
     assert train["final_loss"] == pytest.approx(local.result("train")["final_loss"], abs=1e-6)
     assert os.path.basename(train["checkpoints"][-1]) == "step-00000008.npz"
     assert Path(local.result("train")["checkpoints"][-1]).name == "step-00000008.npz"
+
+
+def test_memory_prefix_with_worker_processes_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="memory:// lives inside one process"):
+        datakit.run(_manifest("memory:///refused/out"), backend="local")
+    assert not fsspec.filesystem("memory").exists("/refused")
