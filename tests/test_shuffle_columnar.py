@@ -261,3 +261,10 @@ def test_parquet_batches_feed_a_column_keyed_group_by(tmp_path):
            .collect(INLINE))
     assert sorted((r["k"] or "", r["n"]) for r in got) == [("", 750), ("a", 750), ("b", 750), ("c", 750)]
     assert all(r["cols"] == ["k", "v"] for r in got)
+
+
+def test_count_counts_rows_of_arrow_batches():
+    rows = _rows(1234, list(range(10)))
+    assert Dataset.from_items(_tables(rows, 100), 3).count(INLINE) == 1234
+    assert Dataset.from_items(rows, 3).map_batches(lambda t: t).count(INLINE) == 1234
+    assert Dataset.from_items(rows, 3).count(INLINE) == 1234

@@ -18,6 +18,12 @@ def _first(key, items):
     return next(iter(items))
 
 
+def _count_records(items: Iterable[Any]) -> list[int]:
+    import pyarrow as pa
+
+    return [sum(x.num_rows if isinstance(x, (pa.Table, pa.RecordBatch)) else 1 for x in items)]
+
+
 class Dataset:
     """A lazy, sharded collection of Python objects."""
 
@@ -133,7 +139,8 @@ class Dataset:
         return self.run(config).items
 
     def count(self, config: ExecConfig | None = None) -> int:
-        return sum(self.map_shard(lambda it: [sum(1 for _ in it)]).collect(config))
+        """Number of records: an Arrow Table/RecordBatch item counts as its rows (the columnar plane)."""
+        return sum(self.map_shard(_count_records).collect(config))
 
     def reduce(self, fn: Callable[[Any, Any], Any], initial: Any,
                combine: Callable[[Any, Any], Any] | None = None, config: ExecConfig | None = None) -> Any:
