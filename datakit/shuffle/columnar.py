@@ -1,9 +1,10 @@
 """The columnar data plane: Arrow record batches through the same frame/sidecar format.
 
 When a shuffle's key is a column name, map tasks never touch rows one by one: they route a whole key
-column at once (`route_arrow`), sort (target, key[, sort column]) with one stable Arrow sort, and write
-each target's slice as one frame holding an Arrow IPC stream of sub-batches, zstd-compressed. Reducers
-stream those runs batch by batch and merge them with vectorized bounds instead of a heap of records.
+column at once (`route_arrow`), sort (target, key[, sort column]) with one stable sort, and write each
+target's slice as one zstd frame of length-prefixed sub-batches, each a self-contained Arrow IPC stream
+(the record plane's layout, with IPC where it has pickle). Reducers stream those runs sub-batch by
+sub-batch and merge them with vectorized bounds instead of a heap of records.
 The per-record Python costs of the record path (key call, key encoding, tuple, pickle, heap compare)
 disappear, which is what lets a shuffle run near the serialization limit.
 
