@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import hashlib
 import os
 import signal
@@ -268,3 +270,29 @@ def test_count_counts_rows_of_arrow_batches():
     assert Dataset.from_items(_tables(rows, 100), 3).count(INLINE) == 1234
     assert Dataset.from_items(rows, 3).map_batches(lambda t: t).count(INLINE) == 1234
     assert Dataset.from_items(rows, 3).count(INLINE) == 1234
+
+
+def test_partition_sorted_orders_each_shard_without_splitting_keys(backend):
+    rows = _rows(5000, [f"doc-{i:03d}" for i in range(400)] + [None])
+    config = cfg(backend, map_flush_bytes=30_000, reduce_memory_bytes=1)  # many runs, multi-pass merge
+    out = (Dataset.from_items(_tables(rows, 300), 4).partition_sorted("k", sort_by="s", num_shards=3)
+           .map_shard(_tag_shard).collect(config))
+    assert all(isinstance(t, pa.Table) for _, t in out)
+    got = collections.defaultdict(list)
+    seen_keys: dict[int, list] = collections.defaultdict(list)
+    for shard, t in out:
+        ks = t["k"].to_pylist()
+        if seen_keys[shard]:
+            assert ks[0] != seen_keys[shard][-1]  # a key never straddles two batches
+        seen_keys[shard].extend(ks)
+        got[shard].extend(zip(ks, t["s"].to_pylist(), t["v"].to_pylist()))
+    for k in {r["k"] for r in rows}:
+        assert route(k, encode_key(k), 3) in got
+    want = collections.defaultdict(list)
+    for r in rows:  # the record plane's order: key (None first), sort column, then input order
+        want[route(r["k"], encode_key(r["k"]), 3)].append(r)
+    for shard, rs in want.items():
+        rs.sort(key=lambda r: ((r["k"] is not None, r["k"] or ""), r["s"]))
+        assert got[shard] == [(r["k"], r["s"], r["v"]) for r in rs]
+    as_rows = Dataset.from_items(rows, 4).partition_sorted("k", num_shards=3).collect(INLINE)
+    assert all(isinstance(r, dict) for r in as_rows) and len(as_rows) == 5000

@@ -415,8 +415,15 @@ def write_arrow_spill(path: str, chunks: Iterable[pa.Table]) -> tuple[int, int, 
 
 def reduce_arrow(chunks: Iterator[pa.Table], kind: str, reducer: GroupFn | None, key: str,
                  as_rows: bool) -> Iterator[Any]:
-    """Apply a group reducer per key (it gets the key and its rows as one table), or keep firsts (dedup)."""
+    """Apply a group reducer per key (it gets the key and its rows as one table), keep firsts (dedup), or
+    pass the key-sorted rows on as they are (sorted)."""
     for chunk in chunks:
+        if kind == "sorted":
+            if as_rows:
+                yield from chunk.to_pylist()
+            else:
+                yield chunk
+            continue
         keys, starts = group_spans(chunk, key)
         if kind == "dedup":
             firsts = chunk.take(pa.array(starts[:-1]))

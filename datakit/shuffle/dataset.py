@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .executor import ExecConfig, RunResult, execute
 from .io import FileInfo, list_files, read_jsonl, read_parquet, read_parquet_batches, read_text
-from .plan import JoinNode, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
+from .plan import JoinNode, PlanError, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
 
 
 def _first(key, items):
@@ -107,6 +107,15 @@ class Dataset:
     def deduplicate(self, key: Callable[[Any], Any] | str, num_shards: int | None = None) -> "Dataset":
         """Keep the first item (in input order) per key; a column-name key dedups Arrow batches in bulk."""
         return Dataset(ShuffleNode(self._node, "dedup", key, None, None, None, num_shards))
+
+    def partition_sorted(self, key: str, *, sort_by: str | None = None,
+                         num_shards: int | None = None) -> "Dataset":
+        """Hash-partition by the `key` column and sort every shard by (key, sort_by, input order), all
+        columnar: out come Arrow tables (dict rows if dict rows went in), no key split across two of
+        them, with no Python call per row or per key. For id-sorted outputs and streaming joins."""
+        if not isinstance(key, str) or (sort_by is not None and not isinstance(sort_by, str)):
+            raise PlanError("partition_sorted takes column names for key and sort_by")
+        return Dataset(ShuffleNode(self._node, "sorted", key, None, sort_by, None, num_shards))
 
     def reshard(self, num_shards: int) -> "Dataset":
         return Dataset(ShuffleNode(self._node, "reshard", None, None, None, None, num_shards))

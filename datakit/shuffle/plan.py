@@ -29,7 +29,7 @@ class RowOpNode:
 @dataclass(eq=False)
 class ShuffleNode:
     parent: Any
-    kind: str  # group | dedup | reshard
+    kind: str  # group | dedup | sorted | reshard
     key: Callable | None
     reducer: Callable | None
     sort_by: Callable | None
