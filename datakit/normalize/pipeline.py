@@ -335,7 +335,12 @@ def normalize_source(
             fixed = CORE_SCHEMA
         else:
             fixed = None if not bare else CORE_SCHEMA
-    shards = pack_shards(units, cfg.input_shard_bytes, cfg.max_files_per_input_shard)
+    # Read tasks no bigger than input_shard_bytes, and at least two per worker when the input allows, so
+    # a small corpus still uses every core. Outputs do not depend on the packing (rows are ordered by
+    # (file, position) in the shuffle), so this may follow the machine without breaking determinism.
+    workers = (exec_config.max_workers if exec_config and exec_config.max_workers else os.cpu_count()) or 1
+    per_task = max(1, min(cfg.input_shard_bytes, math.ceil(sum(u[1] for u in units) / (2 * workers))))
+    shards = pack_shards(units, per_task, cfg.max_files_per_input_shard)
 
     spec = CleanSpec(name, text_field, id_field, bare, cfg.max_whitespace_run, cfg.max_record_chars)
     opts = ReaderOptions(html_main_content=cfg.html_main_content,

@@ -16,20 +16,29 @@ import orjson
 _BIG = float(2**63)
 
 
-def _may_hold_rounded_int(obj: Any) -> bool:
-    """Whether a float at least 2**63 in size sits anywhere in `obj`: what orjson makes of an integer
-    past 64 bits (it rounds it to a float). Plain floats such as scores cost one comparison each."""
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        t = type(o)
-        if t is dict:
-            stack.extend(o.values())
-        elif t is list:
-            stack.extend(o)
-        elif t is float and not -_BIG < o < _BIG:
+def _scan(values: Any) -> bool:
+    for v in values:
+        t = type(v)
+        if t is float:
+            if not -_BIG < v < _BIG:
+                return True
+        elif t is dict:
+            if _scan(v.values()):
+                return True
+        elif t is list and _scan(v):
             return True
     return False
+
+
+def _may_hold_rounded_int(obj: Any) -> bool:
+    """Whether a float at least 2**63 in size sits anywhere in `obj`: what orjson makes of an integer
+    past 64 bits (it rounds it to a float). Strings and ordinary floats cost one type check each."""
+    try:
+        if type(obj) is dict:
+            return _scan(obj.values())
+        return _scan((obj,))
+    except RecursionError:  # nested deeper than Python recurses: let json decide (it raises the same)
+        return True
 
 
 def loads(text: str | bytes) -> Any:
