@@ -296,3 +296,14 @@ def test_partition_sorted_orders_each_shard_without_splitting_keys(backend):
         assert got[shard] == [(r["k"], r["s"], r["v"]) for r in rs]
     as_rows = Dataset.from_items(rows, 4).partition_sorted("k", num_shards=3).collect(INLINE)
     assert all(isinstance(r, dict) for r in as_rows) and len(as_rows) == 5000
+
+
+def test_batches_whose_columns_differ_in_type_merge_and_spill():
+    """A field that is None in every row of one batch comes out of Arrow as a null column; another batch
+    has strings there. Shuffles, multi-pass spills included, reconcile them instead of failing."""
+    rows = [{"k": i % 50, "note": None if i < 3000 else f"n{i}", "v": i} for i in range(6000)]
+    tiny = ExecConfig(backend="inline", map_flush_bytes=20_000, reduce_memory_bytes=1)
+    res = Dataset.from_items(_tables(rows, 500), 6).group_by(
+        "k", lambda k, t: (k, t["note"].null_count, t.num_rows), num_shards=2).run(tiny)
+    assert res.stats[1].spill_files > 0
+    assert sorted(res.items) == [(k, 60, 120) for k in range(50)]

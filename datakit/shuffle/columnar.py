@@ -391,24 +391,12 @@ def merge_arrow(streams: list[Iterator[pa.Table]], key: str, sort_col: str | Non
 
 
 def write_arrow_spill(path: str, chunks: Iterable[pa.Table]) -> tuple[int, int, int]:
-    """One merged run as a single frame (the external sort's spill); returns (rows, raw, length)."""
-    cctx = zstandard.ZstdCompressor(level=1)
-    schema: pa.Schema | None = None
+    """One merged run as a single frame (the external sort's spill); returns (rows, raw, length).
 
-    def unified(it: Iterable[pa.Table]) -> Iterator[pa.Table]:
-        nonlocal schema
-        for t in it:
-            if schema is None:
-                schema = t.schema
-            elif t.schema != schema:
-                try:
-                    t = t.cast(schema)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-                    raise ValueError(f"spill {path}: runs have incompatible schemas: {e}") from None
-            yield t
-
+    Every sub-batch carries its own schema, so chunks whose schemas differ (a column all-null in one
+    map task, typed in another) spill as they are and are reconciled when merged, as map runs are."""
     with open(path, "wb") as f:
-        rows, raw = write_arrow_frame(f, unified(chunks), cctx)
+        rows, raw = write_arrow_frame(f, chunks, zstandard.ZstdCompressor(level=1))
         length = f.tell()
     return rows, raw, length
 
