@@ -350,7 +350,7 @@ class _Cursor:
         else:
             self.done = True
         if len(parts) > 1:
-            self.buf = _concat(parts, "merge").combine_chunks()
+            self.buf = _concat(parts, "merge")
 
     def last(self, key: str) -> Any:
         return self.buf[key][self.buf.num_rows - 1].as_py()
