@@ -420,6 +420,7 @@ def reduce_arrow(chunks: Iterator[pa.Table], kind: str, reducer: GroupFn | None,
             else:
                 yield firsts
         else:
-            for i, k in enumerate(keys):
-                s = int(starts[i])
-                yield reducer(k, chunk.slice(s, int(starts[i + 1]) - s))
+            bounds = starts.tolist()
+            slice_ = chunk.slice
+            for k, s, e in zip(keys, bounds, bounds[1:]):
+                yield reducer(k, slice_(s, e - s))
