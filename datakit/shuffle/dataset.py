@@ -83,9 +83,13 @@ class Dataset:
     def read_parquet(self, columns: Sequence[str] | None = None, *, as_batches: bool = False) -> "Dataset":
         """Dict rows, or with `as_batches=True` pyarrow Tables of up to 64k rows (the columnar plane)."""
         cols = list(columns) if columns else None
-        if as_batches:
-            return self.flat_map(lambda f: read_parquet_batches(f, cols))
-        return self.flat_map(lambda f: read_parquet(f, cols))
+        reader = read_parquet_batches if as_batches else read_parquet
+
+        def read(f):
+            return reader(f, cols)
+
+        read.__name__ = reader.__name__  # what explain() shows
+        return self.flat_map(read)
 
     def read_text(self) -> "Dataset":
         return self.flat_map(read_text)
