@@ -15,7 +15,7 @@ from datakit.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ["When you're here", "TL;DR", "Before you touch anything", "Steps", "Verify", "Why"]
 RUNBOOKS = ["daily-smoke-ferry.md", "ad-hoc-ferry-on-your-data.md", "recovering-a-failed-step.md",
-            "choosing-dedup-parameters.md", "adding-a-source.md"]
+            "choosing-dedup-parameters.md", "adding-a-source.md", "slow-or-memory-hungry-shuffle.md"]
 
 
 def test_workflow_runs_ferry_daily_and_on_demand_and_uploads_the_report() -> None:
