@@ -76,10 +76,21 @@ def _per_source_attrs(ctx: RunContext, name: str) -> dict[str, str]:
 def _norm_needs(ctx: RunContext) -> tuple[str, ...]:
     return tuple(f"normalize-{s}" for s in ctx.sources_with("normalize"))
 
+def _files_check(ctx: RunContext, name: str, needs: tuple[str, ...]) -> bool:
+    """The check every corpus-wide attribute step starts with: one co-partitioned attribute directory per
+    normalized source. False stops that step's other checks (they would only repeat the failure)."""
+    return ctx.check(name, "files", lambda: f"{len(_per_source_attrs(ctx, name))} sources co-partitioned",
+                     needs, breaks=True)
+
+
+def _duplicates_envelope(ctx: RunContext, name: str, per: dict, needs: tuple[str, ...], key: str) -> None:
+    ctx.check(name, "envelope", lambda: _fraction_envelope(
+        ctx, name, sum(per[s].get("duplicates", 0) for s in per), key), needs)
+
+
 def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
-    if not ctx.check(name, "files", lambda: f"{len(_per_source_attrs(ctx, name))} sources co-partitioned",
-                      needs, breaks=True):
+    if not _files_check(ctx, name, needs):
         return
     per, c = ctx.res(name)["sources"], ctx.cnt(name)
 
@@ -98,8 +109,7 @@ def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
         return f"{total} exact duplicates marked"
 
     ctx.check(name, "rows", rows, needs)
-    ctx.check(name, "envelope", lambda: _fraction_envelope(
-        ctx, name, sum(per[s].get("duplicates", 0) for s in per), "exact_fraction"), needs)
+    _duplicates_envelope(ctx, name, per, needs, "exact_fraction")
 
 def _fraction_envelope(ctx: RunContext, name: str, marked: int, key: str) -> str:
     docs = sum(ctx.cnt(f"normalize-{s}").get("records_out", 0) for s in ctx.sources_with("normalize"))
@@ -129,8 +139,7 @@ def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
 
 def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
-    if not ctx.check(name, "files", lambda: f"{len(_per_source_attrs(ctx, name))} sources co-partitioned",
-                      needs, breaks=True):
+    if not _files_check(ctx, name, needs):
         return
     per, c = ctx.res(name)["sources"], ctx.cnt(name)
 
@@ -162,13 +171,11 @@ def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
         return f"{n} clusters, one canonical each"
 
     ctx.check(name, "clusters", clusters, needs)
-    ctx.check(name, "envelope", lambda: _fraction_envelope(
-        ctx, name, sum(per[s].get("duplicates", 0) for s in per), "fuzzy_fraction"), needs)
+    _duplicates_envelope(ctx, name, per, needs, "fuzzy_fraction")
 
 def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
-    if not ctx.check(name, "files", lambda: f"{len(_per_source_attrs(ctx, name))} sources co-partitioned",
-                      needs, breaks=True):
+    if not _files_check(ctx, name, needs):
         return
     per = ctx.res(name)["sources"]
 
