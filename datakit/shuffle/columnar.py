@@ -316,12 +316,15 @@ def _prefix_lt(col: pa.ChunkedArray | pa.Array, bound: Any) -> int:
     """How many rows of a key-sorted column (nulls first) are < bound."""
     if bound is None:
         return 0
-    nulls = col.null_count
-    if nulls == 0 and pa.types.is_integer(col.type):
-        arr = col.to_numpy() if isinstance(col, pa.Array) else col.combine_chunks().to_numpy()
+    arr = _as_numpy_int(col)
+    if arr is not None:
         return int(np.searchsorted(arr, bound, side="left"))
     less = pc.sum(pc.less(col, pa.scalar(bound, type=col.type))).as_py() or 0
-    return nulls + less
+    return col.null_count + less
+
+
+def _last_key(table: pa.Table, key: str) -> Any:
+    return table[key][table.num_rows - 1].as_py()
 
 
 class _Cursor:
@@ -345,7 +348,7 @@ class _Cursor:
         for t in self.it:
             if t.num_rows:
                 parts.append(t)
-                if _order(t[key][t.num_rows - 1].as_py()) != _order(bound):
+                if _order(_last_key(t, key)) != _order(bound):
                     break
         else:
             self.done = True
@@ -353,7 +356,7 @@ class _Cursor:
             self.buf = _concat(parts, "merge")
 
     def last(self, key: str) -> Any:
-        return self.buf[key][self.buf.num_rows - 1].as_py()
+        return _last_key(self.buf, key)
 
 
 def merge_arrow(streams: list[Iterator[pa.Table]], key: str, sort_col: str | None) -> Iterator[pa.Table]:

@@ -284,11 +284,7 @@ def _route_chunk(arr: pa.Array, n: int, dedup: bool = True) -> np.ndarray:
             keep &= vals >= 0
         np.copyto(out, vals, where=keep)
         return _with_nulls(out, arr, null_target)
-    if _is_varlen(t):
-        if not dedup or _looks_unique(arr):
-            return _mod(_hash_varlen_each(arr), n)
-        return _route_chunk(pc.dictionary_encode(arr), n)
-    return _mod(_hash_chunk(arr, dedup=False), n)
+    return _mod(_hash_chunk(arr, dedup), n)  # strings, bytes, bools, nulls: never pass through
 
 
 def _mod(hashes: np.ndarray, n: int) -> np.ndarray:
