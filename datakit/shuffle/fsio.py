@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import uuid
 from typing import IO, Iterator
 
@@ -104,6 +105,12 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
         discard(tmp)
         raise
     commit(tmp, path)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy `src` to `dst` (local paths or fsspec URLs, in any mix), streamed and published atomically."""
+    with open_read(src) as f, atomic_output(dst) as out:
+        shutil.copyfileobj(f, out, 1 << 20)
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
@@ -27,7 +26,6 @@ import fsspec
 import numpy as np
 
 from datakit.shuffle.fsio import (
-    atomic_output,
     atomic_write_bytes,
     commit,
     discard as remove,
@@ -187,10 +185,6 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
     with fsspec.open(path, "rb") as f:
         return np.load(f, allow_pickle=False)
 
-
-def copy_file_atomic(src: str, dst: str) -> None:
-    with open_read(src) as f, atomic_output(dst) as out:
-        shutil.copyfileobj(f, out, 1 << 20)
 
 
 # ------------------------------------------------------------------------------------------- reading

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, counters, current_shard
+from datakit.shuffle.fsio import copy_file
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
@@ -379,7 +380,7 @@ def tokenize_source(
         C.makedirs(C.join(out_dir, s))
     tok_copy = C.join(out_dir, "tokenizer.json")
     if not C.exists(tok_copy) or _sha256_of(tok_copy) != identity.sha256:
-        C.copy_file_atomic(_tokenizer_file(tokenizer_path), tok_copy)
+        copy_file(_tokenizer_file(tokenizer_path), tok_copy)
     threads = threads or _default_threads(exec_config, total)
     if batch_bytes is None:
         batch_bytes = max(1 << 20, min(8 << 20, threads * (512 << 10)))

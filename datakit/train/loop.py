@@ -109,6 +109,11 @@ def _atomic_write_text(path: str, text: str) -> None:
     atomic_write_bytes(os.path.abspath(path), text.encode("utf-8"))
 
 
+def result_json(result: "TrainResult") -> str:
+    """result.json's text (the local loop and the remote mirror write the same bytes)."""
+    return json.dumps(result.to_dict(), sort_keys=True, indent=2) + "\n"
+
+
 def read_metrics(path: str) -> list[dict[str, Any]]:
     if not os.path.exists(path):
         return []
@@ -591,7 +596,7 @@ def run_training(
         data_wait_fraction=(wait_time / train_wall) if train_wall else None,
         data_load_fraction=(load_time[0] / train_wall) if train_wall else None,
     )
-    _atomic_write_text(result_path, json.dumps(result.to_dict(), sort_keys=True, indent=2) + "\n")
+    _atomic_write_text(result_path, result_json(result))
     return result
 
 

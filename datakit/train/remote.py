@@ -12,21 +12,16 @@ the steps since its last checkpoint, exactly as it would on local disk.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 from typing import Any
 
-from datakit.shuffle.fsio import atomic_output, atomic_write_bytes, exists, fs_for, open_read
+from datakit.shuffle.fsio import atomic_write_bytes, copy_file, exists, fs_for
 from datakit.train.checkpoint import checkpoint_step
+from datakit.train.loop import result_json
 
 FILES = ("metrics.jsonl", "loss.png", "result.json")
-
-
-def _copy(src: str, dst: str) -> None:
-    with open_read(src) as f, atomic_output(dst) as out:
-        shutil.copyfileobj(f, out, 1 << 20)
 
 
 class RemoteMirror:
@@ -52,20 +47,20 @@ class RemoteMirror:
         if names:
             os.makedirs(os.path.join(self.local, "checkpoints"), exist_ok=True)
             newest = max(names, key=checkpoint_step)
-            _copy(f"{self.remote}/checkpoints/{newest}", os.path.join(self.local, "checkpoints", newest))
+            copy_file(f"{self.remote}/checkpoints/{newest}", os.path.join(self.local, "checkpoints", newest))
         if exists(f"{self.remote}/metrics.jsonl"):
-            _copy(f"{self.remote}/metrics.jsonl", os.path.join(self.local, "metrics.jsonl"))
+            copy_file(f"{self.remote}/metrics.jsonl", os.path.join(self.local, "metrics.jsonl"))
 
     def on_checkpoint(self, kept: list[str]) -> None:
         """Publish new checkpoints (then the metrics that lead up to them) and drop pruned ones."""
         kept_names = {os.path.basename(p): p for p in kept}
         for name, path in sorted(kept_names.items()):
             if name not in self.published:
-                _copy(path, f"{self.remote}/checkpoints/{name}")
+                copy_file(path, f"{self.remote}/checkpoints/{name}")
                 self.published.add(name)
         metrics = os.path.join(self.local, "metrics.jsonl")
         if os.path.exists(metrics):
-            _copy(metrics, f"{self.remote}/metrics.jsonl")
+            copy_file(metrics, f"{self.remote}/metrics.jsonl")
         for name in sorted(self.published - set(kept_names)):
             try:
                 self.fs.rm(f"{self.remote}/checkpoints/{name}")
@@ -82,7 +77,7 @@ class RemoteMirror:
         for name in FILES[:-1]:
             path = os.path.join(self.local, name)
             if os.path.exists(path):
-                _copy(path, f"{self.remote}/{name}")
+                copy_file(path, f"{self.remote}/{name}")
         remote = dataclasses.replace(
             result,
             metrics_path=self.remote_path(result.metrics_path),
@@ -90,8 +85,7 @@ class RemoteMirror:
             result_path=self.remote_path(result.result_path),
             checkpoints=[self.remote_path(p) for p in result.checkpoints],
         )
-        atomic_write_bytes(remote.result_path,
-                           (json.dumps(remote.to_dict(), sort_keys=True, indent=2) + "\n").encode())
+        atomic_write_bytes(remote.result_path, result_json(remote).encode("utf-8"))
         return remote
 
     def cleanup(self) -> None:
