@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from datakit.shuffle import ExecConfig, FileInfo, list_files
-from datakit.shuffle.fsio import sha256_file
+from datakit.core.fsio import sha256_file
 from datakit.sources.manifest import Manifest, SourceSpec
 from datakit.steps import Step, StepContext
 
@@ -196,7 +196,7 @@ def _tokenizer_step(manifest: Manifest, inputs: dict[str, Step]) -> Step:
 
         def copy(ctx: StepContext) -> dict:
             from datakit.tokenize.tokenizer import load_tokenizer
-            from datakit.shuffle.fsio import atomic_write_bytes, open_read
+            from datakit.core.fsio import atomic_write_bytes, open_read
 
             with open_read(given) as f:
                 data = f.read()

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.shuffle import Dataset, ExecConfig, counters
-from datakit.shuffle.fsio import atomic_write_bytes, exists, open_read
+from datakit.core.fsio import atomic_write_bytes, exists, open_read
 
 from . import batches
 from .hashing import route_keys

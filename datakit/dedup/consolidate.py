@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.shuffle import ExecConfig, counters
-from datakit.shuffle.fsio import commit, discard, exists, makedirs, open_atomic
+from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 
 from .hashing import ids_to_u64
 from .layout import (

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.shuffle import ExecConfig, counters
-from datakit.shuffle.fsio import atomic_write_bytes, exists, open_read, sha256_file
+from datakit.core.fsio import atomic_write_bytes, exists, open_read, sha256_file
 from datakit.shuffle.io import open_decompressed
 
 from .hashing import U64

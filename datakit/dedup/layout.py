@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, FileInfo, list_files
-from datakit.shuffle.fsio import atomic_write_bytes, exists, fs_for, is_local, makedirs, open_read
+from datakit.core.fsio import atomic_write_bytes, exists, fs_for, is_local, makedirs, open_read
 
 ATTRS_META = "attrs.json"
 ATTRS_SCHEMA_VERSION = 1

@@ -19,7 +19,7 @@ import duckdb
 
 from .envelopes import Envelopes
 from .plan import RunPlan
-from datakit.shuffle.fsio import sha256_file  # noqa: F401  (the checks import it from here)
+from datakit.core.fsio import sha256_file  # noqa: F401  (the checks import it from here)
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 # The whitespace class of DuckDB's RE2 `\s`, used on both sides of the planted-text search.

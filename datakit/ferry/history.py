@@ -14,7 +14,7 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from datakit.shuffle.fsio import atomic_write_bytes
+from datakit.core.fsio import atomic_write_bytes
 
 HISTORY_FILE = "history.jsonl"
 STATUS_FILE = "status.json"

@@ -19,7 +19,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
-from datakit.shuffle.fsio import atomic_write_bytes
+from datakit.core.fsio import atomic_write_bytes
 
 PLAN_FILE = "ferry.json"
 PLAN_FORMAT = 1

@@ -13,7 +13,7 @@ import html
 import os
 import time
 
-from datakit.shuffle.fsio import atomic_write_bytes
+from datakit.core.fsio import atomic_write_bytes
 
 from .history import flag_slow_runs, is_slow, read_history, slow_baseline
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
-from datakit.shuffle.fsio import exists, fs_for, is_local, open_read
+from datakit.core.fsio import exists, fs_for, is_local, open_read
 from datakit.sources.readers import (
     FORMATS, FileRef, ReaderOptions, Reject, is_hidden, read_file,
 )

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import counters, current_shard
-from datakit.shuffle.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
+from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 
 from .schema import (
     CORE_SCHEMA, ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,

@@ -1,6 +1,8 @@
 """datakit's map/shuffle engine: a lazy Dataset over sharded data, zstd-frame shuffle files with sidecar
-indexes, pluggable backends (local process pool, inline, Ray). Imports nothing else from datakit."""
+indexes, pluggable backends (local process pool, inline, Ray). Imports nothing from datakit but the
+foundation, `datakit.core`."""
 
+from .backends import Capabilities, backend_capabilities
 from .context import ShardInfo, counters, current_shard
 from .dataset import Dataset
 from .executor import ExecConfig, RunResult, ShardFailed, StageStats, WorkerDeaths, format_stats
@@ -9,7 +11,7 @@ from .keys import KeyEncodingError, decode_key, encode_key, route
 from .plan import PlanError
 
 __all__ = [
-    "Dataset", "ExecConfig", "RunResult", "ShardFailed", "StageStats", "WorkerDeaths", "format_stats",
+    "Capabilities", "backend_capabilities", "Dataset", "ExecConfig", "RunResult", "ShardFailed", "StageStats", "WorkerDeaths", "format_stats",
     "FileInfo", "list_files", "read_jsonl", "read_parquet", "read_text", "counters", "current_shard",
     "ShardInfo", "KeyEncodingError", "encode_key", "decode_key", "route", "PlanError",
 ]

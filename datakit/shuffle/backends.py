@@ -21,6 +21,7 @@ import subprocess
 import sys
 import traceback
 from collections import deque
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait as mp_wait
 from typing import Any
 
@@ -49,9 +50,27 @@ def execute_payload(payload: bytes) -> dict:
     return run_task(spec, attempt)
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, so callers ask about behaviour instead of comparing backend names.
+
+    in_process:     attempts run in the caller's process, one at a time (memory:// prefixes work; pdb works).
+    may_span_nodes: workers may sit on other machines, so shuffle files must live on storage every node
+                    sees (an object store or shared mount), never in a node-local temp dir.
+    """
+
+    in_process: bool = False
+    may_span_nodes: bool = False
+
+
 class Backend:
     name = "base"
     capacity = 1
+    capabilities = Capabilities()
+
+    def num_nodes(self) -> int:
+        """Machines the workers run on right now (1 unless the backend may span nodes)."""
+        return 1
 
     def submit(self, key: Any, payload: bytes) -> None:
         raise NotImplementedError
@@ -71,6 +90,7 @@ class InlineBackend(Backend):
 
     name = "inline"
     capacity = 1
+    capabilities = Capabilities(in_process=True)
 
     def __init__(self) -> None:
         self.queue: deque = deque()
@@ -224,6 +244,15 @@ def _close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
     _POOLS.clear()
+
+
+def backend_capabilities(name: str) -> Capabilities:
+    """A backend's capabilities by name, without starting it (no Ray import, no cluster connection)."""
+    caps = {"local": LocalBackend.capabilities, "inline": InlineBackend.capabilities,
+            "ray": Capabilities(may_span_nodes=True)}
+    if name not in caps:
+        raise ValueError(f"unknown backend {name!r}: expected local, inline or ray")
+    return caps[name]
 
 
 def get_backend(name: str, max_workers: int | None = None, **options: Any) -> Backend:

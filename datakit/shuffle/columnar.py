@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import zstandard
 
 from .frames import _LEN, frame_compressor, iter_frame_bodies, publish_map_output
-from .fsio import discard, open_atomic
+from datakit.core.fsio import discard, open_atomic
 from .keys import KeyEncodingError
 from .route_arrow import route_column
 

@@ -24,7 +24,7 @@ from typing import Any
 import cloudpickle
 
 from .backends import Backend, get_backend
-from .fsio import atomic_write_bytes, exists, is_local, open_read
+from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read
 from .io import format_output
 from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
@@ -192,9 +192,9 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
         root = tempfile.mkdtemp(prefix="datakit-shuffle-")
         temporary = True
     backend = get_backend(config.backend, config.max_workers, **config.backend_options)
-    if backend.name == "ray" and is_local(root) and backend.num_nodes() > 1:  # type: ignore[attr-defined]
+    if backend.capabilities.may_span_nodes and is_local(root) and backend.num_nodes() > 1:
         raise ValueError(
-            f"the Ray cluster has {backend.num_nodes()} nodes but the shuffle directory {root} is on this "  # type: ignore[attr-defined]
+            f"the {backend.name} cluster has {backend.num_nodes()} nodes but the shuffle directory {root} is on this "
             "node's disk; set ExecConfig(work_dir=...) (or the manifest's prefix) to storage every node sees, "
             "e.g. gs://bucket/tmp or a shared NFS path"
         )
@@ -260,7 +260,7 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
     finally:
         if progress:
             progress.stop()
-        if backend.name == "inline":
+        if backend.capabilities.in_process:
             backend.close()
         if temporary or (ok and not config.keep_work_dir):
             if is_local(root):

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import zstandard
 
-from .fsio import atomic_write_bytes, commit, discard, open_atomic, open_read
+from datakit.core.fsio import atomic_write_bytes, commit, discard, open_atomic, open_read
 
 SUB_BATCH_ROWS = 1024
 ZSTD_LEVEL = 3

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from .fsio import commit, discard, exists, is_local, open_atomic, open_read
-from .json_exact import loads
+from datakit.core.fsio import commit, discard, exists, is_local, open_atomic, open_read
+from datakit.core.json_exact import loads
 
 _GLOB_CHARS = "*?["
 

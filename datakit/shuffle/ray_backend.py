@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from .backends import Backend, Event, error_info, execute_payload
+from .backends import Backend, Event, backend_capabilities, error_info, execute_payload
 
 
 def _run_attempt(payload: bytes) -> tuple[str, Any]:
@@ -29,6 +29,7 @@ def _run_attempt(payload: bytes) -> tuple[str, Any]:
 
 class RayBackend(Backend):
     name = "ray"
+    capabilities = backend_capabilities("ray")
 
     def __init__(self, max_workers: int | None = None, address: str | None = None, num_cpus_per_task: float = 1,
                  memory_per_task: int | None = None, **_: Any) -> None:
@@ -45,8 +46,7 @@ class RayBackend(Backend):
         self._remote = ray.remote(_run_attempt).options(**options)
         self._inflight: dict[Any, Any] = {}  # ObjectRef -> key
 
-    @staticmethod
-    def num_nodes() -> int:
+    def num_nodes(self) -> int:
         return sum(1 for n in ray.nodes() if n.get("Alive"))
 
     def submit(self, key: Any, payload: bytes) -> None:

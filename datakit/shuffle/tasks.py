@@ -23,7 +23,7 @@ import zstandard
 
 from . import columnar, context
 from .frames import TARGET_PREFIX, Record, RunWriter
-from .fsio import atomic_write_bytes, exists, is_local, makedirs, open_read
+from datakit.core.fsio import atomic_write_bytes, exists, is_local, makedirs, open_read
 from .io import format_output, write_shard
 from .keys import KeyEncodingError, decode_key, encode_key
 from .merge import MergeStats, gather_runs, merge_runs

@@ -33,8 +33,8 @@ from typing import Any, Iterator
 import pyarrow.parquet as pq
 import zstandard
 
-from datakit.shuffle.fsio import open_read
-from datakit.shuffle.json_exact import loads as _loads
+from datakit.core.fsio import open_read
+from datakit.core.json_exact import loads as _loads
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

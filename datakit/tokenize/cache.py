@@ -25,7 +25,7 @@ from typing import IO, Any
 import fsspec
 import numpy as np
 
-from datakit.shuffle.fsio import (
+from datakit.core.fsio import (
     atomic_write_bytes,
     commit,
     discard as remove,

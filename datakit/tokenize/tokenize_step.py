@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from datakit.shuffle import Dataset, ExecConfig, FileInfo, counters, current_shard
-from datakit.shuffle.fsio import copy_file
+from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
+from datakit.core.fsio import copy_file
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
@@ -297,7 +297,7 @@ def _shard_task(spec: _ShardSpec):
 def _default_threads(exec_config: ExecConfig | None, n_files: int) -> int:
     cpus = os.cpu_count() or 1
     cfg = exec_config or ExecConfig()
-    workers = 1 if cfg.backend == "inline" else (cfg.max_workers or cpus)
+    workers = 1 if backend_capabilities(cfg.backend).in_process else (cfg.max_workers or cpus)
     return max(1, cpus // max(1, min(workers, n_files)))
 
 

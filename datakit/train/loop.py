@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from datakit.shuffle.fsio import atomic_write_bytes
+from datakit.core.fsio import atomic_write_bytes
 from datakit.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,

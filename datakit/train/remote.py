@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from datakit.shuffle.fsio import atomic_write_bytes, copy_file, exists, fs_for
+from datakit.core.fsio import atomic_write_bytes, copy_file, exists, fs_for
 from datakit.train.checkpoint import checkpoint_step
 from datakit.train.loop import result_json
 

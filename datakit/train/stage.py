@@ -24,7 +24,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from datakit.shuffle.fsio import is_local, local_path
+from datakit.core.fsio import is_local, local_path
 from datakit.tokenize.reader import CacheNotReady, TokenCache, TrainBatches, open_cache
 from datakit.train.config import ConfigError, TrainConfig
 from datakit.train.loop import EvalSet, TrainResult, run_training
