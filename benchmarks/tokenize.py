@@ -11,7 +11,7 @@ What is measured (each pipeline in its own fresh subprocess, same tokenizer, sam
   split long texts, encode, EOS, split by id hash, write .npy + ledger), local engine backend.
 - ``datatrove``: ``ParquetReader -> DocumentTokenizer`` under ``LocalPipelineExecutor`` (its
   fastest setting: ``shuffle_documents=False``), given our tokenizer.json path and EOS token.
-- ``reader``: ``TrainBatches`` (Feistel + 2-source block mixture) and ``eval_batches`` served tokens/s.
+- ``reader``: ``TrainBatches`` (Feistel + 2-source block mixture) served tokens/s.
 
 Throughput counts document tokens without EOS for every contender, so numbers compare like for like.
 Peak RSS is sampled every 20 ms over the whole process tree (driver + engine workers), summed.
@@ -58,6 +58,8 @@ import psutil
 
 ROOT = os.path.dirname(_HERE)
 sys.path.insert(0, ROOT)
+
+from datakit.core.layout import TOKENIZER_FILE, DocumentsDir  # noqa: E402  (after the sys.path fix-up)
 
 BENCH_PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
 
@@ -220,14 +222,14 @@ def _prepare(work: str, mb: int, parts: int, vocab: int) -> tuple[str, str]:
         texts = stdlib_texts(mb * 1_000_000) + license_texts()
         write_source(source + ".tmp", texts, parts, source="stdlib")
         os.replace(source + ".tmp", source)
-    tok_dir = os.path.join(work, f"tokenizer-{vocab}")
-    if not os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
-        train_tokenizer([source], tok_dir, vocab_size=vocab, max_bytes=10_000_000)
-    return source, os.path.join(tok_dir, "tokenizer.json")
+    tok_file = os.path.join(work, f"tokenizer-{vocab}", TOKENIZER_FILE)
+    if not os.path.exists(tok_file):
+        train_tokenizer([source], os.path.dirname(tok_file), vocab_size=vocab, max_bytes=10_000_000)
+    return source, tok_file
 
 
 def _reader_bench(train_dir: str, val_dir: str, seq_len: int, batch_size: int, steps: int) -> dict:
-    from datakit.tokenize.reader import TrainBatches, eval_batches
+    from datakit.tokenize.reader import TrainBatches
 
     tb = TrainBatches({"a": train_dir, "b": val_dir}, {"a": 0.8, "b": 0.2}, seq_len=seq_len,
                       batch_size=batch_size, seed=0)
@@ -236,16 +238,10 @@ def _reader_bench(train_dir: str, val_dir: str, seq_len: int, batch_size: int, s
     for s in range(1, steps + 1):
         tb.batch(s)
     wall = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    n_eval = 0
-    for b in eval_batches(train_dir, seq_len, batch_size, max_batches=steps):
-        n_eval += b.shape[0] * seq_len
-    wall_eval = time.perf_counter() - t1
     return {
         "seq_len": seq_len, "batch_size": batch_size, "steps": steps,
         "train_batches_per_s": round(steps / wall, 1),
         "train_tokens_per_s": round(steps * tb.tokens_per_batch / wall),
-        "eval_tokens_per_s": round(n_eval / wall_eval),
     }
 
 
@@ -273,7 +269,7 @@ def main() -> None:
     os.makedirs(a.work, exist_ok=True)
     t0 = time.perf_counter()
     source, tokenizer = _prepare(a.work, a.mb, a.parts, a.vocab)
-    parts_dir = os.path.join(source, "outputs", "main")
+    parts_dir = DocumentsDir(source).main
     corpus_bytes = sum(os.path.getsize(os.path.join(parts_dir, p)) for p in os.listdir(parts_dir))
     per_worker = max(1, a.threads // a.workers)
     env = dict(os.environ, RAYON_NUM_THREADS=str(per_worker), TOKENIZERS_PARALLELISM="true")

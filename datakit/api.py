@@ -8,7 +8,8 @@
 
 A custom step is a `datakit.Step` whose function receives a `StepContext` (its output dir, its deps'
 outputs and results, the engine's ExecConfig) and usually runs a `datakit.shuffle.Dataset` pipeline.
-It gets the same identity hashing, markers, skip-completed and events as the built-in stages.
+It gets the same identity hashing, markers, skip-completed and events as the built-in stages. A user
+stage that tokenize and train should read goes in the manifest's `stages:` list instead.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from datakit.pipeline import build_steps, exec_config
+from datakit import pipeline
+from datakit.manifest import Manifest
+from datakit.pipeline import build_steps, load_manifest, manifest_from_dict
 from datakit.shuffle import ExecConfig
-from datakit.sources.manifest import Manifest, load_manifest, manifest_from_dict
-from datakit.steps import RunSummary, Step, StepContext, run_steps
+from datakit.steps import RunSummary, Step, StepContext
 
 
 def steps_by_name(manifest: Manifest) -> dict[str, Step]:
@@ -31,11 +33,8 @@ def run(manifest: Manifest | str, *, prefix: str | None = None, backend: str | N
         only: list[str] | None = None, force: list[str] = (), mirror: str | None = None) -> RunSummary:
     """Run a manifest's pipeline (plus `extra_steps`, which may depend on its steps); returns the summary."""
     m = load_manifest(manifest) if isinstance(manifest, (str, os.PathLike)) else manifest
-    steps = build_steps(m) + list(extra_steps)
-    out = prefix or m.prefix
-    cfg = exec_config(out, backend or m.backend, workers or m.workers)
-    return run_steps(steps, out, mirror=mirror or m.mirror, dry_run=dry_run, only=only,
-                     force=list(force), exec_config=cfg)
+    return pipeline.run(m, prefix=prefix, backend=backend, workers=workers, extra_steps=extra_steps,
+                        dry_run=dry_run, only=only, force=force, mirror=mirror)
 
 
 __all__ = ["load_manifest", "manifest_from_dict", "build_steps", "steps_by_name", "run", "Step", "StepContext",

@@ -25,7 +25,8 @@ def default_manifest() -> str:
 
 
 def _load(manifest_path: str | None, *, check_uris: bool = True):
-    from datakit.sources.manifest import ManifestInvalid, load_manifest
+    from datakit.manifest import ManifestInvalid
+    from datakit.pipeline import load_manifest
 
     path = manifest_path or default_manifest()
     try:
@@ -52,15 +53,6 @@ def validate(manifest: str | None) -> None:
     """Check MANIFEST (all errors at once, with file:line:column) without running anything."""
     m = _load(manifest)
     click.echo(f"{m.path}: ok ({len(m.sources)} sources)")
-
-
-def _exec_config(m, prefix: str, backend: str | None, workers: int | None, ray_address: str | None,
-                 progress: bool):
-    from datakit.pipeline import exec_config
-
-    opts = {"address": ray_address} if ray_address else {}
-    return exec_config(prefix, backend or m.backend, workers or m.workers, progress=progress,
-                       backend_options=opts)
 
 
 def _resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
@@ -98,28 +90,29 @@ def _print_summary(summary: dict) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Last line of stdout: one JSON summary object.")
 def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, as_json) -> None:
     """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
-    from datakit.pipeline import build_steps
-    from datakit.steps import ConfigError, run_steps
+    from datakit import pipeline
+    from datakit.steps import ConfigError
 
     m = _load(manifest)
     out = _resolve_prefix(m, prefix, manifest is not None)
     try:
-        steps = build_steps(m)
-    except (ValueError, FileNotFoundError) as e:
+        steps = pipeline.build_steps(m, out, write_cache=not dry_run)
+    except (ValueError, FileNotFoundError, ImportError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
 
     def on_event(ev: dict) -> None:
         if not as_json and ev.get("event") in ("step_started", "step_succeeded", "step_skipped", "step_failed"):
             extra = f" ({ev['wall_s']:.1f}s)" if ev.get("wall_s") is not None else ""
-            click.echo(f"[{time.strftime('%H:%M:%S')}] {ev['event'].replace('step_', '')}: {ev.get('step')}{extra}",
+            why = f": {ev['reason']}" if ev.get("event") == "step_started" and ev.get("reason") else ""
+            click.echo(f"[{time.strftime('%H:%M:%S')}] {ev['event'].replace('step_', '')}: {ev.get('step')}{extra}{why}",
                        err=True)
 
     try:
-        summary = run_steps(steps, out, mirror=mirror or m.mirror, dry_run=dry_run, only=list(only) or None,
-                            force=list(force), exec_config=_exec_config(m, out, backend, workers, ray_address,
-                                                                        progress=not as_json and sys.stderr.isatty()),
-                            on_event=on_event)
+        summary = pipeline.run(m, prefix=out, steps=steps, backend=backend, workers=workers, mirror=mirror,
+                               dry_run=dry_run, only=list(only) or None, force=list(force), on_event=on_event,
+                               progress=not as_json and sys.stderr.isatty(),
+                               backend_options={"address": ray_address} if ray_address else {})
     except (ValueError, ConfigError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -128,14 +121,24 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
         sys.exit(EXIT_INTERRUPTED)
     d = summary.to_dict()
     if dry_run and not as_json:
-        for s in d["steps"]:
-            click.echo(f"{s['status']:<11} {s['name']:<32} {s.get('output') or ''}")
+        _print_plan(d["steps"])
     elif not as_json:
         _print_summary(d)
     if as_json:
-        steps_out = [{k: s.get(k) for k in ("name", "status", "output", "wall_s", "counters")} for s in d["steps"]]
+        keys = ("name", "status", "output", "wall_s", "counters", "reason")
+        steps_out = [{k: s.get(k) for k in keys} for s in d["steps"]]
         click.echo(json.dumps({"status": d["status"], "prefix": out, "steps": steps_out}))
     sys.exit(EXIT_OK if summary.ok else EXIT_FAILED)
+
+
+def _print_plan(steps: list[dict]) -> None:
+    """The dry-run plan: what would run and why, what would be skipped and where it already is."""
+    for s in steps:
+        click.echo(f"{s['status']:<11} {s['name']:<32} {s.get('output') or ''}")
+        if s.get("reason"):
+            click.echo(f"{'':<11} {'':<32} why: {s['reason']}")
+    n = sum(s["status"] == "would_run" for s in steps)
+    click.echo(f"{n} of {len(steps)} steps would run" if n else f"nothing to rebuild: all {len(steps)} steps are built")
 
 
 @main.command()
@@ -149,7 +152,8 @@ def status(manifest, prefix, mirror, as_json) -> None:
     from datakit.steps import step_status
 
     m = _load(manifest, check_uris=False)
-    rows = step_status(build_steps(m), _resolve_prefix(m, prefix, manifest is not None), mirror=mirror or m.mirror)
+    out = _resolve_prefix(m, prefix, manifest is not None)
+    rows = step_status(build_steps(m, out, write_cache=False), out, mirror=mirror or m.mirror)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return

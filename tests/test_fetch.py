@@ -24,7 +24,8 @@ from datakit.sources.fetch import (
     fetch_source,
     is_remote,
 )
-from datakit.sources.manifest import SourceSpec, manifest_from_dict
+from datakit.manifest import SourceSpec
+from datakit.pipeline import manifest_from_dict
 
 FAST = RetryPolicy(attempts=4, backoff=0.001, max_backoff=0.01)
 

@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from datakit.sources.manifest import (
-    Manifest,
-    ManifestError,
-    ManifestInvalid,
-    SourceSpec,
-    load_manifest,
-    manifest_from_dict,
-    validate_manifest,
-)
-from datakit.sources.uris import SourceNotFound, is_remote, list_files
+from datakit.manifest import Manifest, ManifestError, ManifestInvalid, SourceSpec
+from datakit.pipeline import load_manifest, manifest_from_dict, validate_manifest
+from datakit.core.uris import SourceNotFound, is_remote, list_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -126,7 +119,7 @@ def test_full_manifest_typed_values(corpus: Path):
     # 'defaults' (an anchor holder) is not a manifest key; "x-" keys are free for anchors.
     assert messages(errors) == [
         f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, mirror, "
-        "normalize, prefix, sources, tokenize, train, workers)"
+        "normalize, prefix, sources, stages, tokenize, train, workers)"
     ]
     path.write_text(path.read_text().replace("defaults: &common", "x-common: &common"))
     m = load_manifest(path)
@@ -145,12 +138,8 @@ def test_full_manifest_typed_values(corpus: Path):
     assert m.weights == {"web": 3.0, "code": 1.0}
     t = m.train
     assert t is not None and t.learning_rate == 0.01 and t.warmup_steps == 1 and t.steps == 5
-    assert t.overrides() == {"grad_clip": None, "learning_rate": 0.01, "qk_norm": True, "steps": 5,
-                             "warmup_steps": 1}
-    assert t.to_config_dict() == {
-        "preset": "nano", "grad_clip": None, "learning_rate": 0.01, "steps": 5, "warmup_steps": 1,
-        "model": {"qk_norm": True},
-    }
+    assert t.grad_clip is None and t.model.qk_norm and t.preset == "nano"
+    assert t.seq_len == 128 and t.model.d_model == 64  # keys left out take the preset's values
     assert m.source("code") is code
     with pytest.raises(KeyError, match="no source named 'nope'"):
         m.source("nope")
@@ -179,30 +168,24 @@ def test_yaml_anchors_and_merge_keys(corpus: Path):
     ]
 
 
-def test_train_section_matches_train_config():
-    """Every train key maps onto the train stage's TrainConfig (or its ModelConfig)."""
-    config = pytest.importorskip("datakit.train.config")
-    import dataclasses
+def test_train_section_is_the_train_config():
+    """The train section is the train stage's own TrainConfig: the preset picks every default, model-shape
+    keys are written flat, short names are aliases; nothing mirrors it."""
+    from datakit.train import config
 
-    from datakit.sources.manifest import TRAIN_MODEL_KEYS, TrainSpec
-
-    train_fields = {f.name for f in dataclasses.fields(config.TrainConfig)} - {"model"}
-    model_fields = {f.name for f in dataclasses.fields(config.ModelConfig)}
-    for f in dataclasses.fields(TrainSpec):
-        if f.name in ("preset", "given"):
-            continue
-        if f.name in TRAIN_MODEL_KEYS:
-            assert f.name in model_fields, f.name
-        else:
-            assert f.name in train_fields, f.name
-    spec = manifest_from_dict(
+    cfg = manifest_from_dict(
         {"sources": [{"name": "a", "uri": "x", "format": "text"}],
-         "train": {"preset": "nano", "steps": 3, "lr": 0.5, "d_model": 32, "grad_clip": None}},
+         "train": {"preset": "small", "steps": 300, "lr": 0.5, "d_model": 32, "grad_clip": None}},
         check_uris=False,
     ).train
-    cfg = config.TrainConfig.from_dict(spec.to_config_dict())
-    assert (cfg.steps, cfg.learning_rate, cfg.model.d_model, cfg.grad_clip) == (3, 0.5, 32, None)
-    assert cfg.seq_len == config.LOOP_PRESETS["nano"]["seq_len"]  # unset keys keep the preset's value
+    assert type(cfg) is config.TrainConfig
+    assert (cfg.steps, cfg.learning_rate, cfg.model.d_model, cfg.grad_clip) == (300, 0.5, 32, None)
+    assert cfg.seq_len == config.LOOP_PRESETS["small"]["seq_len"]  # unset keys keep the preset's value
+    assert cfg.model.n_layers == config.MODEL_PRESETS["small"].n_layers
+    assert config.TrainConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ManifestInvalid, match=r"train.n_heads: model.n_heads=3 does not divide"):
+        manifest_from_dict({"sources": [{"name": "a", "uri": "x", "format": "text"}],
+                            "train": {"n_heads": 3}}, check_uris=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -769,12 +752,20 @@ def test_example_manifest_is_valid():
     assert os.path.isabs(m.prefix)
 
 
-def test_sections_feed_the_stage_configs():
-    """The example's sections build the stages' own config objects field by field."""
+def test_sections_are_the_stage_configs():
+    """Every section of the example is the config object its stage runs with (no mirrored specs)."""
+    from datakit.dedup.config import DedupConfig
+    from datakit.dedup.decontaminate import DecontamConfig
+    from datakit.normalize.config import NormalizeConfig
+    from datakit.stages.registry import sections
+    from datakit.tokenize.config import TokenizeConfig
+    from datakit.train.config import TrainConfig
+
     m = load_manifest(REPO / "examples" / "sources.yaml")
-    normalize = pytest.importorskip("datakit.normalize.config")
-    assert normalize.NormalizeConfig(**m.normalize.to_dict()).target_shard_bytes == m.normalize.target_shard_bytes
-    train = pytest.importorskip("datakit.train.config")
-    cfg = train.TrainConfig.from_dict(m.train.to_config_dict())
-    cfg.validate()
-    assert (cfg.steps, cfg.learning_rate, cfg.warmup_steps, cfg.model.qk_norm) == (50, 0.003, 5, True)
+    assert {s.key: s.config for s in sections()} == {
+        "normalize": NormalizeConfig, "dedup": DedupConfig, "decontaminate": DecontamConfig,
+        "tokenize": TokenizeConfig, "train": TrainConfig}
+    for s in sections():
+        assert type(m.sections[s.key]) is s.config
+    m.train.validate()
+    assert (m.train.steps, m.train.learning_rate, m.train.warmup_steps, m.train.model.qk_norm) == (50, 0.003, 5, True)

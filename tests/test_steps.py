@@ -383,6 +383,174 @@ def test_mirror_hit_is_used_in_place_and_never_written(tmp_path):
     assert s.ok and calls == ["sum", "sum"]
 
 
+# ---------------------------------------------------------------- why a step would run / ran
+
+
+def reasons(summary: RunSummary) -> dict[str, str | None]:
+    return {e["name"]: e["reason"] for e in summary.steps}
+
+
+def dry_reasons(steps, prefix: Path, **kw) -> dict[str, str | None]:
+    """Dry-run reasons, checking on the way that the dry run wrote nothing."""
+    before = snapshot(prefix) if prefix.exists() else None
+    seen: list[dict] = []
+    s = run_steps(steps, str(prefix), dry_run=True, on_event=seen.append, **kw)
+    assert (snapshot(prefix) if prefix.exists() else None) == before
+    would_run = {e["step"]: e["reason"] for e in seen if e["event"] == "step_would_run"}
+    assert would_run == {n: r for n, r in reasons(s).items() if r is not None}
+    return reasons(s)
+
+
+def test_reason_never_built_and_would_skip(tmp_path):
+    rows, total = dag(3)
+    assert dry_reasons([total], tmp_path / "out") == {
+        "rows": "never built (no earlier output of rows under the prefix)",
+        "sum": "never built (no earlier output of sum under the prefix)",
+    }
+    assert run_steps([rows], str(tmp_path / "out")).ok
+    # a built step whose name is a prefix of another's is not an earlier build of it (nor the reverse)
+    assert run_steps([Step("sum-extra", sum_rows, {}, deps=(rows,))], str(tmp_path / "out")).ok
+    assert dry_reasons([total], tmp_path / "out") == {
+        "rows": None, "sum": "never built (no earlier output of sum under the prefix)"}
+
+
+def test_reason_forced(tmp_path):
+    rows, total = dag(3)
+    assert run_steps([total], str(tmp_path)).ok
+    assert dry_reasons([total], tmp_path, force=["rows"]) == {"rows": "forced (--force)", "sum": None}
+
+
+def test_reason_stage_version_bump(tmp_path):
+    assert run_steps([Step("rows", write_rows, {"n": 3})], str(tmp_path)).ok
+    assert dry_reasons([Step("rows", write_rows, {"n": 3}, version="2")], tmp_path) == {
+        "rows": "stage version 1 -> 2"}
+    # version wins over a config change made at the same time (the first kind that applies)
+    assert dry_reasons([Step("rows", write_rows, {"n": 4}, version="2")], tmp_path) == {
+        "rows": "stage version 1 -> 2"}
+
+
+def test_reason_config_changed_names_dotted_keys(tmp_path):
+    old = {"normalize": {"max_whitespace_run": 128, "lang": "en"}, "source": {"format": "jsonl"}, "n": 1}
+    assert run_steps([Step("norm", write_rows, old)], str(tmp_path)).ok
+    new = {"normalize": {"max_whitespace_run": 64, "lang": "en", "nfkc": True}, "source": {"format": "text"},
+           "n": 1}
+    assert dry_reasons([Step("norm", write_rows, new)], tmp_path) == {"norm": (
+        'config changed: normalize.max_whitespace_run 128 -> 64, normalize.nfkc (unset) -> true, '
+        'source.format "jsonl" -> "text"')}
+    many = {f"k{i}": i for i in range(8)}
+    assert dry_reasons([Step("norm", write_rows, many)], tmp_path)["norm"] == (
+        "config changed: k0 (unset) -> 0, k1 (unset) -> 1, k2 (unset) -> 2, k3 (unset) -> 3, "
+        "k4 (unset) -> 4 and 6 more")  # k5-k7 added; n, normalize, source removed
+
+
+def test_reason_compares_with_the_newest_earlier_build(tmp_path):
+    for n in (1, 3, 2):
+        assert run_steps([Step("rows", write_rows, {"n": n})], str(tmp_path)).ok
+    assert dry_reasons([Step("rows", write_rows, {"n": 5})], tmp_path) == {"rows": "config changed: n 2 -> 5"}
+
+
+def test_reason_input_files_changed(tmp_path):
+    from datakit.steps import fingerprint_files
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, text in {"a.py": "a = 1\n", "b.txt": "bee\n", "keep.txt": "same\n"}.items():
+        (src / name).write_text(text)
+
+    def step(extra: dict | None = None) -> Step:
+        fp = fingerprint_files(sorted(str(p) for p in src.iterdir()), None)
+        return Step("norm", write_rows, {"n": 1, "input": fp.digest, **(extra or {})}, inputs=fp.files)
+
+    prefix = tmp_path / "out"
+    assert run_steps([step()], str(prefix)).ok
+    assert dry_reasons([step()], prefix) == {"norm": None}
+    (src / "a.py").write_text("a = 2\n")
+    (src / "b.txt").unlink()
+    (src / "c.txt").write_text("sea\n")
+    # the digest in config changed too, but that change IS the input files: they are named instead
+    assert dry_reasons([step()], prefix) == {
+        "norm": "input files changed: a.py (changed), b.txt (removed), c.txt (added)"}
+    # a real config change is reported (first kind that applies) without the digest noise
+    assert dry_reasons([step({"lang": "de"})], prefix) == {"norm": 'config changed: lang (unset) -> "de"'}
+    for i in range(7):
+        (src / f"new{i}.txt").write_text(str(i))
+    assert dry_reasons([step()], prefix)["norm"] == (
+        "input files changed: a.py (changed), b.txt (removed), c.txt (added), new0.txt (added), "
+        "new1.txt (added) and 5 more")
+
+
+def test_reason_dependency_rebuilt(tmp_path):
+    rows, total = dag(3)
+    assert run_steps([total], str(tmp_path)).ok
+    rows4 = Step("rows", write_rows, {"n": 4})
+    assert dry_reasons([Step("sum", sum_rows, {}, deps=(rows4,))], tmp_path) == {
+        "rows": "config changed: n 3 -> 4", "sum": "dependency rebuilt: rows"}
+    other = Step("other", lambda ctx: {}, {})
+    assert dry_reasons([Step("sum", sum_rows, {}, deps=(rows, other))], tmp_path) == {
+        "rows": None, "other": "never built (no earlier output of other under the prefix)",
+        "sum": "dependency rebuilt: other (added)"}
+
+
+def test_reason_damaged_or_unfinished_output(tmp_path):
+    rows, _ = dag(3)
+    d = tmp_path / rows.dirname
+    assert run_steps([rows], str(tmp_path)).ok
+    (d / "artifact.json").write_text("{not json")
+    assert dry_reasons([rows], tmp_path) == {"rows": (
+        f"output damaged or unfinished: SUCCESS but artifact.json is unreadable or records another "
+        f"identity at {d}")}
+    (d / ".status").write_text(json.dumps({"status": "RUNNING", "time": "x"}))
+    assert dry_reasons([rows], tmp_path) == {"rows": f"output damaged or unfinished: RUNNING at {d}"}
+    (d / ".status").unlink()
+    assert dry_reasons([rows], tmp_path) == {"rows": f"output damaged or unfinished: no .status marker at {d}"}
+
+    def boom(ctx):
+        raise RuntimeError("boom")
+
+    bad = Step("bad", boom, {})
+    assert run_steps([bad], str(tmp_path)).status == "failed"
+    assert dry_reasons([bad], tmp_path) == {
+        "bad": f"output damaged or unfinished: FAILED at {tmp_path / bad.dirname}"}
+
+
+def test_real_runs_record_reasons_inputs_stage_and_source(tmp_path):
+    seen: list[dict] = []
+    rows = Step("rows", write_rows, {"n": 2}, inputs={"x/a.txt": "ab" * 32}, stage="generate", source="web")
+    total = Step("sum", sum_rows, {}, deps=(rows,))
+    assert rows.identity == Step("rows", write_rows, {"n": 2}).identity  # descriptive fields: not identity
+    s = run_steps([total], str(tmp_path), on_event=seen.append)
+    assert reasons(s) == {"rows": "never built (no earlier output of rows under the prefix)",
+                          "sum": "never built (no earlier output of sum under the prefix)"}
+    started = {e["step"]: e["reason"] for e in seen if e["event"] == "step_started"}
+    assert started == reasons(s)
+    art = json.loads((tmp_path / rows.dirname / "artifact.json").read_text())
+    assert (art["inputs"], art["stage"], art["source"]) == ({"x/a.txt": "ab" * 32}, "generate", "web")
+    sum_art = json.loads((tmp_path / total.dirname / "artifact.json").read_text())
+    assert (sum_art["inputs"], sum_art["stage"], sum_art["source"]) == ({}, "", None)
+    assert reasons(run_steps([total], str(tmp_path))) == {"rows": None, "sum": None}
+    s = run_steps([Step("sum", sum_rows, {}, version="2", deps=(rows,))], str(tmp_path))
+    assert reasons(s) == {"rows": None, "sum": "stage version 1 -> 2"}
+    with pytest.raises(TypeError, match="inputs must be"):
+        Step("rows", write_rows, {}, inputs={"a": 1})
+
+
+def _fsspec_rows(ctx: StepContext) -> dict:
+    with fsspec.open(ctx.path("rows.txt"), "w") as f:
+        f.write("x\n" * ctx.config["n"])
+    return {}
+
+
+def test_reasons_on_a_memory_fsspec_prefix():
+    prefix = f"memory://dk-reasons-{uuid.uuid4().hex}"
+    rows = Step("rows", _fsspec_rows, {"n": 3})
+    assert run_steps([Step("sum", lambda ctx: {}, {}, deps=(rows,))], prefix).ok
+    rows4 = Step("rows", _fsspec_rows, {"n": 4})
+    s = run_steps([Step("sum", lambda ctx: {}, {}, deps=(rows4,))], prefix, dry_run=True)
+    assert reasons(s) == {"rows": "config changed: n 3 -> 4", "sum": "dependency rebuilt: rows"}
+    fs = fsspec.filesystem("memory")
+    assert not fs.exists(f"{prefix[len('memory://'):]}/{rows4.dirname}")
+
+
 # ---------------------------------------------------------------- events, status, fsspec
 
 

@@ -1,4 +1,4 @@
-"""Training reader: windows, Feistel shuffle + block mixture over real caches, resume, eval batches."""
+"""Training reader: windows, Feistel shuffle + block mixture over real caches, resume."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.cache import CacheNotReady, open_cache
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
-from datakit.tokenize.reader import TrainBatches, eval_batches, eval_coverage
+from datakit.tokenize.reader import TrainBatches
 from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import train_tokenizer
 
@@ -148,29 +148,3 @@ def test_configuration_errors(caches, tmp_path):
     json.dump(ledger, open(os.path.join(other, "ledger.json"), "w"))
     with pytest.raises(ValueError, match="different tokenizers"):
         TrainBatches({**caches["train"], "prose": other}, WEIGHTS, seq_len=SEQ, batch_size=4, seed=0)
-
-
-def test_eval_batches_are_sequential_and_deterministic(caches):
-    dirs = [caches["validation"]["code"], caches["validation"]["prose"]]
-    opened = [open_cache(d) for d in dirs]
-    windows = [(c, j) for c in opened for j in range((c.total_tokens - 1) // SEQ)]
-    batches = list(eval_batches(dirs, SEQ, 16))
-    again = list(eval_batches(dirs, SEQ, 16))
-    assert len(batches) == -(-len(windows) // 16)
-    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
-    rows = np.concatenate(batches)
-    assert rows.shape == (len(windows), SEQ + 1) and rows.dtype == np.int32
-    for r, (c, j) in enumerate(windows):
-        assert np.array_equal(rows[r], c.tokens(j * SEQ, j * SEQ + SEQ + 1))
-    assert batches[-1].shape[0] == len(windows) % 16 or len(windows) % 16 == 0
-    assert len(list(eval_batches(dirs, SEQ, 16, max_batches=2))) == 2
-    full = list(eval_batches(dirs, SEQ, 16, drop_last=True))
-    assert all(b.shape[0] == 16 for b in full) and len(full) == len(windows) // 16
-    cov = eval_coverage(dirs, SEQ)
-    assert cov["windows"] == len(windows) and cov["target_tokens"] == len(windows) * SEQ
-    assert cov["total_bytes"] == sum(c.total_bytes for c in opened)
-
-
-def test_eval_batches_fail_at_call_time_for_a_missing_cache(tmp_path):
-    with pytest.raises(CacheNotReady):
-        eval_batches(str(tmp_path / "none"), SEQ, 4)

@@ -88,7 +88,7 @@ def test_injected_nan_step_is_skipped_and_counted(tmp_path, corpus):
     out = str(tmp_path / "nan")
     three = run_training(cfg, src, [], out, 256, inject_nan_steps=[3], stop_at=3)
     assert three.skipped_steps == 1
-    a, b = np.load(two.checkpoints[-1]), np.load(three.checkpoints[-1])
+    a, b = np.load(tmp_path / "two" / two.checkpoints[-1]), np.load(os.path.join(out, three.checkpoints[-1]))
     assert [n for n in a.files if n.startswith("params/")]
     for name in a.files:
         if name.startswith(("params/", "opt_state/")):
@@ -97,7 +97,7 @@ def test_injected_nan_step_is_skipped_and_counted(tmp_path, corpus):
 
     res = run_training(cfg, src, [], out, 256, inject_nan_steps=[3])  # resume and finish
     assert res.skipped_steps == 1 and res.steps == 12 and res.completed
-    records = {r["step"]: r for r in read_metrics(res.metrics_path) if r["kind"] == "train"}
+    records = {r["step"]: r for r in read_metrics(os.path.join(out, res.metrics_path)) if r["kind"] == "train"}
     assert records[3]["ok"] is False and records[3]["loss"] is None
     assert all(records[s]["ok"] and records[s]["ce"] is not None for s in (1, 2, *range(4, 13)))
     assert records[12]["skipped_total"] == 1
@@ -108,7 +108,8 @@ def test_resume_gives_the_same_loss_curve(tmp_path, corpus):
     train, val = corpus
     cfg = tiny_cfg(steps=12, checkpoint_every=4, eval_every=6)
     evs = [byte_eval_set(val, 32, 8)]
-    full = run_training(cfg, ByteBatches(train, 4, 32), evs, str(tmp_path / "full"), 256)
+    full_dir = str(tmp_path / "full")
+    full = run_training(cfg, ByteBatches(train, 4, 32), evs, full_dir, 256)
 
     out = str(tmp_path / "resumed")
     first = run_training(cfg, ByteBatches(train, 4, 32), evs, out, 256, stop_at=7)  # "preempted"
@@ -117,14 +118,15 @@ def test_resume_gives_the_same_loss_curve(tmp_path, corpus):
     second = run_training(cfg, ByteBatches(train, 4, 32), evs, out, 256)
     assert second.resumed_from == 7 and second.completed and second.steps == 12
 
-    a, b = _train_losses(full.metrics_path), _train_losses(second.metrics_path)
+    a = _train_losses(os.path.join(full_dir, full.metrics_path))
+    b = _train_losses(os.path.join(out, second.metrics_path))
     assert sorted(a) == sorted(b) == list(range(1, 13))  # trimmed + appended = one clean curve
     for s in a:
         assert b[s] == pytest.approx(a[s], abs=1e-6), s
     assert second.eval_loss == pytest.approx(full.eval_loss, abs=1e-6)
     assert second.bpb == pytest.approx(full.bpb, abs=1e-6)
-    fa = np.load(full.checkpoints[-1])
-    fb = np.load(second.checkpoints[-1])
+    fa = np.load(os.path.join(full_dir, full.checkpoints[-1]))
+    fb = np.load(os.path.join(out, second.checkpoints[-1]))
     for name in fa.files:
         if name != "__meta__":
             np.testing.assert_allclose(fa[name], fb[name], atol=1e-6, err_msg=name)
@@ -132,7 +134,7 @@ def test_resume_gives_the_same_loss_curve(tmp_path, corpus):
     again = run_training(cfg, ByteBatches(train, 4, 32), evs, out, 256)
     assert again.steps == 12 and again.resumed_from == 12
     assert again.eval_loss == pytest.approx(full.eval_loss, abs=1e-6)
-    evals = [r["step"] for r in read_metrics(again.metrics_path) if r["kind"] == "eval"]
+    evals = [r["step"] for r in read_metrics(os.path.join(out, again.metrics_path)) if r["kind"] == "eval"]
     assert evals == [6, 12]  # the re-evaluation replaced the old final record, no duplicate
 
 
@@ -146,9 +148,9 @@ def test_eval_bpb_and_partial_batches(tmp_path, corpus):
     # byte-level tokens: bits per byte == loss / ln 2 exactly
     assert res.bpb == pytest.approx(res.eval_loss / np.log(2), rel=1e-9)
     assert 3.0 < res.bpb < 8.0  # 8 bits would be uniform over 256 byte values
-    with open(res.result_path) as f:
+    with open(tmp_path / res.result_path) as f:
         assert json.load(f)["bpb"] == pytest.approx(res.bpb)
-    assert os.path.getsize(res.plot_path) > 1000
+    assert os.path.getsize(tmp_path / res.plot_path) > 1000
 
 
 def test_resume_with_a_different_config_is_refused(tmp_path, corpus):
@@ -184,8 +186,9 @@ train, val = data[:-6000], data[-6000:]
 out = {}
 for n in (1, 2):
     cfg = tiny_cfg(steps=6, num_devices=n)
-    res = run_training(cfg, ByteBatches(train, 4, 32), [byte_eval_set(val, 32, 8)], sys.argv[2] + f"/d{n}", 256)
-    out[n] = {"losses": _train_losses(res.metrics_path), "eval": res.eval_loss}
+    run_dir = sys.argv[2] + f"/d{n}"
+    res = run_training(cfg, ByteBatches(train, 4, 32), [byte_eval_set(val, 32, 8)], run_dir, 256)
+    out[n] = {"losses": _train_losses(run_dir + "/" + res.metrics_path), "eval": res.eval_loss}
 print("RESULT" + json.dumps(out))
 """
 

@@ -78,7 +78,7 @@ def test_presets_and_unknown_fields():
     cfg = TrainConfig.from_dict({"preset": "small", "steps": 7, "model": {"qk_norm": True}})
     assert cfg.steps == 7 and cfg.model.d_model == 256 and cfg.model.qk_norm
     with pytest.raises(ConfigError, match="unknown train preset 'huge'"):
-        TrainConfig.preset("huge")
+        TrainConfig.from_preset("huge")
     with pytest.raises(ConfigError, match="train.stepz"):
         TrainConfig.from_dict({"stepz": 3})
     with pytest.raises(ConfigError, match="model.heads"):
@@ -88,17 +88,17 @@ def test_presets_and_unknown_fields():
 
 
 def test_fingerprint_ignores_cadence_but_not_trajectory():
-    a = TrainConfig.preset("nano")
+    a = TrainConfig.from_preset("nano")
     assert a.trajectory_fingerprint() == dataclasses.replace(a, checkpoint_every=5, log_every=1).trajectory_fingerprint()
     assert a.trajectory_fingerprint() != dataclasses.replace(a, learning_rate=1e-4).trajectory_fingerprint()
     assert a.trajectory_fingerprint() != dataclasses.replace(a, steps=a.steps + 1).trajectory_fingerprint()
 
 
 def test_150m_preset_is_about_150m_parameters():
-    cfg = TrainConfig.preset("150m")
+    cfg = TrainConfig.from_preset("150m")
     n = param_count_for(cfg.model, 32768)  # shapes only, nothing allocated
     assert 120e6 < n < 180e6, n
-    assert param_count_for(TrainConfig.preset("nano").model, 256) < 200_000
+    assert param_count_for(TrainConfig.from_preset("nano").model, 256) < 200_000
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from datakit.core.layout import DocumentsDir, TrainDir
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.cache import CacheNotReady, open_cache
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
@@ -66,15 +67,22 @@ WEIGHTS = {"code": 0.7, "prose": 0.3}
 
 
 @pytest.fixture(scope="module")
-def trained(caches, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("run"))
-    res = train_model(stage_cfg(), caches["train"], WEIGHTS, caches["validation"], out)
-    return res
+def run_dir(tmp_path_factory) -> str:
+    """The shared run's out_dir: the result names its files relative to it."""
+    return str(tmp_path_factory.mktemp("run"))
 
 
-def test_loss_decreases_on_a_real_corpus(trained):
+@pytest.fixture(scope="module")
+def trained(caches, run_dir):
+    return train_model(stage_cfg(), caches["train"], WEIGHTS, caches["validation"], run_dir)
+
+
+def test_loss_decreases_on_a_real_corpus(trained, run_dir):
     assert trained.completed and trained.steps == 60 and trained.skipped_steps == 0
-    records = read_metrics(trained.metrics_path)
+    assert (trained.metrics_path, trained.plot_path, trained.result_path) == (
+        TrainDir.METRICS, TrainDir.PLOT, TrainDir.RESULT)  # relative to the out_dir
+    assert trained.checkpoints[-1] == "checkpoints/step-00000060.npz"
+    records = read_metrics(os.path.join(run_dir, trained.metrics_path))
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [20, 40, 60]
@@ -87,24 +95,25 @@ def test_loss_decreases_on_a_real_corpus(trained):
     assert trained.mfu is None  # CPU: no known peak FLOPs, no made-up MFU
     start = records[0]
     assert start["kind"] == "start" and start["tokenizer"]["vocab_size"] == 512
-    assert os.path.getsize(trained.plot_path) > 1000
-    assert json.load(open(trained.result_path))["steps"] == 60
+    assert os.path.getsize(os.path.join(run_dir, trained.plot_path)) > 1000
+    assert json.load(open(os.path.join(run_dir, trained.result_path)))["steps"] == 60
 
 
 def _validation_bytes(src_dir: str) -> int:
     total = 0
-    for name in sorted(os.listdir(os.path.join(src_dir, "outputs", "main"))):
-        t = pq.read_table(os.path.join(src_dir, "outputs", "main", name))
+    main = DocumentsDir(src_dir).main
+    for name in sorted(os.listdir(main)):
+        t = pq.read_table(os.path.join(main, name))
         for doc_id, text in zip(t.column("id").to_pylist(), t.column("text").to_pylist()):
             if is_validation(doc_id, VAL_FRACTION):
                 total += len(text.encode("utf-8"))
     return total
 
 
-def test_bpb_uses_exactly_the_bytes_of_the_evaluated_documents(trained, caches):
+def test_bpb_uses_exactly_the_bytes_of_the_evaluated_documents(trained, run_dir, caches):
     cfg = stage_cfg()
     nll_total, bytes_total = 0.0, 0
-    ckpt = np.load(trained.checkpoints[-1])
+    ckpt = np.load(os.path.join(run_dir, trained.checkpoints[-1]))
     template = init_params(cfg.model, 512, 0)
     params = jax.tree_util.tree_map_with_path(lambda p, _: jnp.asarray(ckpt["params/" + leaf_name(p)]), template)
     score = jax.jit(lambda p, b, m: loss_fn(p, b, cfg.model, mask=m)[1])
@@ -186,7 +195,7 @@ def test_bad_mixture_weights_are_refused(caches, tmp_path):
                     str(tmp_path))
 
 
-def test_resume_from_checkpoint_matches_the_uninterrupted_run(trained, caches, tmp_path):
+def test_resume_from_checkpoint_matches_the_uninterrupted_run(trained, run_dir, caches, tmp_path):
     out = str(tmp_path)
     cfg = stage_cfg(checkpoint_every=10)  # cadence only: same trajectory as the shared run
     part = train_model(cfg, caches["train"], WEIGHTS, caches["validation"], out, stop_at=25)
@@ -197,7 +206,7 @@ def test_resume_from_checkpoint_matches_the_uninterrupted_run(trained, caches, t
     def curve(path):
         return {(r["kind"], r["step"]): r["loss"] for r in read_metrics(path) if r["kind"] in ("train", "eval")}
 
-    ref, got = curve(trained.metrics_path), curve(done.metrics_path)
+    ref, got = curve(os.path.join(run_dir, trained.metrics_path)), curve(os.path.join(out, done.metrics_path))
     assert sorted(ref) == sorted(got)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-6), key
@@ -207,16 +216,18 @@ def test_resume_from_checkpoint_matches_the_uninterrupted_run(trained, caches, t
 def test_nan_step_on_real_data_is_skipped_and_training_continues(trained, caches, tmp_path):
     res = train_model(stage_cfg(), caches["train"], WEIGHTS, {}, str(tmp_path), inject_nan_steps=[10, 11])
     assert res.skipped_steps == 2 and res.completed
-    bad = [r for r in read_metrics(res.metrics_path) if r["kind"] == "train" and not r["ok"]]
+    bad = [r for r in read_metrics(os.path.join(tmp_path, res.metrics_path)) if r["kind"] == "train" and not r["ok"]]
     assert [r["step"] for r in bad] == [10, 11]
     assert res.final_loss == pytest.approx(trained.final_loss, abs=0.3)  # same data, two updates fewer
     assert res.eval_loss is None and res.bpb is None  # no validation caches given
 
 
-def test_remote_out_dir_publishes_every_checkpoint_and_resumes_from_it(trained, caches, monkeypatch, tmp_path):
+def test_remote_out_dir_publishes_every_checkpoint_and_resumes_from_it(trained, run_dir, caches, monkeypatch,
+                                                                       tmp_path):
     """An fsspec out_dir (here the in-process memory:// store): checkpoints appear remotely as they are
     written (pruned ones removed), a preempted run resumes from the remote checkpoint alone, and the
-    finished run's files and result name remote paths. Nothing is left in the local mirror."""
+    finished run's result names its files relative to the remote out_dir, exactly as a local run's
+    does. Nothing is left in the local mirror."""
     import tempfile
     import uuid
 
@@ -230,21 +241,22 @@ def test_remote_out_dir_publishes_every_checkpoint_and_resumes_from_it(trained, 
     assert not part.completed and part.steps == 25
     names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{remote}/checkpoints", detail=False))
     assert names == ["step-00000020.npz", "step-00000025.npz"]  # step 10 was pruned remotely too
-    assert part.checkpoints == [f"{remote}/checkpoints/{n}" for n in names]
+    assert part.checkpoints == [f"checkpoints/{n}" for n in names]
+    assert all(fs.exists(f"{remote}/{p}") for p in part.checkpoints)
     assert list(tmp_path.iterdir()) == []
 
     done = train_model(cfg, caches["train"], WEIGHTS, caches["validation"], remote)
     assert done.resumed_from == 25 and done.completed
-    assert done.metrics_path == f"{remote}/metrics.jsonl" and fs.exists(f"{remote}/loss.png")
-    with fsspec.open(done.result_path, "r") as f:
+    assert done.metrics_path == TrainDir.METRICS and fs.exists(f"{remote}/{done.plot_path}")
+    with fsspec.open(f"{remote}/{done.result_path}", "r") as f:
         assert json.load(f)["checkpoints"] == done.checkpoints
-    with fsspec.open(done.metrics_path, "r") as f:
+    with fsspec.open(f"{remote}/{done.metrics_path}", "r") as f:
         records = [json.loads(line) for line in f if line.strip()]
 
     def curve(rows):
         return {(r["kind"], r["step"]): r["loss"] for r in rows if r["kind"] in ("train", "eval")}
 
-    ref, got = curve(read_metrics(trained.metrics_path)), curve(records)
+    ref, got = curve(read_metrics(os.path.join(run_dir, trained.metrics_path))), curve(records)
     assert sorted(ref) == sorted(got)
     for key, value in ref.items():
         assert got[key] == pytest.approx(value, abs=1e-6), key

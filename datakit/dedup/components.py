@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from datakit.shuffle import Dataset, ExecConfig, counters
 from datakit.core.fsio import atomic_write_bytes, exists, open_read
+from datakit.core.layout import work_part_name
 
 from . import batches
 from .hashing import route_keys
@@ -126,7 +127,7 @@ def _small(part: int, b: batches.Batch, out_dir: str):
     x, y, changes = small_star(b["u"], b["w"])
     path = None
     if len(x):
-        path = f"{out_dir}/part-{part:05d}.parquet"
+        path = f"{out_dir}/{work_part_name(part)}"
         write_parquet_atomic(pa.table({"u": x, "v": y}, schema=EDGE_SCHEMA), path)
     return {"path": path, "changes": changes, "edges": int(len(x))}
 

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import ExecConfig, counters
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
+from datakit.core.layout import AttributesDir, DocumentsDir, join
 
 from .hashing import ids_to_u64
 from .layout import (
@@ -53,8 +54,8 @@ _DETAIL = {"exact": "duplicate_of", "fuzzy": "cluster_id", "decontaminate": "ben
 @dataclass
 class ConsolidateResult:
     source: str
-    main: str = "outputs/main"
-    removed: str = "outputs/removed"
+    main: str = DocumentsDir.MAIN
+    removed: str = DocumentsDir.REMOVED
     num_shards: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     attributes: dict[str, dict] = field(default_factory=dict)  # kind -> params of the set applied
@@ -208,13 +209,12 @@ def consolidate(
             )
         check_files_match(meta, file_names, d)
         sets[kind] = (d, meta)
-    main_dir = f"{out_dir.rstrip('/')}/outputs/main"
-    removed_dir = f"{out_dir.rstrip('/')}/outputs/removed"
-    makedirs(main_dir)
+    docs = DocumentsDir(out_dir)
+    makedirs(docs.main)
     jobs = []
     for f, fn in zip(files, file_names):
-        attrs = [(kind, f"{sets[kind][0]}/{fn}") for kind in REASONS if kind in sets]
-        jobs.append((f.path, attrs, f"{main_dir}/{fn}", f"{removed_dir}/{fn}"))
+        attrs = [(kind, AttributesDir(sets[kind][0]).file(fn)) for kind in REASONS if kind in sets]
+        jobs.append((f.path, attrs, join(docs.main, fn), join(docs.removed, fn)))
     run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
     keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS)]
     c = {k: int(run.counters.get(k, 0)) for k in keys}

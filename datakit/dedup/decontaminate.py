@@ -20,13 +20,15 @@ import io
 import json
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from datakit.manifest.checks import check_name, check_nonempty, probe_local_file
 from datakit.shuffle import ExecConfig, counters
 from datakit.core.fsio import atomic_write_bytes, exists, open_read, sha256_file
+from datakit.core.layout import AttributesDir
 from datakit.shuffle.io import open_decompressed
 
 from .hashing import U64
@@ -58,12 +60,15 @@ _MAX_EXAMPLES = 10
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    """A benchmark test set: name, local file, the fields holding text, optionally an item id field."""
+    """A benchmark test set (an item of the manifest's `decontaminate.benchmarks`): name, a local
+    jsonl/parquet file (format from the extension unless given), the fields holding text, optionally an
+    item id field."""
 
-    name: str
-    path: str
-    text_fields: tuple[str, ...] = ("text",)
+    name: str = field(metadata={"check": check_name})
+    path: str = field(metadata={"path": True, "probe": probe_local_file})
+    text_fields: tuple[str, ...] = field(default=("text",), metadata={"check": check_nonempty})
     id_field: str | None = None
+    format: Literal["jsonl", "parquet"] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.text_fields, str):
@@ -76,7 +81,19 @@ class BenchmarkSpec:
 
 @dataclass(frozen=True)
 class DecontamConfig:
-    ngram: int = 13
+    """The manifest's `decontaminate:` section: the benchmarks to remove from the corpus, and the n-gram
+    length a shared passage must reach to count."""
+
+    benchmarks: tuple[BenchmarkSpec, ...] = ()
+    ngram: int = field(default=13, metadata={"min": 1})
+
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
+        seen: set[str] = set()
+        for b in self.benchmarks:
+            if b.name in seen:
+                return [("benchmarks", f"duplicate benchmark name '{b.name}'")]
+            seen.add(b.name)
+        return []
 
     def __post_init__(self) -> None:
         if not isinstance(self.ngram, int) or self.ngram < 1:
@@ -100,9 +117,9 @@ class DecontamResult:
 
 
 # ---------------------------------------------------------------- benchmark items
-def _iter_records(path: str) -> Iterator[tuple[int, dict]]:
+def _iter_records(path: str, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
     """(line or row number, record) from a jsonl(.gz/.zst) or parquet file; malformed JSON is an error."""
-    if path.endswith(".parquet"):
+    if fmt == "parquet" or (fmt is None and path.endswith(".parquet")):
         with open_parquet(path) as pf:
             row = 0
             for batch in pf.iter_batches(batch_size=4096):
@@ -144,7 +161,7 @@ def load_benchmark_ngrams(
         texts, owner, names = [], [], []
         st = {"items": 0, "missing_field": 0, "bad_field_type": 0, "items_without_ngrams": 0, "examples": []}
         seen_fields: set[str] = set()
-        for lineno, rec in _iter_records(spec.path):
+        for lineno, rec in _iter_records(spec.path, spec.format):
             item = st["items"]
             st["items"] += 1
             seen_fields.update(rec)
@@ -297,7 +314,7 @@ def decontaminate(
                         "sha256": bstats[s.name]["sha256"]} for s in specs],
     }
     meta = {"kind": "decontaminate", "params": params}
-    jobs = [(e, f"{attr_dir(out_dir, e.source)}/{e.name}") for e in entries]
+    jobs = [(e, AttributesDir.of(out_dir, e.source).file(e.name)) for e in entries]
     run = per_file_tasks(jobs, [e.path for e in entries]).map(partial(
         _scan_file, table_path=table_path, ngram=cfg.ngram, bench_names=names, labels_path=labels_path, meta=meta,
     )).run(exec_config)
@@ -311,7 +328,7 @@ def decontaminate(
             "kind": "decontaminate", "source": s.name, "params": params,
             "files": [e.name for e in entries if e.source == s.name], "counters": sc,
         })
-        result.sources[s.name] = {"attributes": f"attributes/{s.name}", **sc}
+        result.sources[s.name] = {"attributes": AttributesDir.rel(s.name), **sc}
     for b in names:
         st = dict(bstats[b])
         st["docs_marked"] = {s.name: c.get(f"contaminated/{s.name}/{b}", 0) for s in srcs}

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig, counters
 
 from . import batches
@@ -93,7 +94,7 @@ def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_
         {"id": u64_to_ids(b["hi"][order], b["lo"][order]), "duplicate_of": pa.array(survivor_names, pa.string())},
         schema=EXACT_SCHEMA,
     )
-    write_parquet_atomic(table, f"{attr_dir(out_dir, entry.source)}/{entry.name}", EXACT_PARAMS)
+    write_parquet_atomic(table, AttributesDir.of(out_dir, entry.source).file(entry.name), EXACT_PARAMS)
     counters.increment(f"exact_duplicates/{entry.source}", len(order))
     return len(order)
 
@@ -127,7 +128,7 @@ def exact_dups(
     empty = EXACT_SCHEMA.empty_table()
     for e in entries:
         if e.gidx not in written:
-            write_parquet_atomic(empty, f"{attr_dir(out_dir, e.source)}/{e.name}", EXACT_PARAMS)
+            write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name), EXACT_PARAMS)
     result = ExactResult(counters=dict(sorted(run.counters.items())), params=dict(EXACT_PARAMS))
     for rank, src in enumerate(srcs):
         files = [e.name for e in entries if e.rank == rank]
@@ -139,5 +140,5 @@ def exact_dups(
             "kind": "exact", "source": src.name, "params": EXACT_PARAMS, "files": files, "counters": c,
             "priority": src.priority,
         })
-        result.sources[src.name] = {"attributes": f"attributes/{src.name}", **c}
+        result.sources[src.name] = {"attributes": AttributesDir.rel(src.name), **c}
     return result

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from datakit.core.layout import DocumentsDir, part_name
+
 
 def doc_id(text: str) -> str:
     return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
@@ -30,7 +32,7 @@ def write_normalized_source(
     shards: list[list[tuple[str, str, str]]] = [[] for _ in range(num_files)]
     for i, (text, sid) in seen.items():
         shards[int(i[:8], 16) % num_files].append((i, text, sid))
-    out = os.path.join(dir_, "outputs", "main")
+    out = DocumentsDir(dir_).main
     os.makedirs(out, exist_ok=True)
     for k, rows in enumerate(shards):
         rows.sort()
@@ -41,5 +43,5 @@ def write_normalized_source(
             "source_id": [r[2] for r in rows],
         }, schema=pa.schema([("id", pa.string()), ("text", pa.string()), ("source", pa.string()),
                              ("source_id", pa.string())]))
-        pq.write_table(table, os.path.join(out, f"part-{k:05d}-of-{num_files:05d}.parquet"), compression="zstd")
+        pq.write_table(table, os.path.join(out, part_name(k, num_files)), compression="zstd")
     return {sid: i for i, (_, sid) in seen.items()}

@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core.layout import AttributesDir, work_part_name
 from datakit.shuffle import Dataset, ExecConfig, counters
 
 from . import batches
@@ -191,7 +192,7 @@ def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int):
 def _write_candidates(item, out_dir: str):
     part, b = item
     counters.increment("candidate_pairs", len(b["u"]))
-    return write_edges(f"{out_dir}/part-{part:05d}.parquet", b["u"], b["v"])
+    return write_edges(f"{out_dir}/{work_part_name(part)}", b["u"], b["v"])
 
 
 # ---------------------------------------------------------------- 2. verification by true Jaccard
@@ -294,7 +295,7 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
     u, v = u[ok], v[ok]
     if not len(u):
         return None
-    return write_edges(f"{out_dir}/part-{part:05d}.parquet", u, v)
+    return write_edges(f"{out_dir}/{work_part_name(part)}", u, v)
 
 
 # ---------------------------------------------------------------- 4. canonical members and marks
@@ -349,7 +350,7 @@ def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_
         "cluster_size": b["size"].astype(np.int64),
         "canonical_source": pa.array(np.asarray(names, dtype=object)[b["c_rank"]], pa.string()),
     }, schema=FUZZY_SCHEMA)
-    write_parquet_atomic(table, f"{attr_dir(out_dir, entry.source)}/{entry.name}", meta)
+    write_parquet_atomic(table, AttributesDir.of(out_dir, entry.source).file(entry.name), meta)
     dups = int((~b["is_canonical"]).sum())
     counters.increment(f"duplicates/{entry.source}", dups)
     counters.increment(f"cluster_members/{entry.source}", len(b["node"]))
@@ -421,7 +422,7 @@ def fuzzy_dups(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     # 1 + 2: candidate pairs, verified (one engine run, up to three shuffles)
-    jobs = [(e, f"{mh_dirs[e.source]}/{e.name}") for e in entries]
+    jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
     ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
     clique_max = cfg.clique_max if cfg.verify else 1
     ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
@@ -466,7 +467,8 @@ def fuzzy_dups(
     empty = FUZZY_SCHEMA.empty_table()
     for e in entries:
         if e.gidx not in written:
-            write_parquet_atomic(empty, f"{attr_dir(out_dir, e.source)}/{e.name}", {"kind": "fuzzy", "params": params})
+            write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
+                                 {"kind": "fuzzy", "params": params})
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster
     total["cc_rounds"] = cc.rounds
@@ -480,6 +482,6 @@ def fuzzy_dups(
             "kind": "fuzzy", "source": s.name, "params": params, "files": files, "counters": c,
             "priority": s.priority,
         })
-        result.sources[s.name] = {"attributes": f"attributes/{s.name}", **c}
+        result.sources[s.name] = {"attributes": AttributesDir.rel(s.name), **c}
     remove_tree(work)
     return result

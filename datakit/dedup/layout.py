@@ -1,11 +1,12 @@
-"""Where dedup reads and writes: normalized sources, attribute directories, their metadata.
+"""How dedup reads and writes the layout of `datakit.core.layout`: normalized sources, attribute sets.
 
-A normalized source is `<dir>/outputs/main/part-NNNNN-of-MMMMM.parquet`, each file sorted by id.
-An attribute directory holds, for ONE source, files with exactly the source's file names (rows in the
-same id order, only for the ids it says something about) plus `attrs.json`: the kind of attribute, the
-parameters that produced it, the file list and counters. Co-partitioning is what lets consolidation
-be a streaming merge per file instead of a shuffle; the recorded parameters are what lets every
-consumer refuse to mix attribute sets made differently.
+A normalized source is its `DocumentsDir` main files, each sorted by id. An `AttributesDir` holds, for
+ONE source, files with exactly the source's file names (rows in the same id order, only for the ids it
+says something about) plus its meta file: the kind of attribute, the parameters that produced it, the
+file list and counters. Co-partitioning is what lets consolidation be a streaming merge per file
+instead of a shuffle; the recorded parameters are what lets every consumer refuse to mix attribute
+sets made differently. This module adds the checks (complete shard sets, matching parameters) and the
+parquet I/O on top of those names.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,10 +25,10 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, FileInfo, list_files
 from datakit.core.fsio import atomic_write_bytes, exists, fs_for, is_local, makedirs, open_read
+from datakit.core.layout import AttributesDir, DocumentsDir, parse_part_name
 
-ATTRS_META = "attrs.json"
+ATTRS_META = AttributesDir.META
 ATTRS_SCHEMA_VERSION = 1
-_PART = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 
 
 class DedupInputError(ValueError):
@@ -69,21 +69,20 @@ def as_sources(items: Iterable[Any]) -> list[SourceRef]:
 
 
 def main_files(normalized_dir: str) -> list[FileInfo]:
-    """The source's main files, checked complete: part-00000..part-(M-1) of M, nothing else."""
-    root = normalized_dir.rstrip("/") + "/outputs/main"
+    """The source's main files, checked complete: shards 0..M-1 of M (`part_name`), nothing else."""
     try:
-        files = list_files(root + "/*.parquet")
+        files = list_files(DocumentsDir(normalized_dir).main + "/*.parquet")
     except FileNotFoundError:
         files = []
     if not files:
-        raise DedupInputError(f"normalized source {normalized_dir}: no parquet files under outputs/main/")
+        raise DedupInputError(f"normalized source {normalized_dir}: no parquet files under {DocumentsDir.MAIN}/")
     totals, indexes = set(), []
     for f in files:
-        m = _PART.match(f.path.rsplit("/", 1)[-1])
-        if not m:
+        parsed = parse_part_name(f.path)
+        if parsed is None:
             raise DedupInputError(f"{f.path}: unexpected file name (want part-NNNNN-of-MMMMM.parquet)")
-        indexes.append(int(m.group(1)))
-        totals.add(int(m.group(2)))
+        indexes.append(parsed[0])
+        totals.add(parsed[1])
     if len(totals) != 1:
         raise DedupInputError(f"normalized source {normalized_dir}: files disagree on the shard count {sorted(totals)}")
     total = totals.pop()
@@ -101,31 +100,33 @@ def basename(path: str) -> str:
 
 
 def attr_dir(out_dir: str, source: str) -> str:
-    return f"{out_dir.rstrip('/')}/attributes/{source}"
+    """The attribute set of `source` inside a dedup step's output dir."""
+    return AttributesDir.of(out_dir, source).root
 
 
 def resolve_attr_dir(path: str, source: str) -> str:
     """Accept either an attribute directory or a step output dir holding attributes/<source>/."""
     p = path.rstrip("/")
-    if exists(f"{p}/{ATTRS_META}"):
+    if exists(AttributesDir(p).meta):
         return p
-    if exists(f"{attr_dir(p, source)}/{ATTRS_META}"):
-        return attr_dir(p, source)
+    nested = AttributesDir.of(p, source)
+    if exists(nested.meta):
+        return nested.root
     raise DedupInputError(
         f"{path}: no attribute set for source {source!r} (looked for {ATTRS_META} there and under "
-        f"attributes/{source}/)"
+        f"{AttributesDir.rel(source)}/)"
     )
 
 
 def write_meta(dir_: str, meta: dict) -> None:
     makedirs(dir_)
     body = {"schema_version": ATTRS_SCHEMA_VERSION, **meta}
-    atomic_write_bytes(f"{dir_}/{ATTRS_META}", json.dumps(body, indent=1, sort_keys=True).encode())
+    atomic_write_bytes(AttributesDir(dir_).meta, json.dumps(body, indent=1, sort_keys=True).encode())
 
 
 def invalidate(dir_: str) -> None:
-    """Remove a previous run's attrs.json before rewriting a set: a half-rewritten set is never valid."""
-    path = f"{dir_.rstrip('/')}/{ATTRS_META}"
+    """Remove a previous run's meta file before rewriting a set: a half-rewritten set is never valid."""
+    path = AttributesDir(dir_).meta
     if exists(path):
         if is_local(path):
             os.unlink(path.removeprefix("file://"))
@@ -134,7 +135,7 @@ def invalidate(dir_: str) -> None:
 
 
 def read_meta(dir_: str) -> dict:
-    path = f"{dir_.rstrip('/')}/{ATTRS_META}"
+    path = AttributesDir(dir_).meta
     if not exists(path):
         raise DedupInputError(f"{dir_}: not an attribute directory ({ATTRS_META} missing)")
     with open_read(path) as f:

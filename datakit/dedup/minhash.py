@@ -25,11 +25,11 @@ from functools import lru_cache, partial
 import numpy as np
 import pyarrow as pa
 
+from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig, counters
 
 from .hashing import U64, mix64, seeded_constants
 from .layout import (
-    attr_dir,
     basename,
     invalidate,
     iter_batches,
@@ -249,16 +249,16 @@ def minhash_source(
     """
     cfg = cfg or MinHashConfig()
     files = main_files(normalized_dir)
-    adir = attr_dir(out_dir, name)
-    invalidate(adir)
-    jobs = [(f.path, f"{adir}/{basename(f.path)}") for f in files]
+    adir = AttributesDir.of(out_dir, name)
+    invalidate(adir.root)
+    jobs = [(f.path, adir.file(f.path)) for f in files]
     run = per_file_tasks(jobs, [f.path for f in files]).map(partial(_minhash_file, cfg=cfg)).run(exec_config)
     per_file = sorted(run.items, key=lambda r: r["file"])
     c = {k: int(run.counters.get(k, 0)) for k in ("docs", "no_shingles", "truncated", "null_text")}
     params = cfg.params()
-    write_meta(adir, {
+    write_meta(adir.root, {
         "kind": "minhash", "source": name, "params": params, "files": [r["file"] for r in per_file],
         "rows": [r["rows"] for r in per_file], "counters": c,
     })
-    return MinHashResult(source=name, attributes=f"attributes/{name}", num_files=len(files), counters=c,
+    return MinHashResult(source=name, attributes=AttributesDir.rel(name), num_files=len(files), counters=c,
                          params=params)

@@ -20,6 +20,7 @@ import duckdb
 from .envelopes import Envelopes
 from .plan import RunPlan
 from datakit.core.fsio import sha256_file  # noqa: F401  (the checks import it from here)
+from datakit.core.layout import AttributesDir, DocumentsDir, parquet_names
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 # The whitespace class of DuckDB's RE2 `\s`, used on both sides of the planted-text search.
@@ -58,13 +59,6 @@ def frac(n: float, d: float) -> float:
 
 def fmt_range(r: tuple[float, float]) -> str:
     return f"[{r[0]:g}, {r[1]:g}]"
-
-
-def parquet_names(d: str) -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(d) if n.endswith(".parquet") and not n.startswith("."))
-    except FileNotFoundError:
-        return []
 
 
 def read_json(path: str) -> Any:
@@ -140,30 +134,54 @@ class RunContext:
         return os.path.relpath(path, self.run_dir)
 
     # ------------------------------------------------------------------ shared by the stage checks
-    def norm_files(self, src: str) -> list[str]:
+    def docs_step(self, src: str) -> str:
+        """The step whose documents the corpus-level stages (exact, fuzzy, decontaminate, consolidate)
+        read for ``src``: normalize-<src>, or the last user stage the plan places after it."""
         name = f"normalize-{src}"
-        return [self.path(name, r) for r in self.res(name).get("main_files", [])]
+        for ref in self.plan.steps:
+            if ref.source == src and ref.stage == "after_normalize":
+                name = ref.name
+        return name
+
+    def docs_count(self, src: str) -> int | None:
+        """How many documents ``docs_step(src)`` holds, by its own counters."""
+        step = self.docs_step(src)
+        return self.cnt(step).get("records_out" if step == f"normalize-{src}" else "docs_out")
+
+    def documents(self, step: str) -> list[str]:
+        """The main documents files a step wrote: as its result lists them, else its main dir's parts."""
+        res = self.res(step)
+        if res.get("main_files"):
+            return [self.path(step, r) for r in res["main_files"]]
+        main = self.path(step, res.get("main", DocumentsDir.MAIN))
+        return [os.path.join(main, n) for n in parquet_names(main)]
+
+    def norm_files(self, src: str) -> list[str]:
+        """The documents the corpus-level stages read for ``src`` (see docs_step)."""
+        return self.documents(self.docs_step(src))
 
     def norm_names(self, src: str) -> list[str]:
         return [os.path.basename(p) for p in self.norm_files(src)]
 
     def attr_files(self, step: str, src: str, rel: str) -> list[str]:
-        return [self.path(step, rel, n) for n in self.norm_names(src)]
+        """The attribute files of one source, paired by name with its normalized main files."""
+        return AttributesDir(self.path(step, rel)).files(self.norm_names(src))
 
     def check_attr_dir(self, step: str, src: str, rel: str | None) -> str:
         """Attribute dir of one source: co-partitioned with the normalized files (same names)."""
         if not rel:
             raise CheckFailed(f"source {src}: the result names no attribute directory")
         d = self.path(step, rel)
+        attrs = AttributesDir(d)
         want = self.norm_names(src)
-        have = parquet_names(d)
+        have = attrs.parquet_names()
         if have != want:
             missing = sorted(set(want) - set(have))
             extra = sorted(set(have) - set(want))
             raise CheckFailed(f"{self.rel(d)}: {len(have)} parquet files, expected the {len(want)} of "
                               f"normalize-{src}" + (f"; missing {', '.join(missing[:3])}" if missing else "")
                               + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
-        meta_path = os.path.join(d, "attrs.json")
+        meta_path = attrs.meta
         if not os.path.exists(meta_path):
             raise CheckFailed(f"{self.rel(meta_path)} missing")
         meta = read_json(meta_path)

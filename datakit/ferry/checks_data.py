@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 
-from .checking import CheckFailed, RunContext, eq, fmt_range, frac, parquet_names
+from datakit.core.layout import DocumentsDir, parquet_names, part_names
+
+from .checking import CheckFailed, RunContext, eq, fmt_range, frac
 from .envelopes import within
 from .plan import StepRef
 
@@ -20,14 +22,14 @@ def check_normalize(ctx: RunContext, ref: StepRef, src: str) -> None:
         if not main:
             raise CheckFailed("the result lists no main_files")
         eq(len(main), n, "main_files listed vs num_shards")
-        want = [f"part-{i:05d}-of-{n:05d}.parquet" for i in range(n)]
-        eq([os.path.basename(m) for m in main], want, "main file names")
+        want = part_names(n)
+        eq(main, DocumentsDir.rel_parts("main", n), "main files")
         declared = main + (res.get("dups_files") or []) + (res.get("rejects_files") or [])
         missing = [r for r in declared if not os.path.exists(ctx.path(name, r))]
         if missing:
             raise CheckFailed(f"{len(missing)} declared file(s) missing, first {missing[0]}")
-        have = parquet_names(os.path.dirname(ctx.path(name, main[0])))
-        eq(have, want, f"parquet files in {os.path.dirname(main[0])}/")
+        have = parquet_names(DocumentsDir(ctx.path(name)).main)
+        eq(have, want, f"parquet files in {DocumentsDir.MAIN}/")
         ctx.stage_info(name, files=n)
         return f"{n} main shards, {len(declared)} files"
 
@@ -35,7 +37,7 @@ def check_normalize(ctx: RunContext, ref: StepRef, src: str) -> None:
         return
 
     def rows() -> str:
-        main_rows = ctx.rows(ctx.norm_files(src))
+        main_rows = ctx.rows(ctx.documents(name))
         eq(main_rows, c.get("records_out"), "main parquet rows vs counters.records_out")
         dups = ctx.rows([ctx.path(name, r) for r in res.get("dups_files") or []])
         eq(dups, c.get("dups"), "dups parquet rows vs counters.dups")
@@ -74,7 +76,7 @@ def _per_source_attrs(ctx: RunContext, name: str) -> dict[str, str]:
     return out
 
 def _norm_needs(ctx: RunContext) -> tuple[str, ...]:
-    return tuple(f"normalize-{s}" for s in ctx.sources_with("normalize"))
+    return tuple(ctx.docs_step(s) for s in ctx.sources_with("normalize"))
 
 def _files_check(ctx: RunContext, name: str, needs: tuple[str, ...]) -> bool:
     """The check every corpus-wide attribute step starts with: one co-partitioned attribute directory per
@@ -99,10 +101,10 @@ def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
         for src in ctx.sources_with("normalize"):
             marked = ctx.rows(ctx.attr_files(name, src, per[src]["attributes"]))
             eq(marked, per[src].get("duplicates"), f"{src}: attribute rows vs result duplicates")
-            n = ctx.cnt(f"normalize-{src}").get("records_out")
-            eq(per[src].get("docs"), n, f"{src}: result docs vs normalize-{src} records_out")
+            n = ctx.docs_count(src)
+            eq(per[src].get("docs"), n, f"{src}: result docs vs {ctx.docs_step(src)} documents")
             if f"docs/{src}" in c:
-                eq(c[f"docs/{src}"], n, f"{src}: counters docs/{src} vs normalize-{src} records_out")
+                eq(c[f"docs/{src}"], n, f"{src}: counters docs/{src} vs {ctx.docs_step(src)} documents")
             ctx.src_info(src, exact_marked=marked)
             total += marked
         ctx.stage_info(name, rows=total)
@@ -112,14 +114,14 @@ def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
     _duplicates_envelope(ctx, name, per, needs, "exact_fraction")
 
 def _fraction_envelope(ctx: RunContext, name: str, marked: int, key: str) -> str:
-    docs = sum(ctx.cnt(f"normalize-{s}").get("records_out", 0) for s in ctx.sources_with("normalize"))
+    docs = sum((ctx.docs_count(s) or 0) for s in ctx.sources_with("normalize"))
     f, rng = frac(marked, docs), getattr(ctx.env, key)
     if not within(f, rng):
         raise CheckFailed(f"{marked} of {docs} docs marked = {f:.4f}, outside {key} {fmt_range(rng)}")
     return f"{marked}/{docs} = {f:.4f} within {fmt_range(rng)}"
 
 def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
-    name, needs = ref.name, (f"normalize-{src}",)
+    name, needs = ref.name, (ctx.docs_step(src),)
 
     def files() -> str:
         ctx.check_attr_dir(name, src, ctx.res(name).get("attributes"))
@@ -131,7 +133,7 @@ def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
     def rows() -> str:
         n = ctx.rows(ctx.attr_files(name, src, ctx.res(name)["attributes"]))
         eq(n, ctx.cnt(name).get("docs"), "signature rows vs counters.docs")
-        eq(n, ctx.cnt(f"normalize-{src}").get("records_out"), f"signature rows vs normalize-{src} records_out")
+        eq(n, ctx.docs_count(src), f"signature rows vs {ctx.docs_step(src)} documents")
         ctx.stage_info(name, rows=n)
         return f"{n} signatures"
 
@@ -184,8 +186,8 @@ def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
         for src in ctx.sources_with("normalize"):
             n = ctx.rows(ctx.attr_files(name, src, per[src]["attributes"]))
             eq(n, per[src].get("contaminated"), f"{src}: attribute rows vs result contaminated")
-            eq(per[src].get("docs"), ctx.cnt(f"normalize-{src}").get("records_out"),
-                f"{src}: result docs vs normalize-{src} records_out")
+            eq(per[src].get("docs"), ctx.docs_count(src),
+                f"{src}: result docs vs {ctx.docs_step(src)} documents")
             ctx.src_info(src, decontaminate_marked=n)
             total += n
         ctx.stage_info(name, rows=total)
@@ -219,17 +221,17 @@ def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
 
 def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
-    norm = f"normalize-{src}"
+    norm = ctx.docs_step(src)
     attrs = [a for a in (ctx.artifacts[name].get("config") or {}).get("attributes", []) if ctx.has(a)]
     needs = (norm, *attrs)
-    main_dir = ctx.path(name, res.get("main", "outputs/main"))
-    removed_dir = ctx.path(name, res.get("removed", "outputs/removed"))
+    main_dir = ctx.path(name, res.get("main", DocumentsDir.MAIN))
+    removed_dir = ctx.path(name, res.get("removed", DocumentsDir.REMOVED))
     names = ctx.norm_names(src) if norm not in ctx.broken else []
     main = [os.path.join(main_dir, n) for n in names]
     removed = [os.path.join(removed_dir, n) for n in names]
 
     def files() -> str:
-        eq(res.get("num_shards"), len(names), f"result num_shards vs normalize-{src} shards")
+        eq(res.get("num_shards"), len(names), f"result num_shards vs {norm} shards")
         for d in (main_dir, removed_dir):
             have = parquet_names(d)
             if have != names:
@@ -239,7 +241,7 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
                                   + (f"; missing {', '.join(missing[:3])}" if missing else "")
                                   + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
         ctx.stage_info(name, files=len(names))
-        return f"{len(names)} shards (same names as normalize-{src})"
+        return f"{len(names)} shards (same names as {norm})"
 
     if not ctx.check(name, "files", files, (norm,), breaks=True):
         return
@@ -264,7 +266,7 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
             o = f"consolidate-{other}"
             if other == src or o in ctx.broken or o not in ctx.artifacts:
                 continue
-            o_main = [os.path.join(ctx.path(o, ctx.res(o).get("main", "outputs/main")), n)
+            o_main = [os.path.join(ctx.path(o, ctx.res(o).get("main", DocumentsDir.MAIN)), n)
                       for n in ctx.norm_names(other)]
             shared = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
                             "(select id from read_parquet(?))", [main, o_main])[0]
@@ -302,8 +304,8 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
     ctx.check(name, "no_contamination", no_contamination, needs)
 
     def counts() -> str:
-        n_in = ctx.cnt(norm).get("records_out")
-        eq(c.get("docs_in"), n_in, f"counters.docs_in vs normalize-{src} records_out")
+        n_in = ctx.docs_count(src)
+        eq(c.get("docs_in"), n_in, f"counters.docs_in vs {ctx.docs_step(src)} documents")
         removed_c = {k: c.get(f"removed_{k}", 0) for k in ("exact", "fuzzy", "decontaminate")}
         eq(c.get("docs_out"), c.get("docs_in", 0) - sum(removed_c.values()),
             "counters.docs_out vs docs_in - removed_exact - removed_fuzzy - removed_decontaminate")
@@ -311,7 +313,7 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
         eq(out_rows, c.get("docs_out"), "output parquet rows vs counters.docs_out")
         by_reason = dict(ctx.q("select reason, count(*) from read_parquet(?) group by 1", [removed]))
         for k, n in removed_c.items():
-            eq(by_reason.get(k, 0), n, f"outputs/removed rows with reason {k} vs counters.removed_{k}")
+            eq(by_reason.get(k, 0), n, f"{DocumentsDir.REMOVED} rows with reason {k} vs counters.removed_{k}")
         expect = _expected_removals(ctx, src, attrs)
         for k, n in expect.items():
             eq(removed_c[k], n, f"counters.removed_{k} vs {k} marks not already removed by an earlier reason")

@@ -1,5 +1,6 @@
 """Stage checks over the token side: tokenizer, token caches (NumPy recount of every array against
-ledger, .stats.json and the step record), and training (loss logged, finite, decreasing).
+ledger, .stats.json and the step record), and training (loss logged, finite, decreasing). File names
+come from datakit.core.layout, the contract the stages write by.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import math
 import os
 
 import numpy as np
+
+from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir, TrainDir
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac, read_json, sha256_file
 from .envelopes import within
@@ -21,12 +24,12 @@ def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
     def files() -> str:
         from tokenizers import Tokenizer
 
-        p = ctx.path(name, "tokenizer.json")
+        p = ctx.path(name, TOKENIZER_FILE)
         if not os.path.exists(p):
             raise CheckFailed(f"{ctx.rel(p)} missing")
         digest = sha256_file(p)
         if res.get("sha256"):
-            eq(digest, res["sha256"], "tokenizer.json sha256 vs result sha256")
+            eq(digest, res["sha256"], f"{TOKENIZER_FILE} sha256 vs result sha256")
         vocab = Tokenizer.from_file(p).get_vocab_size()
         if res.get("vocab_size") is not None:
             eq(vocab, res["vocab_size"], "tokenizer vocab size vs result vocab_size")
@@ -36,7 +39,7 @@ def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
 
 def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
-    final = next((d for d in ref.deps if d in (f"consolidate-{src}", f"normalize-{src}")), None)
+    final = next((d for d in ref.deps if ctx.plan.step(d) is not None and ctx.plan.step(d).source == src), None)
     splits = res.get("splits") or {}
     ledgers: dict[str, dict] = {}
 
@@ -46,7 +49,7 @@ def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
         tok_sha = ctx.res("tokenizer").get("sha256") if "tokenizer" in ctx.artifacts else None
         for split, info in splits.items():
             d = ctx.path(name, info["path"])
-            lp = os.path.join(d, "ledger.json")
+            lp = os.path.join(d, TokenCacheDir.LEDGER)
             if not os.path.exists(lp):
                 raise CheckFailed(f"{split}: {ctx.rel(lp)} missing")
             led = read_json(lp)
@@ -69,11 +72,7 @@ def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
     def docs() -> str:
         if final is None or final not in ctx.artifacts:
             raise CheckFailed("cannot tell which step this cache was tokenized from")
-        fr = ctx.res(final)
-        base = fr.get("main", "outputs/main") if final.startswith("consolidate-") else None
-        files = ([os.path.join(ctx.path(final, base), n) for n in ctx.norm_names(src)] if base
-                 else ctx.norm_files(src))
-        src_rows = ctx.rows(files)
+        src_rows = ctx.rows(ctx.documents(final))
         tokenized = sum(int(s.get("docs", 0)) for s in splits.values())
         bad = int(res.get("bad_records", 0))
         eq(tokenized, src_rows - bad,
@@ -101,14 +100,15 @@ def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
                 eq(len(t), sh.get("tokens"), f"{where}: token array length vs ledger shard tokens")
                 tokens += len(t)
                 docs_n += len(o) - 1
-            sp = os.path.join(d, ".stats.json")
+            sp = os.path.join(d, TokenCacheDir.STATS)
             if not os.path.exists(sp):
                 raise CheckFailed(f"{split}: {ctx.rel(sp)} missing")
             st = read_json(sp)
-            eq(st.get("total_tokens"), tokens, f"{split}/.stats.json total_tokens vs NumPy recount")
-            eq(st.get("total_docs"), docs_n, f"{split}/.stats.json total_docs vs NumPy recount")
+            where = f"{split}/{TokenCacheDir.STATS}"
+            eq(st.get("total_tokens"), tokens, f"{where} total_tokens vs NumPy recount")
+            eq(st.get("total_docs"), docs_n, f"{where} total_docs vs NumPy recount")
             eq(st.get("total_bytes"), sum(s.get("bytes", 0) for s in led["shards"]),
-                f"{split}/.stats.json total_bytes vs ledger shard bytes")
+                f"{where} total_bytes vs ledger shard bytes")
             eq(splits[split].get("tokens"), tokens, f"{split}: result tokens vs NumPy recount")
             eq(splits[split].get("docs"), docs_n, f"{split}: result docs vs NumPy recount")
             total += tokens
@@ -133,7 +133,7 @@ def check_train(ctx: RunContext, ref: StepRef, _src: None) -> None:
     points: list[tuple[int, float]] = []
 
     def metrics() -> str:
-        p = ctx.path(name, "metrics.jsonl")
+        p = ctx.path(name, TrainDir.METRICS)
         if not os.path.exists(p):
             raise CheckFailed(f"{ctx.rel(p)} missing")
         evals = []
@@ -144,11 +144,11 @@ def check_train(ctx: RunContext, ref: StepRef, _src: None) -> None:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise CheckFailed(f"metrics.jsonl:{lineno}: malformed JSON ({e.msg})") from None
+                    raise CheckFailed(f"{TrainDir.METRICS}:{lineno}: malformed JSON ({e.msg})") from None
                 if rec.get("kind") == "train" and "loss" in rec:
                     loss = rec["loss"]
                     if not isinstance(loss, (int, float)) or not math.isfinite(loss):
-                        raise CheckFailed(f"metrics.jsonl:{lineno}: loss {loss!r} at step {rec.get('step')}")
+                        raise CheckFailed(f"{TrainDir.METRICS}:{lineno}: loss {loss!r} at step {rec.get('step')}")
                     points.append((int(rec["step"]), float(loss)))
                 elif rec.get("kind") == "eval" and isinstance(rec.get("loss"), (int, float)):
                     evals.append((int(rec.get("step", 0)), float(rec["loss"])))

@@ -6,7 +6,7 @@ up as a failing check naming the step, instead of a glob that quietly matches no
 
 The plan is written by ``datakit ferry run`` as ``<run>/ferry.json`` from ``datakit.pipeline.build_steps``.
 Recording it (rather than rebuilding it at validation time) matters because local inputs enter step
-identities as size+mtime fingerprints: an ``apt upgrade`` between the run and a later ``validate``
+identities as content fingerprints: an ``apt upgrade`` between the run and a later ``validate``
 would otherwise change the identities and make a perfectly good run look missing. For a directory made
 by plain ``datakit run`` there is no ferry.json; ``plan_from_manifest`` rebuilds the plan instead.
 """
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datakit.core.fsio import atomic_write_bytes
 
 PLAN_FILE = "ferry.json"
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2  # 2: each step records its stage and source (1 re-spelled them from the step name)
 
 
 def bundled_manifest() -> str:
@@ -45,11 +45,14 @@ def parse_utc_iso(s: str) -> float:
 
 @dataclass(frozen=True)
 class StepRef:
-    """One planned step: where it lives in the run dir and what it depends on."""
+    """One planned step: where it lives in the run dir, what it depends on, and the stage (and source)
+    that built it, which picks its checks."""
 
     name: str
     identity: str
     deps: tuple[str, ...] = ()
+    stage: str = ""
+    source: str | None = None
 
     @property
     def dirname(self) -> str:
@@ -92,7 +95,8 @@ class RunPlan:
         try:
             return cls(
                 run_id=str(d["run_id"]), manifest=d.get("manifest"), sources=tuple(d["sources"]),
-                steps=tuple(StepRef(s["name"], s["identity"], tuple(s.get("deps", ()))) for s in d["steps"]),
+                steps=tuple(StepRef(s["name"], s["identity"], tuple(s.get("deps", ())), s.get("stage", ""),
+                                    s.get("source")) for s in d["steps"]),
                 benchmarks=tuple(BenchmarkRef(b["name"], b["path"], tuple(b["text_fields"]), b.get("format"))
                                  for b in d.get("benchmarks", ())),
                 started=d.get("started", ""), host=d.get("host", ""), extra=dict(d.get("extra") or {}),
@@ -110,7 +114,7 @@ def plan_from_steps(run_id: str, manifest, steps) -> RunPlan:
         run_id=run_id,
         manifest=manifest.path,
         sources=tuple(s.name for s in manifest.sources),
-        steps=tuple(StepRef(s.name, s.identity, tuple(d.name for d in s.deps)) for s in order),
+        steps=tuple(StepRef(s.name, s.identity, tuple(d.name for d in s.deps), s.stage, s.source) for s in order),
         benchmarks=tuple(BenchmarkRef(b.name, b.path, tuple(b.text_fields), b.format)
                          for b in manifest.decontaminate.benchmarks),
         started=utc_iso(),
@@ -120,11 +124,10 @@ def plan_from_steps(run_id: str, manifest, steps) -> RunPlan:
 
 def plan_from_manifest(manifest_path: str, run_id: str = "") -> RunPlan:
     """Rebuild the plan of a manifest (for run dirs made by `datakit run`, which record no plan)."""
-    from datakit.pipeline import build_steps
-    from datakit.sources.manifest import load_manifest
+    from datakit.pipeline import build_steps, load_manifest
 
     m = load_manifest(manifest_path, check_uris=False)
-    return plan_from_steps(run_id, m, build_steps(m))
+    return plan_from_steps(run_id, m, build_steps(m, write_cache=False))
 
 
 def write_plan(run_dir: str, plan: RunPlan) -> None:

@@ -71,9 +71,9 @@ def default_run_id(t: float | None = None) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
 
 
-def _load(manifest_path: str):
-    from datakit.pipeline import build_steps
-    from datakit.sources.manifest import ManifestInvalid, load_manifest
+def _load(manifest_path: str, prefix: str):
+    from datakit.manifest import ManifestInvalid
+    from datakit.pipeline import build_steps, load_manifest
 
     try:
         m = load_manifest(manifest_path)
@@ -83,8 +83,8 @@ def _load(manifest_path: str):
     except FileNotFoundError as e:
         raise FerryInputError(str(e)) from None
     try:
-        return m, build_steps(m)
-    except (ValueError, FileNotFoundError) as e:
+        return m, build_steps(m, prefix)
+    except (ValueError, FileNotFoundError, ImportError) as e:
         raise FerryInputError(f"{manifest_path}: {e}") from None
 
 
@@ -178,7 +178,7 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
         raise FerryInputError(f"--keep-days must be >= 0, got {opts.keep_days}")
     if opts.run_id is not None and not _RUN_ID.match(opts.run_id):
         raise FerryInputError(f"run id {opts.run_id!r} is not path-safe (letters, digits, '.', '_', '-')")
-    m, steps = _load(manifest_path)           # a bad manifest fails before the prefix is touched
+    m, steps = _load(manifest_path, prefix)           # a bad manifest fails before the prefix is touched
     with ferry_lock(prefix, run_id=opts.run_id or "(default)", since=utc_iso()):
         _record_dead_run(prefix, log)
         run_id, run_dir = _choose_run_dir(prefix, opts.run_id)
@@ -245,8 +245,7 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
 
 
 def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str], None]):
-    from datakit.pipeline import exec_config
-    from datakit.steps import run_steps
+    from datakit import pipeline
 
     def on_event(ev: dict) -> None:
         if ev.get("event") in ("step_started", "step_succeeded", "step_failed", "step_cascaded"):
@@ -254,5 +253,4 @@ def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str],
             err = f": {ev['error']}" if ev.get("error") else ""
             log(f"[{time.strftime('%H:%M:%S')}] {ev['event'].replace('step_', '')}: {ev.get('step')}{extra}{err}")
 
-    cfg = exec_config(run_dir, m.backend, workers or m.workers, progress=False)
-    return run_steps(steps, run_dir, exec_config=cfg, on_event=on_event)
+    return pipeline.run(m, prefix=run_dir, steps=steps, workers=workers, on_event=on_event, progress=False)

@@ -16,31 +16,16 @@ check is what the CLI, the status file and the notifier report.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from .checking import FAILED, OK, SKIPPED, Check, CheckFailed, RunContext, eq, read_json
-from .checks_data import (
-    check_consolidate,
-    check_decontaminate,
-    check_exact,
-    check_fuzzy,
-    check_minhash,
-    check_normalize,
-)
-from .checks_tokens import check_tokenize, check_tokenizer, check_train
 from .envelopes import Envelopes
 from .plan import RunPlan, StepRef, plan_from_manifest, read_plan
 
 STATUS_FILE, ARTIFACT_FILE = ".status", "artifact.json"
-# Step names as datakit.pipeline.build_steps makes them: fixed names, or "<kind>-<source>".
-_SINGLE: dict[str, Callable] = {"exact-dedup": check_exact, "fuzzy-dups": check_fuzzy,
-                                "decontaminate": check_decontaminate, "tokenizer": check_tokenizer,
-                                "train": check_train}
-_PER_SOURCE: dict[str, Callable | None] = {"download": None, "normalize": check_normalize,
-                                           "minhash": check_minhash, "consolidate": check_consolidate,
-                                           "tokenize": check_tokenize}
 
 __all__ = ["Check", "Validation", "validate_run", "load_plan", "OK", "FAILED", "SKIPPED"]
 
@@ -104,13 +89,16 @@ def validate_run(run_dir: str, envelopes: Envelopes | None = None, *, plan: RunP
 
 
 def _handler(plan: RunPlan, name: str) -> tuple[Callable | None, str | None]:
-    """The stage check for a step name; unknown (custom) steps get only their `built` check."""
-    if name in _SINGLE:
-        return _SINGLE[name], None
-    for kind, fn in _PER_SOURCE.items():
-        if name.startswith(kind + "-") and name[len(kind) + 1:] in plan.sources:
-            return fn, name[len(kind) + 1:]
-    return None, None
+    """The check of the stage that built the step (each stage names its own); custom steps (no stage)
+    get only their `built` check."""
+    from datakit.stages.registry import STAGES
+
+    ref = plan.step(name)
+    stage = next((s for s in STAGES if ref is not None and s.name == ref.stage), None)
+    if stage is None or not stage.checks:
+        return None, None
+    module, _, attr = stage.checks.partition(":")
+    return getattr(importlib.import_module(module), attr), ref.source
 
 
 def _check_built(ctx: RunContext, ref: StepRef) -> bool:

@@ -15,23 +15,24 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class NormalizeConfig:
-    """Knobs of the normalize stage (the manifest's `normalize:` section uses the same names).
+    """Knobs of the normalize stage: the manifest's `normalize:` section and the stage's runtime config.
 
     `max_record_chars` caps a record's text; raw units (a jsonl line, a file, a WARC payload) above
     `raw_bytes_per_char * max_record_chars` bytes are rejected before parsing, to bound memory.
     `input_shard_bytes`/`max_files_per_input_shard` size the *read* tasks (many small files are packed
-    into one task, big parquet files split by row groups); they never change the outputs.
+    into one task, big parquet files split by row groups); they never change the outputs, so they stay
+    out of the step identity (``identity: False``).
     """
 
-    max_whitespace_run: int = 128
-    max_record_chars: int = 10_000_000
-    reject_fraction: float = 0.01
+    max_whitespace_run: int = field(default=128, metadata={"min": 1})
+    max_record_chars: int = field(default=10_000_000, metadata={"min": 1})
+    reject_fraction: float = field(default=0.01, metadata={"min": 0, "max": 1})
     strict: bool = False
     html_main_content: bool = True
-    target_shard_bytes: int = 256 * 2**20
-    input_shard_bytes: int = 64 * 2**20
-    max_files_per_input_shard: int = 2000
-    raw_bytes_per_char: int = 8
+    target_shard_bytes: int = field(default=256 * 2**20, metadata={"min": 1})
+    input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
+    max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})
+    raw_bytes_per_char: int = field(default=8, metadata={"min": 1})
 
     def __post_init__(self) -> None:
         for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "input_shard_bytes",

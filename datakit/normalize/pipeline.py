@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
 from datakit.core.fsio import exists, fs_for, is_local, open_read
+from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
     FORMATS, FileRef, ReaderOptions, Reject, is_hidden, read_file,
 )
@@ -38,8 +39,8 @@ from .schema import (
     plain_type, schema_to_dict, unify_types,
 )
 from .write import (
-    REJECTS_REL, REJECTS_STAGING_REL, RejectSink, collect_group, consolidate_rejects, dups_rel, item_id,
-    item_order, join, main_rel, rewrite_with_schema, stats_to_counters, write_stage,
+    RejectSink, collect_group, consolidate_rejects, item_id, item_order, rewrite_with_schema, stats_to_counters,
+    write_stage,
 )
 
 REJECT_PREFIX = "reject/"
@@ -185,7 +186,7 @@ def read_stage(refs: Iterable[FileRef], *, fmt: str, opts: ReaderOptions, spec: 
     """map_shard: read + clean one read task's files; rejects go to this task's staging file."""
     shard = current_shard()
     stats: Counter = Counter()
-    sink = RejectSink(f"{staging_dir}/part-{shard.index:05d}.parquet", spec.source)
+    sink = RejectSink(f"{staging_dir}/{work_part_name(shard.index)}", spec.source)
     try:
         for ref in refs:
             for raw in read_file(ref, fmt, opts, stats):
@@ -250,7 +251,7 @@ def _rm_tree(path: str) -> None:
 
 def _clear_outputs(out_dir: str, keep: str) -> None:
     """Remove what an earlier attempt left under outputs/ (the step owns out_dir), except `keep`."""
-    outputs = join(out_dir, "outputs")
+    outputs = DocumentsDir(out_dir).outputs
     if not exists(outputs):
         return
     fs = fs_for(outputs)
@@ -270,12 +271,12 @@ def _clear_outputs(out_dir: str, keep: str) -> None:
     walk(outputs)
 
 
-def _list_parquet(dir_path: str) -> list[str]:
+def _list_staged(dir_path: str) -> list[str]:
+    """The read tasks' staged reject files (``work_part_name``), in task order."""
     if not exists(dir_path):
         return []
     fs = fs_for(dir_path)
-    names = [p for p in fs.ls(dir_path, detail=False) if p.rsplit("/", 1)[-1].startswith("part-")
-             and p.endswith(".parquet")]
+    names = [p for p in fs.ls(dir_path, detail=False) if parse_work_part_name(p) is not None]
     if not is_local(dir_path):
         names = [fs.unstrip_protocol(p) for p in names]
     return sorted(names)
@@ -349,7 +350,8 @@ def normalize_source(
     # engine resuming from a checkpoint (ExecConfig.work_dir) skips those tasks and must find their
     # files, while files of any other plan are stale and removed with the rest of the old outputs.
     token = hashlib.sha256(repr((shards, fmt, spec, opts, dedup)).encode()).hexdigest()[:16]
-    staging = join(out_dir, f"{REJECTS_STAGING_REL}/{token}")
+    docs = DocumentsDir(out_dir)
+    staging = docs.rejects_staging(token)
     _clear_outputs(out_dir, keep=staging)
     fs_for(staging).makedirs(staging, exist_ok=True)
     ds = (
@@ -376,18 +378,18 @@ def normalize_source(
             except ConflictFound as e:
                 raise _conflict_error(name, fmt, refs, e.conflict) from None
     schema = schema or CORE_SCHEMA
-    main_files = [main_rel(i, nn) for i in range(nn)]
-    dups_files = [dups_rel(i, nn) for i in range(nn)]
-    jobs = [(join(out_dir, rel), schema) for s in summaries
-            for rel, key in ((main_rel(s["shard"], nn), "main_schema"), (dups_rel(s["shard"], nn), "dups_schema"))
-            if s[key] != schema]
+    main_files = DocumentsDir.rel_parts("main", nn)
+    dups_files = DocumentsDir.rel_parts("dups", nn)
+    jobs = [(docs.part(kind, s["shard"], nn), schema) for s in summaries for kind in ("main", "dups")
+            if s[f"{kind}_schema"] != schema]
     if jobs:
         Dataset.from_items(jobs, num_shards=len(jobs)).map(_rewrite_job).collect(exec_config)
 
     # ---- rejects
-    staged = _list_parquet(staging)
-    consolidate_rejects(staged, join(out_dir, REJECTS_REL))
-    _rm_tree(join(out_dir, REJECTS_STAGING_REL))
+    staged = _list_staged(staging)
+    rejects_rel = DocumentsDir.rel_part("rejects", 0, 1)
+    consolidate_rejects(staged, docs.part("rejects", 0, 1))
+    _rm_tree(docs.rejects_staging())
 
     # ---- counters and result
     raw_counters = run.counters
@@ -399,12 +401,12 @@ def normalize_source(
     counts["hidden_files_skipped"] = hidden
     result = NormalizeResult(
         source=name, fmt=fmt, num_shards=nn, main_files=main_files, dups_files=dups_files,
-        rejects_files=[REJECTS_REL], counters=counts, rejects_by_reason=rejects_by_reason,
+        rejects_files=[rejects_rel], counters=counts, rejects_by_reason=rejects_by_reason,
         columns=schema_to_dict(schema), num_files=len(refs), input_bytes=input_bytes,
     )
     if not result.check_counts():  # a bug, never bad data: say so loudly
         raise NormalizeError(f"normalize {name!r}: counts do not add up: {counts}", result)
-    _check(result, fields_seen, text_field, join(out_dir, REJECTS_REL), cfg)
+    _check(result, fields_seen, text_field, docs.part("rejects", 0, 1), cfg)
     return result
 
 

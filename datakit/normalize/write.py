@@ -9,7 +9,6 @@ byte-identical whatever the worker count.
 
 from __future__ import annotations
 
-import posixpath
 from collections import Counter
 from typing import Any, Iterable, Iterator
 
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import counters, current_shard
 from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
+from datakit.core.layout import DocumentsDir
 
 from .schema import (
     CORE_SCHEMA, ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,
@@ -32,26 +32,6 @@ REJECTS_SCHEMA = pa.schema([
     ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()), ("offset", pa.int64()),
     ("reason", pa.string()), ("detail", pa.string()), ("excerpt", pa.string()),
 ])
-
-
-def shard_name(i: int, n: int) -> str:
-    return f"part-{i:05d}-of-{n:05d}.parquet"
-
-
-def main_rel(i: int, n: int) -> str:
-    return f"outputs/main/{shard_name(i, n)}"
-
-
-def dups_rel(i: int, n: int) -> str:
-    return f"outputs/dups/{shard_name(i, n)}"
-
-
-REJECTS_REL = "outputs/rejects/" + shard_name(0, 1)
-REJECTS_STAGING_REL = "outputs/rejects/.staging"
-
-
-def join(root: str, rel: str) -> str:
-    return posixpath.join(root.rstrip("/"), rel)
 
 
 def _writer(f, schema: pa.Schema) -> pq.ParquetWriter:
@@ -172,11 +152,12 @@ def write_stage(groups: Iterable[list], *, out_dir: str, dedup: str, fixed: pa.S
     """
     shard = current_shard()
     i, n = shard.index, shard.total
-    makedirs(join(out_dir, "outputs/main"))
-    makedirs(join(out_dir, "outputs/dups"))
+    docs = DocumentsDir(out_dir)
+    makedirs(docs.main)
+    makedirs(docs.dups)
     examples: Examples = {}
-    main = ShardParquet(join(out_dir, main_rel(i, n)), fixed, examples)
-    dups = ShardParquet(join(out_dir, dups_rel(i, n)), fixed, examples)
+    main = ShardParquet(docs.part("main", i, n), fixed, examples)
+    dups = ShardParquet(docs.part("dups", i, n), fixed, examples)
     buf = {"main": ([], [], [0]), "dups": ([], [], [0])}
     sinks = {"main": main, "dups": dups}
     keep_all = dedup == "none"
@@ -300,7 +281,6 @@ def stats_to_counters(stats: Counter) -> None:
 
 
 __all__ = [
-    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "REJECTS_REL", "write_stage", "collect_group", "item_id",
-    "item_order", "rewrite_with_schema", "consolidate_rejects", "main_rel", "dups_rel", "shard_name",
-    "canonical_schema",
+    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "write_stage", "collect_group", "item_id",
+    "item_order", "rewrite_with_schema", "consolidate_rejects", "canonical_schema",
 ]

@@ -14,10 +14,6 @@ from .io import FileInfo, list_files, read_jsonl, read_parquet, read_parquet_bat
 from .plan import JoinNode, PlanError, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
 
 
-def _first(key, items):
-    return next(iter(items))
-
-
 def _count_records(items: Iterable[Any]) -> list[int]:
     import pyarrow as pa
 

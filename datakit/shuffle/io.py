@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from datakit.core.fsio import commit, discard, exists, is_local, open_atomic, open_read
+from datakit.core.fsio import commit, discard, is_local, open_atomic, open_read
 from datakit.core.json_exact import loads
 
 _GLOB_CHARS = "*?["
@@ -239,10 +239,6 @@ def write_shard(items: Iterable[Any], kind: str, path: str, schema: pa.Schema | 
         raise
     sink.close()
     return path
-
-
-def output_exists(path: str) -> bool:
-    return exists(path)
 
 
 __all__ = ["FileInfo", "list_files", "read_jsonl", "read_parquet", "read_text", "write_shard", "is_local"]

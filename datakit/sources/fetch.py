@@ -41,8 +41,8 @@ from typing import Any
 
 import fsspec
 
-from datakit.sources.manifest import SourceSpec
-from datakit.sources.uris import USER_AGENT, RemoteFile, is_http, is_remote, list_files, local_path
+from datakit.manifest import SourceSpec
+from datakit.core.uris import USER_AGENT, RemoteFile, is_http, is_remote, list_files, local_path
 
 __all__ = [
     "FetchError",

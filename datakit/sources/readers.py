@@ -41,7 +41,6 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CHUNK_BYTES = 1 << 20
 EXCERPT_CHARS = 256
 HTML_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-FORMATS = ("jsonl", "parquet", "text", "html", "warc")
 
 # Reject reasons: a closed vocabulary, so counters and dashboards stay stable.
 MALFORMED_JSON = "malformed_json"
@@ -756,6 +755,7 @@ def _warc_record(rec, ref: FileRef, opts: ReaderOptions, stats: Counter,
 
 
 READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "text": read_text, "html": read_html, "warc": read_warc}
+FORMATS = tuple(READERS)
 
 
 def read_file(ref: FileRef, fmt: str, opts: ReaderOptions = ReaderOptions(),

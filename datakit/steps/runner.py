@@ -3,12 +3,18 @@
 A step is built when ``<prefix or mirror>/<name>-<identity>/.status`` says SUCCESS and its
 artifact record carries the same identity. Anything else is untrusted: the runner clears the dir
 and rebuilds. Failures cascade to dependents only; independent branches still run.
+
+Every step that would run (dry run) or runs gets a ``reason``: a short sentence saying why, found by
+comparing with the newest earlier build of the same step name under the prefix (see ``_Run.why_run``).
+Why: an identity is an opaque hash; "config changed: normalize.max_whitespace_run 128 -> 64" is what a
+user needs before starting an hour-long rebuild.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import socket
 import time
 import traceback
@@ -20,18 +26,24 @@ import datakit
 
 from . import markers, storage
 from .events import EventLog
-from .identity import config_mentions
+from .fingerprint import digest_of
+from .identity import IDENTITY_CHARS, canonical_json, config_mentions
 from .lease import Lease, LeaseLost, is_lease_name, read_holder
 from .step import Step, StepContext, StepRecord
 
 DEFAULT_LEASE_TIMEOUT_S = 60.0
+_MAX_LISTED = 5                     # changed keys / files / deps named in a reason, then "and N more"
+_MAX_VALUE_CHARS = 40               # config values longer than this are cut in a reason
+_IDENTITY = re.compile(rf"^[0-9a-f]{{{IDENTITY_CHARS}}}$")
+_ABSENT = object()                  # a config key one side of a diff does not have
 
 
 @dataclass
 class RunSummary:
     """Outcome of run_steps. ``steps`` are per-step dicts in run order:
-    {name, identity, status, output, wall_s, counters, error, location}; status is one of
-    succeeded | skipped | failed | cascaded | would_run | would_skip. ``records`` maps the name of
+    {name, identity, status, output, wall_s, counters, error, location, reason}; status is one of
+    succeeded | skipped | failed | cascaded | would_run | would_skip; ``reason`` says why a step
+    would run / ran (None for skipped and cascaded ones). ``records`` maps the name of
     every step whose output is usable (succeeded or skipped) to its StepRecord (typed result)."""
 
     status: str
@@ -111,16 +123,21 @@ def _open(url: str | None, kind: str) -> _Location | None:
     return _Location(fs, root, kind)
 
 
-def _load_built(loc: _Location, step: Step) -> StepRecord | None:
-    """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact), else None."""
-    d = loc.step_dir(step)
-    if not markers.is_built(loc.fs, d):
+def _built_artifact(fs, d: str) -> dict | None:
+    """The artifact record of a step dir whose status says SUCCESS; None if unbuilt or unreadable."""
+    if not markers.is_built(fs, d):
         return None
     try:
-        art = markers.read_artifact(loc.fs, d)
+        art = markers.read_artifact(fs, d)
     except (OSError, ValueError):
         return None
-    if not isinstance(art, dict) or art.get("identity") != step.identity:
+    return art if isinstance(art, dict) else None
+
+
+def _load_built(loc: _Location, step: Step) -> StepRecord | None:
+    """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact), else None."""
+    art = _built_artifact(loc.fs, loc.step_dir(step))
+    if art is None or art.get("identity") != step.identity:
         return None
     return StepRecord(step.name, step.identity, loc.url(step), art.get("result") or {}, art.get("counters") or {})
 
@@ -135,9 +152,10 @@ def _find_built(step: Step, prefix: _Location, mirror: _Location | None) -> tupl
 
 
 def _entry(step: Step, status: str, output: str, *, wall_s: float = 0.0, counters: dict | None = None,
-           error: str | None = None, location: str | None = None) -> dict:
+           error: str | None = None, location: str | None = None, reason: str | None = None) -> dict:
     return {"name": step.name, "identity": step.identity, "status": status, "output": output,
-            "wall_s": round(wall_s, 6), "counters": dict(counters or {}), "error": error, "location": location}
+            "wall_s": round(wall_s, 6), "counters": dict(counters or {}), "error": error, "location": location,
+            "reason": reason}
 
 
 def _check_result(step: Step, raw: Any, ctx_counters: dict[str, int]) -> tuple[dict, dict[str, int]]:
@@ -162,6 +180,136 @@ def _check_result(step: Step, raw: Any, ctx_counters: dict[str, int]) -> tuple[d
     return result, dict(sorted(counters.items()))
 
 
+# ---------------------------------------------------------------- why a step runs
+
+
+@dataclass(frozen=True)
+class _EarlierBuild:
+    """The newest SUCCESS build of a step's name under another identity: what a reason compares with."""
+
+    dirname: str
+    artifact: dict
+
+
+def _listed(items: list[str]) -> str:
+    """``a, b, c`` naming at most _MAX_LISTED items, then ``and N more``: reasons stay one line."""
+    shown = ", ".join(items[:_MAX_LISTED])
+    rest = len(items) - _MAX_LISTED
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+def _show(value: Any) -> str:
+    if value is _ABSENT:
+        return "(unset)"
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the identity sees them (canonical JSON: 1 and 1.0 differ, dict order does not)."""
+    if a is _ABSENT or b is _ABSENT:
+        return a is b
+    return canonical_json(a) == canonical_json(b)
+
+
+def _config_changes(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key path, old value, new value) for every leaf that differs; lists count as leaves."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(old) | set(new)):
+            out += _config_changes(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{path}.{key}" if path else key)
+        return out
+    return [] if _same(old, new) else [(path or "(whole config)", old, new)]
+
+
+def _version_reason(step: Step, old: dict) -> str | None:
+    before = old.get("version")
+    return None if before == step.version else f"stage version {before or '(unset)'} -> {step.version}"
+
+
+def _config_reason(step: Step, old: dict) -> str | None:
+    """Changed config keys, except a value that is just the digest of the changed ``inputs`` (callers
+    put the input digest in config; the input-files reason names those changes better)."""
+    old_inputs, new_inputs = _recorded_inputs(old), step.inputs
+    explained = (digest_of(old_inputs), digest_of(new_inputs)) if old_inputs != new_inputs else None
+    changes = [f"{path} {_show(a)} -> {_show(b)}"
+               for path, a, b in _config_changes(old.get("config", {}), step.config) if (a, b) != explained]
+    return f"config changed: {_listed(changes)}" if changes else None
+
+
+def _recorded_inputs(old: dict) -> dict[str, str]:
+    inputs = old.get("inputs")
+    return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
+
+
+def _inputs_reason(step: Step, old: dict) -> str | None:
+    before, after = _recorded_inputs(old), step.inputs
+    changes = []
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            changes.append(f"{name} (added)")
+        elif name not in after:
+            changes.append(f"{name} (removed)")
+        elif before[name] != after[name]:
+            changes.append(f"{name} (changed)")
+    return f"input files changed: {_listed(changes)}" if changes else None
+
+
+def _deps_reason(step: Step, old: dict) -> str | None:
+    recorded = old.get("deps") if isinstance(old.get("deps"), dict) else {}
+    changes = []
+    for dep in step.deps:
+        rec = recorded.get(dep.name)
+        if not isinstance(rec, dict):
+            changes.append(f"{dep.name} (added)")
+        elif rec.get("identity") != dep.identity:
+            changes.append(dep.name)
+    changes += [f"{name} (removed)" for name in sorted(set(recorded) - {d.name for d in step.deps})]
+    return f"dependency rebuilt: {_listed(changes)}" if changes else None
+
+
+def _difference(step: Step, earlier: _EarlierBuild) -> str:
+    """The first kind of difference from an earlier build: version, config, input files, deps."""
+    for check in (_version_reason, _config_reason, _inputs_reason, _deps_reason):
+        reason = check(step, earlier.artifact)
+        if reason:
+            return reason
+    return f"identity differs from the earlier build {earlier.dirname} (no recorded field changed)"
+
+
+def _damage(loc: _Location, step: Step) -> str | None:
+    """Why this identity's own dir cannot be trusted, or None when there is no such dir. Only called
+    for steps that are not built, so a SUCCESS marker here has a bad artifact record."""
+    d = loc.step_dir(step)
+    status = markers.read_status(loc.fs, d)
+    if status is None:
+        if not _dir_exists(loc.fs, d):
+            return None
+        state = f"no {markers.STATUS_FILE} marker"
+    elif status.get("status") == markers.SUCCESS:
+        state = f"SUCCESS but {markers.ARTIFACT_FILE} is unreadable or records another identity"
+    else:
+        state = str(status.get("status"))
+    return f"output damaged or unfinished: {state} at {loc.url(step)}"
+
+
+def _dir_exists(fs, d: str) -> bool:
+    # Object stores have no empty dirs: a dir exists when something is in it.
+    return os.path.isdir(d) if storage.is_local(fs) else bool(storage.list_names(fs, d))
+
+
+def _is_build_of(dirname: str, step: Step) -> bool:
+    """``<name>-<identity>`` of this step's name under another identity (``normalize-<id>`` is not a
+    build of ``normalize-web``, nor the reverse: the suffix must be exactly one identity)."""
+    head, _, ident = dirname.rpartition("-")
+    return head == step.name and ident != step.identity and bool(_IDENTITY.match(ident))
+
+
+def _successful_artifact(loc: _Location, dirname: str, name: str) -> dict | None:
+    art = _built_artifact(loc.fs, storage.join(loc.root, dirname))
+    return art if art is not None and art.get("name") == name else None
+
+
 class _Run:
     """State of one run_steps call (kept in one place so the step loop reads top to bottom)."""
 
@@ -170,11 +318,54 @@ class _Run:
         self.prefix, self.mirror, self.events = prefix, mirror, events
         self.exec_config, self.lease_timeout_s = exec_config, lease_timeout_s
         self.records: dict[str, StepRecord] = {}
+        self._prefix_names: list[str] | None = None  # listed once, on the first step that needs a reason
 
     def emit(self, event: str, step: Step, **fields: Any) -> None:
         self.events.emit({"event": event, "step": step.name, "identity": step.identity, **fields})
 
-    def build(self, step: Step, forced: bool) -> dict:
+    def why_run(self, step: Step, forced: bool) -> str:
+        """Why a step that is not built runs: forced; its own dir is damaged; what differs from the
+        newest earlier build of its name under the prefix; or never built. Reads only (dry runs too)."""
+        if forced:
+            return "forced (--force)"
+        damage = _damage(self.prefix, step)
+        if damage:
+            return damage
+        earlier = self._earlier_build(step)
+        if earlier is None:
+            return f"never built (no earlier output of {step.name} under the prefix)"
+        return _difference(step, earlier)
+
+    def _earlier_build(self, step: Step) -> _EarlierBuild | None:
+        """Newest (by the artifact's "finished" time) SUCCESS build of ``step.name`` in the prefix."""
+        if self._prefix_names is None:
+            self._prefix_names = storage.list_names(self.prefix.fs, self.prefix.root)
+        builds = []
+        for dirname in self._prefix_names:
+            art = _successful_artifact(self.prefix, dirname, step.name) if _is_build_of(dirname, step) else None
+            if art is not None:
+                builds.append(_EarlierBuild(dirname, art))
+        # "finished" is ISO 8601 UTC with a fixed width: string order is time order.
+        return max(builds, key=lambda b: str(b.artifact.get("finished", "")), default=None)
+
+    def step_entry(self, step: Step, forced: bool, dry_run: bool) -> dict:
+        """Skip, report (dry run) or build one step whose deps are usable."""
+        found = None if forced else _find_built(step, self.prefix, self.mirror)
+        if found is not None:
+            rec, where = found
+            kind = "would_skip" if dry_run else "skipped"
+            if not dry_run:
+                self.records[step.name] = rec
+            self.emit(f"step_{kind}", step, output=rec.output, location=where)
+            return _entry(step, kind, rec.output, counters=rec.counters, location=where)
+        reason = self.why_run(step, forced)
+        if not dry_run:
+            return self.build(step, forced, reason)
+        url = self.prefix.url(step)
+        self.emit("step_would_run", step, output=url, reason=reason)
+        return _entry(step, "would_run", url, reason=reason)
+
+    def build(self, step: Step, forced: bool, reason: str | None = None) -> dict:
         fs, d = self.prefix.fs, self.prefix.step_dir(step)
         url = self.prefix.url(step)
         fs.makedirs(d, exist_ok=True)
@@ -188,17 +379,18 @@ class _Run:
                     self.records[step.name] = rec
                     self.emit("step_skipped", step, output=url, location="prefix", reason="built by another runner")
                     return _entry(step, "skipped", url, counters=rec.counters, location="prefix")
-            return self._run_fn(step, lease, fs, d, url, forced)
+            return self._run_fn(step, lease, fs, d, url, forced, reason)
         finally:
             lease.release()
 
-    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str, forced: bool = False) -> dict:
+    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str, forced: bool = False,
+                reason: str | None = None) -> dict:
         if forced or not step.resumable:
             markers.clear_step_dir(fs, d, keep=is_lease_name)
         started = time.time()
         markers.write_status(fs, d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
                              lease_owner=lease.owner)
-        self.emit("step_started", step, output=url)
+        self.emit("step_started", step, output=url, reason=reason)
         ctx = StepContext(step=step, output=url, deps={dep.name: self.records[dep.name] for dep in step.deps},
                           exec_config=self.exec_config, _emit=self.events.emit)
         t0 = time.perf_counter()
@@ -220,10 +412,11 @@ class _Run:
             self.emit("step_failed", step, output=url, wall_s=round(wall, 6), error=error, traceback=tb)
             if interrupted:
                 raise
-            return _entry(step, "failed", url, wall_s=wall, counters=ctx.counters, error=error, location="prefix")
+            return _entry(step, "failed", url, wall_s=wall, counters=ctx.counters, error=error, location="prefix",
+                          reason=reason)
         self.records[step.name] = StepRecord(step.name, step.identity, url, result, counters)
         self.emit("step_succeeded", step, output=url, wall_s=round(wall, 6), counters=counters)
-        return _entry(step, "succeeded", url, wall_s=wall, counters=counters, location="prefix")
+        return _entry(step, "succeeded", url, wall_s=wall, counters=counters, location="prefix", reason=reason)
 
     def _mark_failed(self, step, lease, fs, d, counters, started, wall, error, tb) -> None:
         """FAILED marker + traceback, unless a peer now owns the dir (then it is not ours to touch)."""
@@ -242,6 +435,7 @@ class _Run:
                   status: str) -> dict:
         return {
             "name": step.name, "identity": step.identity, "version": step.version, "config": step.config,
+            "inputs": dict(step.inputs), "stage": step.stage, "source": step.source,
             "deps": {dep.name: {"identity": dep.identity, "output": self.records[dep.name].output}
                      for dep in step.deps},
             "status": status, "result": result, "counters": counters,
@@ -265,6 +459,38 @@ def _validate_selection(order: list[Step], only, force) -> tuple[set[str], set[s
     return selected, set(force_list)
 
 
+def _check_configs_avoid_outputs(order: list[Step], locations: list[tuple[str | None, _Location | None]]) -> None:
+    """Refuse configs that mention the prefix or mirror: identities must not depend on where outputs are."""
+    roots: list[str] = []
+    for url, loc in locations:
+        if loc is not None:
+            roots += [storage.to_url(loc.fs, loc.root)] + ([str(url).rstrip("/")] if "://" in str(url) else [])
+    for s in order:
+        hit = config_mentions(s.config, roots)
+        if hit:
+            raise ValueError(f"step {s.name!r}: {hit} points into the output prefix/mirror; read dependency "
+                             "outputs through ctx.deps instead, so identities do not depend on the prefix")
+
+
+def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str]) -> None:
+    """--only: deps outside the selection must already be built; report every missing one at once."""
+    missing = []
+    for s in order:
+        if s.name not in selected:
+            continue
+        for dep in s.deps:
+            if dep.name in selected or dep.name in run.records:
+                continue
+            found = _find_built(dep, run.prefix, run.mirror)
+            if found is None:
+                missing.append(f"{s.name} needs {dep.name} ({dep.dirname})")
+            else:
+                run.records[dep.name] = found[0]
+    if missing:
+        raise ValueError("--only: dependencies are not built (run them first or widen --only): "
+                         + "; ".join(missing))
+
+
 def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None = None, dry_run: bool = False,
               only: Iterable[str] | None = None, force: Iterable[str] = (), exec_config: Any = None,
               on_event: Callable[[dict], None] | None = None,
@@ -272,7 +498,8 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     """Run ``steps`` (and their deps) with outputs under ``prefix`` (local dir or fsspec URL).
 
     mirror:  read-only prefix; a step built there is used in place, nothing is written to it.
-    dry_run: report would_run / would_skip; writes nothing at all (no dirs, markers or events).
+    dry_run: report would_run / would_skip, each would_run with a ``reason``; writes nothing at all
+             (no dirs, markers or events).
     only:    run just these steps; their other deps must already be built (else ValueError).
     force:   rebuild these even if built (dependents keep their identity, so they are not rebuilt).
     exec_config: handed to every step fn as ``ctx.exec_config`` (backend, workers...; not identity).
@@ -286,34 +513,10 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     order = collect_steps(steps)
     selected, forced = _validate_selection(order, only, force)
     pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
-    roots = [storage.to_url(pre.fs, pre.root)] + ([str(prefix).rstrip("/")] if "://" in str(prefix) else [])
-    if mir is not None:
-        roots += [storage.to_url(mir.fs, mir.root)] + ([str(mirror).rstrip("/")] if "://" in str(mirror) else [])
-    for s in order:
-        hit = config_mentions(s.config, roots)
-        if hit:
-            raise ValueError(f"step {s.name!r}: {hit} points into the output prefix/mirror; read dependency "
-                             "outputs through ctx.deps instead, so identities do not depend on the prefix")
-
+    _check_configs_avoid_outputs(order, [(prefix, pre), (mirror, mir)])
     run = _Run(pre, mir, EventLog(pre.fs, pre.root, uuid.uuid4().hex[:12], write=not dry_run, on_event=on_event),
                exec_config, lease_timeout_s)
-
-    # --only: deps outside the selection must already be built; report every missing one at once.
-    missing = []
-    for s in order:
-        if s.name not in selected:
-            continue
-        for dep in s.deps:
-            if dep.name in selected or dep.name in run.records:
-                continue
-            found = _find_built(dep, pre, mir)
-            if found is None:
-                missing.append(f"{s.name} needs {dep.name} ({dep.dirname})")
-            else:
-                run.records[dep.name] = found[0]
-    if missing:
-        raise ValueError("--only: dependencies are not built (run them first or widen --only): "
-                         + "; ".join(missing))
+    _load_deps_outside_selection(run, order, selected)
 
     if not dry_run:
         run.events.emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
@@ -329,19 +532,7 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
             entry = _entry(step, "cascaded", pre.url(step), error=f"dependency failed: {', '.join(bad)}")
             run.emit("step_cascaded", step, error=entry["error"])
         else:
-            found = None if step.name in forced else _find_built(step, pre, mir)
-            if dry_run:
-                status = "would_skip" if found else "would_run"
-                entry = _entry(step, status, found[0].output if found else pre.url(step),
-                               counters=found[0].counters if found else None, location=found[1] if found else None)
-                run.emit(f"step_{status}", step, output=entry["output"])
-            elif found is not None:
-                rec, where = found
-                run.records[step.name] = rec
-                run.emit("step_skipped", step, output=rec.output, location=where)
-                entry = _entry(step, "skipped", rec.output, counters=rec.counters, location=where)
-            else:
-                entry = run.build(step, step.name in forced)
+            entry = run.step_entry(step, step.name in forced, dry_run)
         outcome[step.name] = entry["status"]
         entries.append(entry)
 

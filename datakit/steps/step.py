@@ -33,6 +33,11 @@ class Step:
     version: implementation version; bump it when the code's output changes for the same config.
     resumable: keep a failed attempt's partial output for the next attempt (the stage must validate
              what it reuses); otherwise the step dir is cleared first so partial output is never trusted.
+    inputs:  relative file name -> content hash of the local files the step reads (see
+             datakit.steps.fingerprint). NOT part of the identity: the caller puts their digest in
+             config. Recorded in artifact.json so a dry run can name the files that changed.
+    stage:   the stage that built the step (``normalize``); descriptive, recorded, not in the identity.
+    source:  the source the step belongs to, if any; descriptive, recorded, not in the identity.
     """
 
     name: str
@@ -43,6 +48,9 @@ class Step:
     # Stages that keep their own fingerprinted progress markers (tokenize shards, training checkpoints)
     # resume from a crashed attempt's partial output instead of starting over; not part of the identity.
     resumable: bool = field(default=False, compare=False)
+    inputs: dict[str, str] = field(default_factory=dict, compare=False)
+    stage: str = field(default="", compare=False)
+    source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -70,6 +78,8 @@ class Step:
         # A private deep copy: mutating the caller's dict later cannot change a computed identity.
         object.__setattr__(self, "config", frozen_config)
         object.__setattr__(self, "deps", deps)
+        object.__setattr__(self, "inputs", _checked_inputs(self.name, self.inputs))
+        _check_descriptive(self.name, self.stage, self.source)
 
     @functools.cached_property
     def identity(self) -> str:
@@ -89,6 +99,20 @@ class Step:
 
     def __repr__(self) -> str:
         return f"Step({self.name!r}, identity={self.identity!r}, deps={[d.name for d in self.deps]})"
+
+
+def _checked_inputs(name: str, inputs: Any) -> dict[str, str]:
+    """A sorted private copy of ``inputs``; it lands in artifact.json, so it must be str -> str."""
+    if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+        raise TypeError(f"step {name!r}: inputs must be a dict of relative file name -> content hash (str -> str)")
+    return dict(sorted(inputs.items()))
+
+
+def _check_descriptive(name: str, stage: Any, source: Any) -> None:
+    if not isinstance(stage, str):
+        raise TypeError(f"step {name!r}: stage must be a str, got {type(stage).__name__}")
+    if source is not None and not isinstance(source, str):
+        raise TypeError(f"step {name!r}: source must be a str or None, got {type(source).__name__}")
 
 
 @dataclass(frozen=True)

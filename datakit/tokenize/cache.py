@@ -1,6 +1,7 @@
 """The token cache on disk: per-shard token arrays + offsets, a ledger, exact stats; writer and reader.
 
-Layout of one split directory (``<cache>/train`` or ``<cache>/validation``)::
+Layout of one split directory (``<cache>/train`` or ``<cache>/validation``; the names are
+:class:`datakit.core.layout.TokenCacheDir`'s)::
 
     shard-00000-of-00004.tokens.npy    flat little-endian token ids (uint16 if the vocab fits, else uint32)
     shard-00000-of-00004.offsets.npy   int64, rows+1 entries: document d is tokens[off[d]:off[d+1]]
@@ -38,6 +39,7 @@ from datakit.core.fsio import (
     open_read,
     tmp_name,
 )
+from datakit.core.layout import TokenCacheDir
 
 __all__ = [
     "CACHE_FORMAT",
@@ -58,8 +60,8 @@ __all__ = [
 
 CACHE_FORMAT = "datakit.token_cache"
 CACHE_VERSION = 1
-LEDGER_FILE = "ledger.json"
-STATS_FILE = ".stats.json"
+LEDGER_FILE = TokenCacheDir.LEDGER
+STATS_FILE = TokenCacheDir.STATS
 
 
 class CacheNotReady(RuntimeError):
@@ -95,8 +97,7 @@ def read_json(path: str) -> Any:
 
 
 def shard_file_names(index: int, total: int) -> dict[str, str]:
-    stem = f"shard-{index:05d}-of-{total:05d}"
-    return {"tokens": f"{stem}.tokens.npy", "offsets": f"{stem}.offsets.npy", "marker": f"{stem}.json"}
+    return TokenCacheDir.shard_names(index, total)
 
 
 # ------------------------------------------------------------------------------------------- .npy writing
@@ -212,7 +213,7 @@ def read_ledger(split_dir: str) -> dict:
             f"{CACHE_VERSION}); rebuild the cache"
         )
     if not ledger.get("finished"):
-        done = len([n for n in listdir(split_dir) if n.endswith(".json") and n.startswith("shard-")])
+        done = len([n for n in listdir(split_dir) if n.endswith(".json") and n.startswith(TokenCacheDir.SHARD_PREFIX)])
         raise CacheNotReady(
             f"token cache {split_dir!r} is unfinished ({done} of {ledger.get('num_shards', '?')} shards done): "
             "its build crashed or is still running; rerun the tokenize step to resume it"

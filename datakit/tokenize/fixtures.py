@@ -18,6 +18,8 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datakit.core.layout import DocumentsDir, part_name
+
 __all__ = ["stdlib_texts", "license_texts", "doc_id", "write_source"]
 
 SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("source", pa.string())])
@@ -72,12 +74,12 @@ def write_source(source_dir: str, texts: Iterable[str], num_parts: int, source: 
     parts: list[list[dict]] = [[] for _ in range(num_parts)]
     for r in ordered:
         parts[int(r["id"][:8], 16) % num_parts].append(r)
-    out = os.path.join(source_dir, "outputs", "main")
+    out = DocumentsDir(source_dir).main
     os.makedirs(out, exist_ok=True)
     paths = []
     for n, part in enumerate(parts):
         part.sort(key=lambda r: r["id"])
-        path = os.path.join(out, f"part-{n:05d}-of-{num_parts:05d}.parquet")
+        path = os.path.join(out, part_name(n, num_parts))
         pq.write_table(pa.Table.from_pylist(part, schema=SCHEMA), path)
         paths.append(path)
     return paths

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from datakit.core.layout import TokenCacheDir
 from datakit.tokenize import cache as C
 
 __all__ = ["inspect_cache", "format_inspect"]
@@ -45,7 +46,7 @@ def _sample(split_dir: str, ledger: dict) -> tuple[str | None, str | None]:
     """Decoded text of the first document, or (None, reason)."""
     if not ledger.get("total_docs"):
         return None, "no documents"
-    tok_file = C.join(split_dir, ledger.get("tokenizer_file", "../tokenizer.json"))
+    tok_file = C.join(split_dir, ledger.get("tokenizer_file", TokenCacheDir.TOKENIZER_FROM_SPLIT))
     tok_file = os.path.normpath(tok_file) if C.is_local(tok_file) else tok_file
     if not C.exists(tok_file):
         return None, f"tokenizer file {tok_file} not found"
@@ -68,7 +69,7 @@ def inspect_cache(path: str) -> dict:
     """Summary of every token cache split found at/under ``path`` (see module docstring)."""
     dirs = _find_split_dirs(path)
     if not dirs:
-        raise FileNotFoundError(f"no token cache (ledger.json) found at or under {path}")
+        raise FileNotFoundError(f"no token cache ({C.LEDGER_FILE}) found at or under {path}")
     caches: list[dict[str, Any]] = []
     sources: dict[str, dict[str, dict]] = {}
     totals: dict[str, dict[str, int]] = {}

@@ -15,8 +15,7 @@ batch, and two runs with the same seed see the same data. The pieces:
 
 from __future__ import annotations
 
-import itertools
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 
@@ -24,7 +23,7 @@ from datakit.tokenize.cache import CacheNotReady, TokenCache, open_cache
 from datakit.tokenize.feistel import derive_key, permute
 from datakit.tokenize.mixture import BlockMixture
 
-__all__ = ["CacheNotReady", "TokenCache", "open_cache", "TrainBatches", "eval_batches", "DEFAULT_BLOCK_SIZE"]
+__all__ = ["CacheNotReady", "TokenCache", "open_cache", "TrainBatches", "DEFAULT_BLOCK_SIZE"]
 
 DEFAULT_BLOCK_SIZE = 1024
 
@@ -124,54 +123,3 @@ class TrainBatches:
         while True:
             yield self.batch(step)
             step += 1
-
-
-def eval_batches(
-    split_dir_or_dirs: str | Sequence[str],
-    seq_len: int,
-    batch_size: int,
-    max_batches: int | None = None,
-    *,
-    drop_last: bool = False,
-) -> Iterator[np.ndarray]:
-    """Sequential, deterministic evaluation batches: non-overlapping windows of seq_len + 1 tokens
-    (stride seq_len) over each cache's stream in the order given, ``batch_size`` windows per batch.
-
-    The last batch may have fewer rows (all windows are evaluated) unless ``drop_last``; tokens after
-    the last full window of a cache are not evaluated."""
-    dirs = [split_dir_or_dirs] if isinstance(split_dir_or_dirs, str) else list(split_dir_or_dirs)
-    if seq_len < 1 or batch_size < 1:
-        raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
-    caches = [open_cache(d) for d in dirs]  # here, not in the generator: a bad cache fails at the call
-    return _eval_iter(caches, seq_len, batch_size, max_batches, drop_last)
-
-
-def _eval_iter(caches: list[TokenCache], seq_len: int, batch_size: int, max_batches: int | None,
-               drop_last: bool) -> Iterator[np.ndarray]:
-    windows = ((c, j) for c in caches for j in range(max(0, (c.total_tokens - 1) // seq_len)))
-    produced = 0
-    while max_batches is None or produced < max_batches:
-        chunk = list(itertools.islice(windows, batch_size))
-        if not chunk or (len(chunk) < batch_size and drop_last):
-            return
-        out = np.empty((len(chunk), seq_len + 1), dtype=np.int32)
-        for row, (c, j) in enumerate(chunk):
-            c.read_into(out[row], j * seq_len)
-        produced += 1
-        yield out
-
-
-def eval_coverage(split_dir_or_dirs: str | Sequence[str], seq_len: int) -> dict:
-    """How much of the caches ``eval_batches`` covers: windows, target tokens, and the totals to scale
-    bytes by (for bits-per-byte: bytes ~= total_bytes * target_tokens / total_tokens per cache)."""
-    dirs = [split_dir_or_dirs] if isinstance(split_dir_or_dirs, str) else list(split_dir_or_dirs)
-    out = {"windows": 0, "target_tokens": 0, "total_tokens": 0, "total_bytes": 0, "total_docs": 0}
-    for d in dirs:
-        c = open_cache(d)
-        w = max(0, (c.total_tokens - 1) // seq_len)
-        out["windows"] += w
-        out["target_tokens"] += w * seq_len
-        out["total_tokens"] += c.total_tokens
-        out["total_bytes"] += c.total_bytes
-        out["total_docs"] += c.total_docs
-    return out

@@ -30,6 +30,7 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
 from datakit.core.fsio import copy_file
+from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
@@ -37,7 +38,7 @@ from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
 
 VERSION = "1"  # bump when the cache contents for the same inputs change (stage implementation version)
-SPLITS = ("train", "validation")
+SPLITS = TokenCacheDir.SPLITS
 _SPLIT_SALT = b"datakit.tokenize.split\x00"
 _MAX_BAD_SAMPLES = 20
 
@@ -67,7 +68,11 @@ class _ShardSpec:
 
 @dataclass
 class TokenizeResult:
-    """What tokenize_source built: split dirs and exact totals (JSON-friendly via to_dict())."""
+    """What tokenize_source built: split dirs and exact totals.
+
+    ``splits[s]["path"]`` is relative to ``out_dir``, and ``to_dict()`` (the step's record) leaves
+    ``out_dir`` out: a record that names no absolute path stays valid when the run prefix is moved or
+    mirrored. ``split_dir()`` resolves a split against ``out_dir`` for callers in this process."""
 
     name: str
     out_dir: str
@@ -80,10 +85,12 @@ class TokenizeResult:
     counters: dict[str, int] = field(default_factory=dict)
 
     def split_dir(self, split: str) -> str:
-        return self.splits[split]["path"]
+        return C.join(self.out_dir, self.splits[split]["path"])
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        del d["out_dir"]
+        return d
 
 
 # --------------------------------------------------------------------------------------------- the task
@@ -125,7 +132,7 @@ def _reusable(spec: _ShardSpec, names: dict[str, str], fp: dict) -> dict | None:
     """The recorded result of a finished shard with the same fingerprint, else None."""
     found = {}
     for split in SPLITS:
-        d = C.join(spec.out_dir, split)
+        d = TokenCacheDir(spec.out_dir).split(split)
         marker = C.join(d, names["marker"])
         if not C.exists(marker):
             return None
@@ -200,7 +207,7 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     tok = _tokenizer_for(spec)
     dtype = np.dtype(spec.dtype)
     eos, bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
-    dirs = {s: C.join(spec.out_dir, s) for s in SPLITS}
+    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     writers = {s: C.NpyStreamWriter(C.join(dirs[s], names["tokens"]), dtype) for s in SPLITS}
     lengths: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     counts = {s: {"rows": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
@@ -321,7 +328,7 @@ def _ledger(name: str, split: str, spec: _ShardSpec, shard_results: list[dict], 
         "dtype": np.dtype(spec.dtype).name,
         "vocab_size": spec.identity["vocab_size"],
         "tokenizer": dict(spec.identity),
-        "tokenizer_file": "../tokenizer.json",
+        "tokenizer_file": TokenCacheDir.TOKENIZER_FROM_SPLIT,
         "bos": spec.bos,
         "validation_fraction": spec.validation_fraction,
         "max_chars": spec.max_chars,
@@ -341,7 +348,7 @@ def _clear_foreign_files(split_dir: str, total: int) -> None:
     for i in range(total):
         keep.update(C.shard_file_names(i, total).values())
     for n in C.listdir(split_dir):
-        if (n.startswith("shard-") and n not in keep) or n.startswith(".tmp-"):
+        if (n.startswith(TokenCacheDir.SHARD_PREFIX) and n not in keep) or n.startswith(".tmp-"):
             C.remove(C.join(split_dir, n))
 
 
@@ -358,8 +365,9 @@ def tokenize_source(
     batch_bytes: int | None = None,
     max_chars: int = MAX_PIECE_CHARS,
 ) -> TokenizeResult:
-    """Tokenize consolidated source ``name`` (``<input_dir>/outputs/main/*.parquet``) into
-    ``<out_dir>/train`` and ``<out_dir>/validation`` caches (see :mod:`datakit.tokenize.cache`).
+    """Tokenize consolidated source ``name`` (its main documents, ``<input_dir>/outputs/main/*.parquet``)
+    into the train and validation split dirs of ``TokenCacheDir(out_dir)`` (see
+    :mod:`datakit.tokenize.cache`); the result's split paths are relative to ``out_dir``.
 
     threads: tokenizer (Rust) threads per worker; default cpu_count // concurrently running tasks.
     batch_bytes: text per encode call; default 512 KiB per tokenizer thread, within [1, 8] MiB. Smaller
@@ -376,9 +384,10 @@ def tokenize_source(
     files = find_source_files(input_dir)
     total = len(files)
     out_dir = out_dir.rstrip("/")
+    cache_dir = TokenCacheDir(out_dir)
     for s in SPLITS:
-        C.makedirs(C.join(out_dir, s))
-    tok_copy = C.join(out_dir, "tokenizer.json")
+        C.makedirs(cache_dir.split(s))
+    tok_copy = cache_dir.tokenizer
     if not C.exists(tok_copy) or _sha256_of(tok_copy) != identity.sha256:
         copy_file(_tokenizer_file(tokenizer_path), tok_copy)
     threads = threads or _default_threads(exec_config, total)
@@ -392,8 +401,8 @@ def tokenize_source(
     )
     for s in SPLITS:
         # Un-finish first: from here on the directory is being (re)built and must not be loaded.
-        C.write_json_atomic(C.join(out_dir, s, C.LEDGER_FILE), _ledger(name, s, spec, [], total, False))
-        _clear_foreign_files(C.join(out_dir, s), total)
+        C.write_json_atomic(cache_dir.ledger(s), _ledger(name, s, spec, [], total, False))
+        _clear_foreign_files(cache_dir.split(s), total)
 
     run = Dataset.from_files(files).map_shard(_shard_task(spec)).run(exec_config)
     results = sorted(run.items, key=lambda r: r["index"])
@@ -403,11 +412,10 @@ def tokenize_source(
     splits = {}
     for s in SPLITS:
         ledger = _ledger(name, s, spec, results, total, True)
-        d = C.join(out_dir, s)
         stats = {k: ledger[k] for k in ("total_tokens", "total_docs", "total_bytes")}
-        C.write_json_atomic(C.join(d, C.STATS_FILE), stats)
-        C.write_json_atomic(C.join(d, C.LEDGER_FILE), ledger)  # commit point
-        splits[s] = {"path": d, "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
+        C.write_json_atomic(cache_dir.stats(s), stats)
+        C.write_json_atomic(cache_dir.ledger(s), ledger)  # commit point
+        splits[s] = {"path": TokenCacheDir.split_rel(s), "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
                      "bytes": ledger["total_bytes"], "shards": total}
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
     return TokenizeResult(
@@ -420,7 +428,7 @@ def tokenize_source(
 def _tokenizer_file(path_or_url: str) -> str:
     fs, p = fsspec.core.url_to_fs(path_or_url)
     if fs.isdir(p):
-        return path_or_url.rstrip("/") + "/tokenizer.json"
+        return path_or_url.rstrip("/") + "/" + TOKENIZER_FILE
     return path_or_url
 
 

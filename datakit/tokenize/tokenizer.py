@@ -21,6 +21,8 @@ import fsspec
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
+
 __all__ = [
     "EOS_TOKEN",
     "BOS_TOKEN",
@@ -83,7 +85,7 @@ def _looks_like_hub_name(s: str) -> bool:
 def _read_tokenizer_bytes(path_or_url: str) -> tuple[bytes, str]:
     fs, path = fsspec.core.url_to_fs(path_or_url)
     if fs.isdir(path):
-        path = path.rstrip("/") + "/tokenizer.json"
+        path = path.rstrip("/") + "/" + TOKENIZER_FILE
     if not fs.exists(path):
         if _looks_like_hub_name(path_or_url):
             raise TokenizerError(
@@ -153,17 +155,18 @@ def load_tokenizer(path_or_url: str, *, eos_token: str | None = None,
 
 
 def find_source_files(input_dir: str) -> list[str]:
-    """The parquet parts of a consolidated source: ``<dir>/outputs/main/*.parquet`` (or ``<dir>/*.parquet``).
+    """The parquet parts of a consolidated source: its main documents (``DocumentsDir.MAIN``,
+    ``<dir>/outputs/main/*.parquet``), or ``<dir>/*.parquet``.
 
     Sorted by name so every consumer sees the same order; dot-files are skipped."""
     fs, root = fsspec.core.url_to_fs(input_dir)
-    for sub in ("outputs/main", ""):
+    for sub in (DocumentsDir.MAIN, ""):
         base = f"{root.rstrip('/')}/{sub}" if sub else root.rstrip("/")
         found = sorted(p for p in fs.glob(f"{base}/*.parquet") if not os.path.basename(p).startswith("."))
         if found:
             return [fs.unstrip_protocol(p) if _is_url(input_dir) else p for p in found]
     raise FileNotFoundError(
-        f"no parquet files in source {input_dir!r}: expected {input_dir}/outputs/main/part-*.parquet"
+        f"no parquet files in source {input_dir!r}: expected {DocumentsDir(input_dir).main}/part-*.parquet"
     )
 
 
@@ -240,15 +243,15 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     data = tok.to_str(pretty=False).encode("utf-8")
     fs, root = fsspec.core.url_to_fs(out_dir)
     fs.makedirs(root, exist_ok=True)
-    final = f"{root.rstrip('/')}/tokenizer.json"
-    tmp = f"{root.rstrip('/')}/.tokenizer.json.tmp-{os.getpid()}"
+    final = f"{root.rstrip('/')}/{TOKENIZER_FILE}"
+    tmp = f"{root.rstrip('/')}/.{TOKENIZER_FILE}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as f:
         f.write(data)
     fs.mv(tmp, final)
     identity = tokenizer_identity(tok, data, where=final)
     return {
         **identity.to_dict(),
-        "path": f"{out_dir.rstrip('/')}/tokenizer.json",
+        "path": f"{out_dir.rstrip('/')}/{TOKENIZER_FILE}",
         "docs_used": len(texts),
         "bytes_used": sum(len(t.encode("utf-8")) for t in texts),
         "requested_vocab_size": vocab_size,

@@ -12,7 +12,8 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+import re
+from typing import Any, Literal
 
 
 class ConfigError(ValueError):
@@ -27,17 +28,17 @@ class ModelConfig:
     cache's vocabulary (a smaller model vocab would index past the embedding table).
     """
 
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    d_ff: int = 192
-    vocab_size: int | None = None
-    rope_theta: float = 10_000.0
+    d_model: int = field(default=64, metadata={"min": 1})
+    n_layers: int = field(default=2, metadata={"min": 1})
+    n_heads: int = field(default=4, metadata={"min": 1})
+    n_kv_heads: int = field(default=2, metadata={"min": 1})
+    d_ff: int = field(default=192, metadata={"min": 1})
+    vocab_size: int | None = field(default=None, metadata={"min": 1})
+    rope_theta: float = field(default=10_000.0, metadata={"gt": 0})
     qk_norm: bool = False
     tie_embeddings: bool = True
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
+    norm_eps: float = field(default=1e-5, metadata={"gt": 0})
+    init_std: float = field(default=0.02, metadata={"gt": 0})
     remat: bool = False  # recompute block activations in backward (memory for FLOPs; same math)
 
     @property
@@ -96,40 +97,44 @@ class TrainConfig:
     with a different learning rate or model.
     """
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    seq_len: int = 128
-    batch_size: int = 8
-    steps: int = 200
+    # The manifest's `train:` section is this class: `preset` picks every default (see _manifest_defaults),
+    # model-shape keys are written flat next to the loop keys, `lr`/`warmup` are short names.
+    preset: Literal["nano", "small", "150m"] = "nano"
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"flatten": True})
+    seq_len: int = field(default=128, metadata={"min": 1})
+    batch_size: int = field(default=8, metadata={"min": 1})
+    steps: int = field(default=200, metadata={"min": 1})
     seed: int = 0  # parameter init
     data_seed: int = 0  # Feistel permutation / mixture order
     # optimizer
-    learning_rate: float = 3e-3
-    min_lr_ratio: float = 0.1
-    schedule: str = "wsd"  # "wsd" | "cosine" | "constant"
-    warmup_steps: int = 20
-    decay_fraction: float = 0.2  # WSD: fraction of steps spent decaying at the end
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip: float | None = 1.0
-    z_loss: float = 0.0  # coefficient of mean(logsumexp(logits)**2)
+    learning_rate: float = field(default=3e-3, metadata={"gt": 0, "aliases": ("lr",)})
+    min_lr_ratio: float = field(default=0.1, metadata={"min": 0, "max": 1})
+    schedule: Literal["wsd", "cosine", "constant"] = "wsd"
+    warmup_steps: int = field(default=20, metadata={"min": 0, "aliases": ("warmup",)})
+    decay_fraction: float = field(default=0.2, metadata={"min": 0, "max": 1})  # WSD: share of steps decaying
+    weight_decay: float = field(default=0.1, metadata={"min": 0})
+    beta1: float = field(default=0.9, metadata={"min": 0, "lt": 1})
+    beta2: float = field(default=0.95, metadata={"min": 0, "lt": 1})
+    adam_eps: float = field(default=1e-8, metadata={"gt": 0})
+    grad_clip: float | None = field(default=1.0, metadata={"gt": 0})  # null: no clipping
+    z_loss: float = field(default=0.0, metadata={"min": 0})  # coefficient of mean(logsumexp(logits)**2)
     decay_norms_and_embeddings: bool = False
     # numerics: "auto" = bfloat16 compute on GPU/TPU, float32 on CPU; params always float32
-    compute_dtype: str = "auto"
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # cadence
-    log_every: int = 10
-    eval_every: int = 0  # 0: evaluate only at the end
+    log_every: int = field(default=10, metadata={"min": 1})
+    eval_every: int = field(default=0, metadata={"min": 0})  # 0: evaluate only at the end
     # None: evaluate each validation split whole. Otherwise about this many tokens per source,
     # rounded UP to whole cache shards (per-shard byte counts keep bpb exact).
-    eval_max_tokens: int | None = None
-    eval_batch_size: int | None = None  # None: batch_size
-    checkpoint_every: int = 0  # 0: checkpoint only at the end
-    keep_checkpoints: int = 2
+    eval_max_tokens: int | None = field(default=None, metadata={"min": 1})
+    eval_batch_size: int | None = field(default=None, metadata={"min": 1})  # None: batch_size
+    checkpoint_every: int = field(default=0, metadata={"min": 0})  # 0: checkpoint only at the end
+    keep_checkpoints: int = field(default=2, metadata={"min": 1})
     # hardware
-    num_devices: int | None = None  # None: all local devices
-    peak_flops_per_device: float | None = None  # override the MFU table (e.g. measured CPU peak)
-    prefetch: int = 2
+    num_devices: int | None = field(default=None, metadata={"min": 1})  # None: all local devices
+    # override the MFU table (e.g. measured CPU peak)
+    peak_flops_per_device: float | None = field(default=None, metadata={"gt": 0})
+    prefetch: int = field(default=2, metadata={"min": 1})
 
     CADENCE_FIELDS = (
         "log_every", "eval_every", "eval_max_tokens", "eval_batch_size", "checkpoint_every",
@@ -138,7 +143,7 @@ class TrainConfig:
 
     # ----- construction -----------------------------------------------------------------------
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "TrainConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> "TrainConfig":
         """A named preset (`nano`, `small`, `150m`) with field overrides.
 
         ``model`` overrides may be given as a dict of ModelConfig fields.
@@ -153,15 +158,15 @@ class TrainConfig:
             model = _replace_checked(model, dict(model_over), "model")
         base = dict(LOOP_PRESETS[name])
         base.update(overrides)
-        return _replace_checked(cls(model=model), base, "train")
+        return _replace_checked(cls(preset=name, model=model), base, "train")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
-        """Build from a manifest-style dict: ``{"preset": "nano", "steps": 50, "model": {...}}``."""
+        """Build from a nested dict: ``{"preset": "nano", "steps": 50, "model": {...}}`` (as `to_dict`)."""
         data = dict(data)
         preset = data.pop("preset", None)
         if preset is not None:
-            return cls.preset(preset, **data)
+            return cls.from_preset(preset, **data)
         model = data.pop("model", None)
         base = cls()
         if isinstance(model, dict):
@@ -170,13 +175,30 @@ class TrainConfig:
             base = dataclasses.replace(base, model=model)
         return _replace_checked(base, data, "train")
 
+    @classmethod
+    def _manifest_defaults(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The manifest schema's hook: every key the user did not write takes its preset's value."""
+        name = raw.get("preset", "nano")
+        if name not in MODEL_PRESETS:
+            raise ValueError(name)
+        return {"model": MODEL_PRESETS[name], **LOOP_PRESETS[name]}
+
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
+        """Constraints spanning fields (heads divide d_model, warmup within steps...), as located errors."""
+        try:
+            self.validate()
+        except ConfigError as e:
+            m = re.search(r"(?:train|model)\.(\w+)", str(e))
+            return [(m.group(1) if m else "preset", str(e))]
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def trajectory_fingerprint(self) -> str:
         """Hash of the fields that determine the loss curve (resume refuses a mismatch)."""
         d = self.to_dict()
-        for name in self.CADENCE_FIELDS:
+        for name in (*self.CADENCE_FIELDS, "preset"):  # the preset only named the defaults; values count
             d.pop(name, None)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

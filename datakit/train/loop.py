@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from datakit.core.fsio import atomic_write_bytes
+from datakit.core.layout import TrainDir
 from datakit.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -71,6 +72,10 @@ class EvalSet:
 
 @dataclass
 class TrainResult:
+    """What a training run did. ``metrics_path``, ``plot_path``, ``result_path`` and ``checkpoints``
+    are relative to the run's out_dir (``TrainDir`` names): the same record then describes a local
+    run, its remote mirror and a moved run directory."""
+
     final_loss: float | None  # mean train cross-entropy over the last log window (finite steps)
     eval_loss: float | None  # token-weighted over all validation sets, nats/token
     bpb: float | None  # bits per UTF-8 byte over all validation sets
@@ -110,7 +115,7 @@ def _atomic_write_text(path: str, text: str) -> None:
 
 
 def result_json(result: "TrainResult") -> str:
-    """result.json's text (the local loop and the remote mirror write the same bytes)."""
+    """result.json's text: canonical JSON of the result, whose paths are relative to the out_dir."""
     return json.dumps(result.to_dict(), sort_keys=True, indent=2) + "\n"
 
 
@@ -285,7 +290,8 @@ def run_training(
     ndev = len(devices)
     compute_dtype = compute_dtype_for(cfg, devices[0])
     fingerprint = cfg.trajectory_fingerprint()
-    ckpt_dir = os.path.join(out_dir, "checkpoints")
+    layout = TrainDir(out_dir)
+    ckpt_dir = layout.checkpoints
     latest = latest_checkpoint(ckpt_dir)
     if latest is not None:  # refuse a mismatched resume before paying for any compilation
         meta = read_meta(latest)
@@ -313,9 +319,7 @@ def run_training(
     inject = frozenset(int(s) for s in inject_nan_steps)
 
     os.makedirs(out_dir, exist_ok=True)
-    metrics_path = os.path.join(out_dir, "metrics.jsonl")
-    plot_path = os.path.join(out_dir, "loss.png")
-    result_path = os.path.join(out_dir, "result.json")
+    metrics_path, plot_path, result_path = layout.metrics, layout.plot, layout.result
 
     # ---- state: from the latest checkpoint if any, else a fresh init -----------------------------
     start_step = 0
@@ -587,10 +591,10 @@ def run_training(
         completed=completed,
         resumed_from=resumed_from,
         num_params=n_params,
-        metrics_path=metrics_path,
-        plot_path=plot_path,
-        result_path=result_path,
-        checkpoints=[p for _, p in list_checkpoints(ckpt_dir)],
+        metrics_path=TrainDir.METRICS,
+        plot_path=TrainDir.PLOT,
+        result_path=TrainDir.RESULT,
+        checkpoints=[TrainDir.rel_checkpoint(p) for _, p in list_checkpoints(ckpt_dir)],
         eval_by_source=(last_eval or {}).get("sources", {}),
         compile_s=compile_s,
         data_wait_fraction=(wait_time / train_wall) if train_wall else None,

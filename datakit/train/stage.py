@@ -106,7 +106,8 @@ def train_model(
 ) -> TrainResult:
     """Train ``cfg`` on the mixture of ``train_caches`` (source -> split dir) by ``weights``,
     evaluating on ``validation_caches``; write metrics.jsonl, loss.png, checkpoints/, result.json
-    under ``out_dir``. Resumes from the latest checkpoint there. See run_training for the hooks."""
+    under ``out_dir`` (``TrainDir``; the result names them relative to ``out_dir``, for a remote
+    out_dir too). Resumes from the latest checkpoint there. See run_training for the hooks."""
     cfg.validate()
     if not train_caches:
         raise ConfigError("train_model needs at least one training cache")

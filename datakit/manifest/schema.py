@@ -16,6 +16,16 @@ Field metadata understood here:
 - ``aliases``: other key names accepted for this field.
 - ``internal``: not settable from YAML; ``"index"`` = the item's index in its list, ``"given"`` =
   the frozenset of keys the user actually wrote in this mapping.
+- ``flatten=True`` on a dataclass-typed field: that dataclass's keys are written at this level (the
+  train section's model shape: ``d_model: 128`` next to ``steps: 100``).
+- ``probe``: ``fn(value, timeout) -> list[str]``, a reachability check (file exists, URL answers) run in
+  parallel after parsing, only when the caller asks for probes.
+- ``identity=False``: the field never changes a stage's output (read-task sizes, cadence); stages leave
+  it out of their steps' identities. The checker itself ignores it.
+
+A dataclass may define a classmethod ``_manifest_defaults(raw: dict) -> dict`` giving defaults that
+depend on what the user wrote (the train section's ``preset`` picks the defaults of every other key);
+keys it returns override the fields' own defaults, a flattened field's default object included.
 
 A dataclass may define ``_cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]`` returning
 ``(field, message)`` pairs for rules spanning several fields (``given`` = field names the user wrote).
@@ -32,7 +42,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
-from datakit.sources.yamlpos import Path
+from datakit.core.uris import is_remote  # noqa: F401  (re-exported for the schema's users)
+from datakit.manifest.yamlpos import Path
 
 
 class _Invalid:
@@ -62,11 +73,6 @@ def format_path(path: Path) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
-
-
-def is_remote(uri: str) -> bool:
-    """True for anything with a protocol other than file:// (kept here so schema needs no fetch import)."""
-    return "://" in uri and not uri.startswith("file://")
 
 
 def resolve_local(value: str, base_dir: str) -> str:
@@ -155,16 +161,19 @@ class Checker:
     def __init__(self, base_dir: str):
         self.base_dir = base_dir
         self.issues: list[Issue] = []
+        self.probes: list[tuple[Path, Any, Any]] = []  # (field path, probe fn, value) for `run_probes`
 
     def issue(self, path: Path, message: str, at: str = "key") -> None:
         self.issues.append(Issue(path, message, at))
 
     # ----- dataclasses ------------------------------------------------------------------------
-    def build(self, cls: type, value: Any, path: Path, *, handled_elsewhere: tuple[str, ...] = ()) -> Any:
+    def build(self, cls: type, value: Any, path: Path, *, handled_elsewhere: tuple[str, ...] = (),
+              fixed: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None) -> Any:
         """Instantiate `cls` from the mapping `value`; INVALID (with issues recorded) if it cannot.
 
         Keys in ``handled_elsewhere`` are known (not "unknown key", offered as suggestions) but are
-        left to the caller.
+        left to the caller, which passes the built values in ``fixed``. ``defaults`` replace the fields'
+        own defaults (a flattened field's default object, or the class's `_manifest_defaults`).
         """
         if not isinstance(value, dict):
             self.issue(path, f"expected a mapping, got {describe_value(value)}")
@@ -172,40 +181,28 @@ class Checker:
         before = len(self.issues)
         hints = typing.get_type_hints(cls)
         fields = [f for f in dataclasses.fields(cls) if f.init]
-        settable = [f for f in fields if not f.metadata.get("internal")]
-        by_key: dict[str, dataclasses.Field] = {}
-        for f in settable:
-            by_key[f.name] = f
-            for alias in f.metadata.get("aliases", ()):
-                by_key[alias] = f
-
-        given: dict[str, str] = {}  # field name -> the key the user wrote
-        for key in value:
-            if key in handled_elsewhere:
-                continue
-            f = by_key.get(key)
-            if f is None:
-                self.issue(path + (key,), _unknown_key_message(key, [*by_key, *handled_elsewhere]))
-                continue
-            if f.name in given:
-                self.issue(path + (key,), f"'{key}' and '{given[f.name]}' set the same field; give one")
-                continue
-            given[f.name] = key
-
-        kwargs: dict[str, Any] = {}
+        defaults = {**(defaults or {}), **self._class_defaults(cls, value, path)}
+        by_key = self._keys(fields, hints)
+        given = self._given_keys(value, path, by_key, handled_elsewhere)
+        kwargs: dict[str, Any] = dict(fixed or {})
         for f in fields:
+            if f.name in kwargs:
+                continue
             internal = f.metadata.get("internal")
             if internal == "index":
                 kwargs[f.name] = path[-1] if path and isinstance(path[-1], int) else 0
-                continue
-            if internal == "given":
+            elif internal == "given":
                 kwargs[f.name] = frozenset(given)
+            elif internal:
                 continue
-            if internal:
-                continue
-            if f.name in given:
+            elif f.metadata.get("flatten"):
+                sub = {k: value[k] for k in given.get(f.name, ())}
+                kwargs[f.name] = self.build(hints[f.name], sub, path, defaults=_as_defaults(defaults.get(f.name)))
+            elif f.name in given:
                 key = given[f.name]
                 kwargs[f.name] = self.coerce(hints[f.name], value[key], path + (key,), f.metadata)
+            elif f.name in defaults:
+                kwargs[f.name] = defaults[f.name]
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 self.issue(path, f"missing required key '{f.name}'", at="parent")
                 kwargs[f.name] = INVALID
@@ -215,17 +212,66 @@ class Checker:
         if len(self.issues) > before or any(v is INVALID for v in kwargs.values()):
             return INVALID
         obj = cls(**kwargs)
+        return self._cross_checked(obj, given, path, before)
+
+    def _keys(self, fields: list[dataclasses.Field], hints: dict[str, Any]) -> dict[str, dataclasses.Field]:
+        """Every key a mapping may hold -> its field (aliases and flattened sub-keys included)."""
+        by_key: dict[str, dataclasses.Field] = {}
+        for f in fields:
+            if f.metadata.get("internal"):
+                continue
+            if f.metadata.get("flatten"):
+                for sub in dataclasses.fields(hints[f.name]):
+                    if sub.init and not sub.metadata.get("internal"):
+                        by_key[sub.name] = f
+                continue
+            by_key[f.name] = f
+            for alias in f.metadata.get("aliases", ()):
+                by_key[alias] = f
+        return by_key
+
+    def _given_keys(self, value: dict, path: Path, by_key: dict[str, dataclasses.Field],
+                    handled_elsewhere: tuple[str, ...]) -> dict[str, Any]:
+        """Field name -> the key the user wrote (a flattened field: the list of its keys written)."""
+        given: dict[str, Any] = {}
+        for key in value:
+            if key in handled_elsewhere:
+                continue
+            f = by_key.get(key)
+            if f is None:
+                self.issue(path + (key,), _unknown_key_message(key, [*by_key, *handled_elsewhere]))
+            elif f.metadata.get("flatten"):
+                given.setdefault(f.name, []).append(key)
+            elif f.name in given:
+                self.issue(path + (key,), f"'{key}' and '{given[f.name]}' set the same field; give one")
+            else:
+                given[f.name] = key
+        return given
+
+    def _class_defaults(self, cls: type, value: dict, path: Path) -> dict[str, Any]:
+        hook = getattr(cls, "_manifest_defaults", None)
+        if hook is None:
+            return {}
+        try:
+            return hook(value)
+        except ValueError:
+            return {}  # the offending key is reported when its own field is checked
+
+    def _cross_checked(self, obj: Any, given: dict[str, Any], path: Path, before: int) -> Any:
         cross = getattr(obj, "_cross_check", None)
-        if cross is not None:
-            for name, message in cross(frozenset(given)):
-                key = given.get(name, name)
-                self.issue(path + (key,), message, at="key" if name in given else "parent")
-            if len(self.issues) > before:
-                return INVALID
-        return obj
+        if cross is None:
+            return obj
+        for name, message in cross(frozenset(given)):
+            key = given.get(name, name)
+            if isinstance(key, list):  # a flattened field: point at its first key
+                key = key[0]
+            self.issue(path + (key,), message, at="key" if name in given else "parent")
+        return INVALID if len(self.issues) > before else obj
 
     # ----- values -----------------------------------------------------------------------------
     def coerce(self, tp: Any, value: Any, path: Path, meta: typing.Mapping[str, Any]) -> Any:
+        if tp is Any:  # free-form (a user stage's own config): any YAML value, kept as written
+            return value
         origin = get_origin(tp)
         members = get_args(tp) if origin in (Union, types.UnionType) else (tp,)
         if value is None:
@@ -325,10 +371,38 @@ class Checker:
                 return INVALID
         if meta.get("path"):
             if isinstance(value, str):
-                return resolve_local(value, self.base_dir)
-            if isinstance(value, tuple):
-                return tuple(resolve_local(v, self.base_dir) for v in value)
+                value = resolve_local(value, self.base_dir)
+            elif isinstance(value, tuple):
+                value = tuple(resolve_local(v, self.base_dir) for v in value)
+        if meta.get("probe") is not None:
+            self.probes.append((path, meta["probe"], value))
         return value
+
+    def run_probes(self, timeout: float) -> None:
+        """Run every recorded reachability probe in parallel (HEAD requests are slow) and record what
+        they report; a probe that crashes in its own way is reported, never raised."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if not self.probes:
+            return
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            futures = [(path, pool.submit(fn, value, timeout)) for path, fn, value in self.probes]
+            for path, future in futures:
+                try:
+                    messages = future.result()
+                except Exception as exc:  # noqa: BLE001 - a storage library failing in its own way
+                    messages = [f"cannot check: {type(exc).__name__}: {exc}"]
+                for message in messages:
+                    self.issue(path, message)
+
+
+def _as_defaults(obj: Any) -> dict[str, Any]:
+    """A default object (e.g. a preset's ModelConfig) as per-field defaults for `Checker.build`."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
 
 
 def expand_vars(value: str) -> str:

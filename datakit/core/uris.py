@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import fsspec
 
-from datakit.sources.schema import is_remote
 
 __all__ = [
     "RemoteFile",
@@ -55,6 +54,11 @@ class RemoteFile:
     path: str  # a local path, or a full URL (protocol included) that fsspec / urllib can open
     name: str  # relative name under the source's root, '/'-separated
     size: int | None
+
+
+def is_remote(uri: str) -> bool:
+    """True for anything with a protocol other than file:// (a source that must be downloaded first)."""
+    return "://" in uri and not uri.startswith("file://")
 
 
 def is_http(uri: str) -> bool:

@@ -1,0 +1,58 @@
+"""The dedup stages' configuration: the manifest's `dedup:` section, read by the exact and fuzzy stages.
+
+One dataclass for the whole concept (exact on/off, fuzzy on/off, the MinHash shingling and LSH
+banding, the true-Jaccard verification), from which the algorithms' own parameter objects are derived:
+`MinHashConfig` (what a minhash step hashes) and `FuzzyConfig` (how clusters are verified).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .fuzzy import FuzzyConfig
+from .minhash import MinHashConfig
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Exact and MinHash fuzzy dedup across sources. With ``threshold`` set, bands x rows are derived
+    from it (then bands/rows must not be given); otherwise bands x rows must fit in num_perms."""
+
+    exact: bool = True
+    fuzzy: bool = True
+    ngram: int = field(default=5, metadata={"min": 1})
+    ngram_unit: Literal["word", "char"] = "word"
+    num_perms: int = field(default=112, metadata={"min": 1})
+    bands: int = field(default=14, metadata={"min": 1})
+    rows: int = field(default=8, metadata={"min": 1})
+    threshold: float | None = field(default=None, metadata={"gt": 0, "lt": 1})
+    seed: int = 42
+    max_text_chars: int = field(default=500_000, metadata={"min": 1})
+    verify: bool = True
+    verify_threshold: float = field(default=0.7, metadata={"min": 0, "max": 1})
+
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
+        if self.threshold is not None:
+            both = sorted({"bands", "rows"} & given)
+            if both:
+                return [(both[0], "give either threshold or bands/rows, not both")]
+            return []
+        if self.bands * self.rows > self.num_perms:
+            name = "bands" if "bands" in given else ("rows" if "rows" in given else "num_perms")
+            return [
+                (name, f"bands x rows = {self.bands} x {self.rows} = {self.bands * self.rows} "
+                       f"exceeds num_perms = {self.num_perms}")
+            ]
+        return []
+
+    def minhash(self) -> MinHashConfig:
+        """What each minhash step computes (bands x rows resolved from the threshold when given)."""
+        kw = dict(ngram=self.ngram, ngram_unit=self.ngram_unit, seed=self.seed, max_text_chars=self.max_text_chars)
+        if self.threshold is not None:
+            return MinHashConfig.for_threshold(self.threshold, num_perms=self.num_perms, **kw)
+        return MinHashConfig(num_perms=self.num_perms, bands=self.bands, rows=self.rows, **kw)
+
+    def fuzzy_config(self) -> FuzzyConfig:
+        """How the fuzzy step verifies candidate pairs."""
+        return FuzzyConfig(verify=self.verify, verify_threshold=self.verify_threshold)

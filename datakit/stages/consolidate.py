@@ -1,0 +1,37 @@
+"""The consolidate stage: each source's documents minus everything the attribute steps marked (exact and
+fuzzy duplicates, contamination), with every removed document listed in outputs/removed/ and its reason."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from datakit.steps import Step, StepContext
+
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
+
+VERSION = "1"
+
+
+def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tuple[str, ...]) -> dict:
+    from datakit.dedup.consolidate import consolidate
+
+    res = consolidate(source, ctx.deps[documents].output, [ctx.deps[a].output for a in attributes], ctx.output,
+                      ctx.exec_config)
+    return counters_only(res.to_dict())
+
+
+def build(graph: Graph) -> None:
+    attrs = tuple(graph.attributes)
+    if not attrs:
+        return
+    names = tuple(a.name for a in attrs)
+    for n in graph.source_names:
+        docs = graph.documents[n]
+        step = Step(f"consolidate-{n}", partial(_consolidate, source=n, documents=docs.name, attributes=names),
+                    {"attributes": list(names)}, deps=(docs, *attrs), version=VERSION, stage=STAGE.name, source=n)
+        graph.documents[n] = graph.add(step)
+
+
+STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),
+              produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.stages.consolidate"),
+              checks="datakit.ferry.checks_data:check_consolidate")

@@ -1,0 +1,126 @@
+"""The stage contract: what every stage (built-in or user) declares, and the graph its steps join.
+
+A stage is one module with one `STAGE = Stage(...)` value: its name and version, the config dataclass
+that is both its manifest section and its runtime config, the kinds of data it consumes and produces,
+the modules whose code determines its output (for the version lock), a function that adds its steps to
+the graph, and where its ferry check lives. `datakit.stages.registry` lists the stages in order;
+`build_steps` walks that list. Adding a stage is one module plus one registry entry.
+
+The graph carries, per source, the step whose output is that source's *current documents*: a stage that
+rewrites documents (normalize, a user filter, consolidate) replaces the pointer, so every stage after it
+reads its output without knowing who came before. That is how a user stage slots between normalize and
+dedup, or between consolidate and tokenize, and the built-in stages downstream still find their input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from datakit.manifest import Manifest, Section
+from datakit.steps import Step
+
+# The kinds of data stages exchange (what `consumes` / `produces` name).
+FILES = "files"            # a source's raw files, downloaded
+DOCUMENTS = "documents"    # a documents dir per source: outputs/main (+ dups, rejects, removed)
+ATTRIBUTES = "attributes"  # per-source attribute files co-partitioned with the documents
+TOKENIZER = "tokenizer"    # a tokenizer.json
+TOKENS = "tokens"          # a token cache per source
+MODEL = "model"            # a trained model's checkpoints and metrics
+KINDS = (FILES, DOCUMENTS, ATTRIBUTES, TOKENIZER, TOKENS, MODEL)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline (see the module docstring).
+
+    name:     the stage's name; its steps are tagged with it (artifact.json "stage", the ferry plan).
+    version:  bump it when the stage's output for the same input changes: it is part of every step
+              identity, so a fix never serves a stale cache. `datakit/stages/versions.lock.json` pins
+              the code fingerprint recorded for each version (`python -m datakit.stages.lock`).
+    section:  the manifest section the stage reads (its config dataclass); two stages may share one
+              (exact and fuzzy read `dedup:`; tokenizer and tokenize read `tokenize:`).
+    consumes / produces: kinds of data, from KINDS.
+    build:    ``build(graph)`` adds the stage's steps for the manifest (or nothing, when switched off).
+    code:     dotted modules/packages whose source determines the output (the version lock hashes them).
+    checks:   ``"module:function"`` of the ferry check run on each of its steps, ``fn(ctx, ref, source)``
+              (a string, so the stages never import the ferry that sits above them).
+    version_source: where a developer bumps `version`, when not `datakit/stages/<name>.py: VERSION`
+              (the version lock's messages point there).
+    """
+
+    name: str
+    version: str
+    build: Callable[["Graph"], None]
+    section: Section | None = None
+    consumes: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    checks: str | None = None
+    version_source: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.consumes + self.produces) - set(KINDS))
+        if unknown:
+            raise ValueError(f"stage {self.name}: unknown data kinds {unknown}; known: {', '.join(KINDS)}")
+
+
+@dataclass
+class Graph:
+    """The steps built so far for one manifest, and what each later stage reads.
+
+    documents: source name -> the step whose output is that source's current documents.
+    attributes: steps writing attribute files that consolidate applies (exact, fuzzy, decontaminate).
+    """
+
+    manifest: Manifest
+    prefix: str
+    write_cache: bool = True  # False: read the input-fingerprint cache only (dry runs, status)
+    steps: list[Step] = field(default_factory=list)
+    files: dict[str, Step] = field(default_factory=dict)
+    documents: dict[str, Step] = field(default_factory=dict)
+    attributes: list[Step] = field(default_factory=list)
+    tokenizer: Step | None = None
+    tokens: dict[str, Step] = field(default_factory=dict)
+    model: Step | None = None
+
+    def add(self, step: Step) -> Step:
+        self.steps.append(step)
+        return step
+
+    def config(self, stage: Stage) -> Any:
+        """The stage's section of the manifest (its config object; None for an optional one left out)."""
+        assert stage.section is not None, stage.name
+        return self.manifest.sections[stage.section.key]
+
+    @property
+    def source_names(self) -> list[str]:
+        return [s.name for s in self.manifest.sources]
+
+
+def identity_fields(config: Any) -> dict[str, Any]:
+    """A config dataclass as JSON for a step identity, without the fields marked ``identity: False``
+    (knobs that never change the output, such as read-task sizes)."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.metadata.get("identity", True):
+            value = getattr(config, f.name)
+            out[f.name] = identity_fields(value) if dataclasses.is_dataclass(value) else _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [identity_fields(v) if dataclasses.is_dataclass(v) else _plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def counters_only(result: dict) -> dict:
+    """The runner records `result["counters"]` in the artifact; it takes flat str -> int only."""
+    counters = result.get("counters") or {}
+    result["counters"] = {k: int(v) for k, v in counters.items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return result

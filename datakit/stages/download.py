@@ -1,0 +1,38 @@
+"""The download stage: a remote source's files, fetched once into the step dir (pinned, verified)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from datakit.manifest import SourceSpec
+from datakit.steps import Step, StepContext
+
+from .contract import FILES, Graph, Stage, counters_only
+
+VERSION = "1"
+
+
+def _download(ctx: StepContext, spec: SourceSpec) -> dict:
+    """Fetch, then record the files by their paths relative to the step dir (a mirrored or moved
+    download stays valid)."""
+    from datakit.sources.fetch import FILES_DIR, fetch_source
+
+    result = fetch_source(spec, ctx.output).to_dict()
+    result.pop("out_dir", None)
+    for f in result["files"]:
+        f["path"] = f"{FILES_DIR}/{f['name']}"
+    return counters_only(result)
+
+
+def build(graph: Graph) -> None:
+    for spec in graph.manifest.sources:
+        if spec.remote:
+            config = {"uri": list(spec.uris), "revision": spec.revision, "sha256": spec.sha256,
+                      "exclude": list(spec.exclude), "max_files": spec.max_files}
+            graph.files[spec.name] = graph.add(Step(f"download-{spec.name}", partial(_download, spec=spec), config,
+                                                    version=VERSION, stage=STAGE.name, source=spec.name))
+
+
+STAGE = Stage(name="download", version=VERSION, build=build, produces=(FILES,),
+              code=("datakit.sources.fetch", "datakit.stages.download"),
+              checks="datakit.ferry.stage_checks:check_download")

@@ -1,0 +1,39 @@
+"""The exact stage: the same document (same content id) in several sources is kept once, the copy of
+the earliest source in the manifest; the others are marked in attribute files consolidate applies."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from datakit.dedup.config import DedupConfig
+from datakit.manifest import Section
+from datakit.steps import Step, StepContext
+
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
+from .dedup_common import document_refs, documents_of, require_one_row_per_id
+
+VERSION = "1"
+
+
+def _exact(ctx: StepContext, documents: dict[str, str], priority: dict[str, int]) -> dict:
+    from datakit.dedup.exact import exact_dups
+
+    return counters_only(exact_dups(document_refs(ctx, documents, priority), ctx.output, ctx.exec_config).to_dict())
+
+
+def build(graph: Graph) -> None:
+    cfg: DedupConfig = graph.config(STAGE)
+    if not cfg.exact:
+        return
+    require_one_row_per_id(graph)
+    docs, priority, deps = documents_of(graph)
+    step = Step("exact-dedup", partial(_exact, documents=docs, priority=priority), {"priority": graph.source_names},
+                deps=deps, version=VERSION, stage=STAGE.name)
+    graph.attributes.append(graph.add(step))
+
+
+STAGE = Stage(name="exact", version=VERSION, build=build, section=Section("dedup", DedupConfig),
+              consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
+              code=("datakit.dedup.exact", "datakit.dedup.hashing", "datakit.dedup.batches", "datakit.dedup.layout",
+                    "datakit.stages.exact", "datakit.stages.dedup_common"),
+              checks="datakit.ferry.checks_data:check_exact")

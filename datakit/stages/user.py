@@ -1,0 +1,245 @@
+"""User stages: a Python callable named in the manifest (`stages:`), run on every document of the chosen
+sources at a declared point of the chain, on the engine.
+
+    stages:
+      - name: drop-short
+        call: my_filters:drop_short        # fn(doc: dict, config: dict) -> keep?
+        kind: filter                       # filter | map | annotate
+        place: after_normalize             # or after_consolidate
+        config: {min_chars: 200}
+
+Each (stage, source) is one step `<stage>-<source>` that reads the source's current documents and writes
+a documents dir with the same file names: `outputs/main/` (what is kept, sorted by id), and
+`outputs/removed/` (id, reason, detail) for what the stage removed. Every stage downstream reads it.
+
+The identity holds the call, kind, place, config and a fingerprint of the function's module source (or
+the stage's explicit `version:`), so editing the function rebuilds it and everything after it, and never
+serves the old output. A map that changes a document's text gives it the new text's content id, so the
+dedup stages downstream see what the document now is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import sys
+from functools import partial
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from datakit.core.fsio import atomic_write_bytes
+from datakit.core.layout import DocumentsDir, join
+from datakit.manifest import UserStageSpec
+from datakit.shuffle import Dataset, counters
+from datakit.steps import Step, StepContext
+from datakit.steps.identity import ConfigError
+
+from .contract import DOCUMENTS, Graph, Stage
+
+VERSION = "1"
+REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
+_PROTECTED = ("id", "text")
+_loaded: dict[tuple[str, str], tuple[str, Callable]] = {}  # (call, dir) -> (code, fn): one import per process
+
+
+class UserStageError(ValueError):
+    """A user stage's callable cannot be loaded or returned something its kind does not allow."""
+
+
+def call_name(call: str | Callable) -> str:
+    """``package.module:function`` for the identity and the logs (a callable given from the API too)."""
+    if isinstance(call, str):
+        return call
+    return f"{getattr(call, '__module__', '?')}:{getattr(call, '__qualname__', type(call).__name__)}"
+
+
+def load_callable(call: str | Callable, search_dir: str | None = None, code: str = "") -> Callable:
+    """The stage's function: a callable given from the API as is; ``package.module:function`` imported
+    (the manifest's directory first on sys.path) once per process and ``code`` version. Worker processes
+    outlive a run, so when the step's code fingerprint changes the module is reloaded, never reused."""
+    if callable(call):
+        return call
+    key = (call, search_dir or "")
+    cached = _loaded.get(key)
+    if cached is not None and cached[0] == code:
+        return cached[1]
+    module_name, _, attr = call.partition(":")
+    if search_dir and search_dir not in sys.path:
+        sys.path.insert(0, search_dir)
+    try:
+        module = importlib.import_module(module_name)
+        if cached is not None:
+            module = importlib.reload(module)
+        obj: Any = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise UserStageError(f"user stage call {call!r}: cannot load it ({type(e).__name__}: {e}); it must be "
+                             f"importable as package.module:function (searched {search_dir or 'sys.path'} first)")
+    if not callable(obj):
+        raise UserStageError(f"user stage call {call!r} is a {type(obj).__name__}, not a function")
+    _loaded[key] = (code, obj)
+    return obj
+
+
+# ------------------------------------------------------------------ applying one stage to one file
+def _filter_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[list[int], list[tuple]]:
+    kept, removed = [], []
+    for i, doc in enumerate(rows):
+        verdict = fn(doc, config)
+        if verdict is True or verdict is None:
+            kept.append(i)
+        elif verdict is False or isinstance(verdict, str):
+            removed.append((doc["id"], name, verdict if isinstance(verdict, str) else ""))
+        else:
+            raise UserStageError(f"filter {name} returned {type(verdict).__name__} for document {doc['id']}; "
+                                 "return True to keep, False or a reason string to remove")
+    return kept, removed
+
+
+def _annotate_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> list[dict]:
+    out = []
+    for doc in rows:
+        extra = fn(doc, config) or {}
+        if not isinstance(extra, dict) or any(k in _PROTECTED for k in extra):
+            raise UserStageError(f"annotate {name} must return a dict of new fields (not id or text) for "
+                                 f"document {doc['id']}, got {extra!r:.200}")
+        out.append({**doc, **extra})
+    return out
+
+
+def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[list[dict], list[tuple], int]:
+    from datakit.normalize.clean import content_id
+
+    out, removed, changed = [], [], 0
+    for doc in rows:
+        new = fn(dict(doc), config)
+        if new is None:
+            removed.append((doc["id"], name, "dropped by map"))
+            continue
+        if not isinstance(new, dict) or not isinstance(new.get("text"), str):
+            raise UserStageError(f"map {name} must return a document dict with a str 'text' (or None) for "
+                                 f"document {doc['id']}, got {new!r:.200}")
+        if new["text"] != doc["text"]:
+            changed += 1
+            new["id"] = content_id(new["text"])
+        else:
+            new["id"] = doc["id"]
+        out.append(new)
+    out.sort(key=lambda d: d["id"])
+    unique, seen = [], set()
+    for doc in out:  # two documents a map made identical: keep one, like normalize does
+        if doc["id"] in seen:
+            removed.append((doc["id"], name, "duplicate after map"))
+        else:
+            seen.add(doc["id"])
+            unique.append(doc)
+    return unique, removed, changed
+
+
+def _table_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _removed_table(removed: list[tuple]) -> pa.Table:
+    t = pa.table({k: pa.array([r[i] for r in removed], pa.string()) for i, k in enumerate(REMOVED_SCHEMA.names)},
+                 schema=REMOVED_SCHEMA)
+    return t.take(pc.sort_indices(t, [("id", "ascending")]))
+
+
+def apply_to_file(job: tuple, spec: UserStageSpec, search_dir: str | None, code: str) -> dict:
+    """One documents file through the user's callable: kept rows to main, the rest to removed."""
+    src, dst_main, dst_removed = job
+    fn = load_callable(spec.call, search_dir, code)
+    table = pq.read_table(src)
+    rows = table.to_pylist()
+    removed: list[tuple] = []
+    changed = 0
+    if spec.kind == "filter":
+        kept, removed = _filter_rows(fn, rows, spec.config, spec.name)
+        out = table.take(pa.array(kept, pa.int64()))
+    elif spec.kind == "annotate":
+        out = pa.Table.from_pylist(_annotate_rows(fn, rows, spec.config, spec.name))
+        out = out if rows else table
+    else:
+        docs, removed, changed = _map_rows(fn, rows, spec.config, spec.name)
+        out = pa.Table.from_pylist(docs) if docs else table.slice(0, 0)
+    atomic_write_bytes(dst_main, _table_bytes(out))
+    atomic_write_bytes(dst_removed, _table_bytes(_removed_table(removed)))
+    stats = {"docs_in": len(rows), "docs_out": out.num_rows, "removed": len(removed), "changed": changed}
+    for k, v in stats.items():
+        counters.increment(k, v)
+    return stats
+
+
+def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str | None, code: str) -> dict:
+    src = DocumentsDir(ctx.deps[documents].output)
+    dst = DocumentsDir(ctx.output)
+    names = src.parquet_names("main")
+    if not names:
+        raise UserStageError(f"stage {spec.name}: no documents under {src.main} (its input step wrote none)")
+    jobs = [(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
+    run = (Dataset.from_items(jobs, num_shards=len(jobs))
+           .map(partial(apply_to_file, spec=spec, search_dir=search_dir, code=code)).collect(ctx.exec_config))
+    totals = {k: sum(s[k] for s in run) for k in ("docs_in", "docs_out", "removed", "changed")}
+    return {"stage": spec.name, "call": call_name(spec.call), "kind": spec.kind, "place": spec.place,
+            "main_files": [f"{DocumentsDir.MAIN}/{n}" for n in names],
+            "removed_files": [f"{DocumentsDir.REMOVED}/{n}" for n in names], "counters": totals}
+
+
+# ------------------------------------------------------------------ building the steps
+def code_version(spec: UserStageSpec, search_dir: str | None) -> str:
+    """The stage's explicit version, else a fingerprint of its function's module source."""
+    if spec.version:
+        return f"version:{spec.version}"
+    from .lock import callable_fingerprint
+
+    fn = load_callable(spec.call, search_dir)
+    try:
+        return f"code:{callable_fingerprint(fn)}"
+    except (ValueError, OSError, TypeError) as e:
+        raise UserStageError(f"stages: {spec.name}: the source of {call_name(spec.call)} cannot be read to key its "
+                             f"outputs ({e}); define it in a module file, or give the stage an explicit `version:` "
+                             "and change it whenever the function changes") from None
+
+
+def _build_place(graph: Graph, place: str) -> None:
+    search_dir = graph.manifest.base_dir
+    for spec in graph.manifest.stages:
+        if spec.place != place:
+            continue
+        code = code_version(spec, search_dir)
+        for n in spec.sources or graph.source_names:
+            docs = graph.documents[n]
+            config = {"call": call_name(spec.call), "kind": spec.kind, "place": spec.place, "config": spec.config,
+                      "code": code}
+            try:
+                step = Step(f"{spec.name}-{n}", partial(_run, spec=spec, documents=docs.name, search_dir=search_dir,
+                                                        code=code),
+                            config, deps=(docs,), version=VERSION, stage=place, source=n)
+            except ConfigError as e:
+                raise UserStageError(f"stages: {spec.name}: its config cannot key a step: {e}") from None
+            graph.documents[n] = graph.add(step)
+
+
+def build_after_normalize(graph: Graph) -> None:
+    _build_place(graph, "after_normalize")
+
+
+def build_after_consolidate(graph: Graph) -> None:
+    _build_place(graph, "after_consolidate")
+
+
+_CODE = ("datakit.stages.user",)
+_WHERE = "datakit/stages/user.py: VERSION"
+AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
+                        consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
+                        checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
+AFTER_CONSOLIDATE = Stage(name="after_consolidate", version=VERSION, build=build_after_consolidate,
+                          consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
+                          checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)

@@ -1,0 +1,224 @@
+"""Input fingerprints by content: what a step's local input files hold, not when they were touched.
+
+    fp = fingerprint_files(paths, cache_dir="out/.cache/hashes")
+    Step("normalize-web", fn, {"input": fp.digest, ...}, inputs=fp.files)
+
+Why content: a fingerprint of (name, size, mtime) changes on ``touch``, a fresh checkout or a copy that
+keeps the bytes, and every identity downstream changes with it: the whole DAG rebuilds for nothing.
+A content hash changes only when bytes change. Names are relative to the files' common parent dir, so
+moving the tree (another machine, another home dir) keeps the digest.
+
+Why a cache: hashing a corpus on every ``datakit run`` costs a full read of it. Each file's sha256 is
+kept keyed by (absolute path, size, mtime_ns, inode); a file whose stat is unchanged is not read again.
+A touched file is read once more (same bytes, same sha256, same digest): that rehash is the price of
+never trusting a stat alone for content.
+
+Cache layout, safe for concurrent runs on a local disk or any fsspec prefix: ``<cache_dir>/`` holds
+immutable JSONL segments ``sha256-<time_ns>-<random>.jsonl``. A call that hashed files publishes ONE
+new segment atomically; it never appends to or rewrites a segment, so two runs cannot interleave bytes.
+Readers merge all segments and skip lines that do not parse (a torn segment costs cache hits, never
+correctness: an entry is used only when it matches the file's current stat). When segments pile up, a
+writer merges what it read into one new segment, publishes it, and only then deletes the segments it
+read; a concurrent reader that misses a deleted segment just rehashes those files once.
+
+Racy files: file systems keep mtimes at some granularity (a timer tick, 1-2 s on some), so a file
+rewritten within the same tick with the same size keeps its stat. A file modified within
+``RACY_WINDOW_S`` of being hashed is therefore not cached (git's "racily clean" rule): it is rehashed
+until its mtime is safely in the past.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import re
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from datakit.core import fsio
+
+from . import storage
+
+DIGEST_CHARS = 20
+RACY_WINDOW_S = 2.0
+MAX_SEGMENTS = 16          # more than this and the next writer merges them into one
+HASH_THREADS = 8           # hashing is I/O bound: threads overlap reads (hashlib releases the GIL)
+_POOL_MIN_FILES = 4        # below this a pool costs more than it saves
+_SEGMENT = re.compile(r"^sha256-\d{20}-[0-9a-f]{12}\.jsonl$")
+log = logging.getLogger("datakit.steps.fingerprint")
+
+
+@dataclass(frozen=True)
+class InputFingerprint:
+    """Content fingerprint of a set of local files.
+
+    digest: short hex over the sorted (relative name, sha256) pairs ("empty" for no files): put it in
+            the step config, so content changes change the identity.
+    files:  relative name -> sha256 hex: give it to ``Step(inputs=...)`` so a dry run can name the
+            files that changed.
+    hashed / cached: files read this call vs served from the cache (not part of equality).
+    """
+
+    digest: str
+    files: dict[str, str] = field(hash=False)
+    hashed: int = field(default=0, compare=False)
+    cached: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """The part of a stat that says "same file, untouched": any change means read it again."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str) -> "FileStat":
+        st = os.stat(path)
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cache line: the sha256 of ``path`` while it had ``stat``."""
+
+    path: str
+    stat: FileStat
+    sha256: str
+
+    def to_line(self) -> str:
+        return json.dumps({"path": self.path, "size": self.stat.size, "mtime_ns": self.stat.mtime_ns,
+                           "inode": self.stat.inode, "sha256": self.sha256}, sort_keys=True)
+
+    @classmethod
+    def from_line(cls, line: str) -> "CacheEntry | None":
+        """The entry on a line, or None for anything else (torn write, foreign content)."""
+        try:
+            d = json.loads(line)
+            entry = cls(d["path"], FileStat(int(d["size"]), int(d["mtime_ns"]), int(d["inode"])), d["sha256"])
+        except (ValueError, TypeError, KeyError):
+            return None
+        ok = isinstance(entry.path, str) and isinstance(entry.sha256, str) and len(entry.sha256) == 64
+        return entry if ok else None
+
+
+def digest_of(files: dict[str, str]) -> str:
+    """The digest of a {relative name: sha256} map (what InputFingerprint.digest holds)."""
+    if not files:
+        return "empty"
+    h = hashlib.sha256()
+    for name, sha in sorted(files.items()):
+        h.update(f"{name}\0{sha}\n".encode("utf-8"))
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+def relative_names(paths: list[str]) -> dict[str, str]:
+    """absolute path -> name relative to the files' common parent dir (POSIX separators)."""
+    if not paths:
+        return {}
+    root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    return {p: os.path.relpath(p, root).replace(os.sep, "/") for p in paths}
+
+
+class HashCache:
+    """The segment store described in the module docstring. ``load`` once, ``lookup``, ``save`` once."""
+
+    def __init__(self, cache_dir: str | None):
+        self.cache_dir = cache_dir
+        self.entries: dict[str, CacheEntry] = {}   # path -> newest entry read
+        self.segments: list[str] = []              # names of the segments read in full
+
+    def load(self) -> "HashCache":
+        if self.cache_dir is None:
+            return self
+        for name in self._segment_names():
+            raw = self._read_segment(name)
+            if raw is None:
+                continue
+            self.segments.append(name)
+            for line in raw.decode("utf-8", errors="replace").splitlines():
+                entry = CacheEntry.from_line(line)
+                if entry is not None:
+                    self.entries[entry.path] = entry  # names sort by time: later segments win
+        return self
+
+    def lookup(self, path: str, stat: FileStat) -> str | None:
+        entry = self.entries.get(path)
+        return entry.sha256 if entry is not None and entry.stat == stat else None
+
+    def save(self, new: list[CacheEntry]) -> None:
+        """Publish ``new`` as one segment (merging all segments read when there are too many).
+        A cache that cannot be written is logged and skipped: it only saves time."""
+        if self.cache_dir is None or not new:
+            return
+        merge = len(self.segments) + 1 > MAX_SEGMENTS
+        entries = {**self.entries, **{e.path: e for e in new}} if merge else {e.path: e for e in new}
+        data = "".join(e.to_line() + "\n" for e in entries.values()).encode("utf-8")
+        name = f"sha256-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.jsonl"
+        try:
+            fsio.makedirs(self.cache_dir)
+            fsio.atomic_write_bytes(posixpath.join(self.cache_dir, name), data)
+            if merge:
+                self._remove_segments(self.segments)
+        except OSError:
+            log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
+
+    def _segment_names(self) -> list[str]:
+        fs, root = storage.open_prefix(self.cache_dir)
+        return [n for n in storage.list_names(fs, root) if _SEGMENT.match(n)]
+
+    def _read_segment(self, name: str) -> bytes | None:
+        try:
+            with fsio.open_read(posixpath.join(self.cache_dir, name)) as f:
+                return f.read()
+        except FileNotFoundError:  # merged and deleted by a concurrent writer
+            return None
+
+    def _remove_segments(self, names: list[str]) -> None:
+        fs, root = storage.open_prefix(self.cache_dir)
+        for name in names:
+            storage.remove(fs, storage.join(root, name))
+
+
+@dataclass(frozen=True)
+class _Hashed:
+    sha256: str
+    entry: CacheEntry | None  # None: the file changed while hashed, or too recently to trust its stat
+
+
+def _hash_one(path: str, before: FileStat) -> _Hashed:
+    """sha256 of the file, plus a cache entry when its stat can vouch for that content later."""
+    sha = fsio.sha256_file(path)
+    after = FileStat.of(path)
+    settled = time.time_ns() - after.mtime_ns > RACY_WINDOW_S * 1e9
+    return _Hashed(sha, CacheEntry(path, after, sha) if after == before and settled else None)
+
+
+def _hash_all(todo: dict[str, FileStat]) -> dict[str, _Hashed]:
+    paths = sorted(todo)
+    if len(paths) < _POOL_MIN_FILES:
+        return {p: _hash_one(p, todo[p]) for p in paths}
+    with ThreadPoolExecutor(max_workers=min(HASH_THREADS, len(paths))) as pool:
+        return dict(zip(paths, pool.map(_hash_one, paths, [todo[p] for p in paths])))
+
+
+def fingerprint_files(paths: list[str], cache_dir: str | None, *, save: bool = True) -> InputFingerprint:
+    """Content fingerprint of local files (see the module docstring). ``cache_dir`` (local dir or
+    fsspec URL; None: no cache) keeps each file's sha256 keyed by (path, size, mtime_ns, inode);
+    ``save=False`` only reads it (a dry run writes nothing)."""
+    absolute = sorted({os.path.abspath(fsio.local_path(str(p))) for p in paths})
+    stats = {p: FileStat.of(p) for p in absolute}
+    cache = HashCache(cache_dir).load()
+    shas = {p: cache.lookup(p, stats[p]) for p in absolute}
+    fresh = _hash_all({p: stats[p] for p, sha in shas.items() if sha is None})
+    if save:
+        cache.save([h.entry for h in fresh.values() if h.entry is not None])
+    shas.update({p: h.sha256 for p, h in fresh.items()})
+    files = {name: shas[p] for p, name in relative_names(absolute).items()}
+    return InputFingerprint(digest_of(files), dict(sorted(files.items())), hashed=len(fresh),
+                            cached=len(absolute) - len(fresh))
