@@ -1,13 +1,24 @@
 """datakit: pretraining data pipelines, from manifest to trained model.
 
-The top-level names (`load_manifest`, `build_steps`, `run`, `Step`, ...) come from `datakit.api` and are
-imported on first use, so `import datakit` stays cheap for workers that only need the engine.
+The public API (imported on first use, so `import datakit` stays cheap for workers that only need the
+engine):
+
+    load_manifest(path)            a manifest, validated, every error located (file:line:column)
+    manifest_from_dict(data)       the same from a dict (a user stage's `call` may be the function)
+    build_steps(manifest)          the DAG `datakit run` would execute
+    steps_by_name(manifest)        the same, by step name
+    run(manifest, ...)             run it; RunSummary with every step's result and the data summary
+    Step, StepContext, RunSummary  custom steps and what they receive and return
+    ExecConfig                     engine settings (backend, workers, ...)
+
+The engine is `datakit.shuffle` (`Dataset`); the design is docs/architecture.md in the repository.
 """
 
 __version__ = "0.1.0"
 
-_API = {"load_manifest", "manifest_from_dict", "build_steps", "steps_by_name", "run", "Step", "StepContext",
-        "RunSummary", "ExecConfig"}
+__all__ = ["load_manifest", "manifest_from_dict", "build_steps", "steps_by_name", "run", "Step", "StepContext",
+           "RunSummary", "ExecConfig"]
+_API = set(__all__)
 
 
 def __getattr__(name: str):
@@ -16,3 +27,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'datakit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 from datakit.manifest import Manifest
 from datakit.manifest import load as _load
 from datakit.manifest.errors import ManifestError
+from datakit.report.summary import data_summary, views
 from datakit.shuffle import ExecConfig, backend_capabilities
 from datakit.stages.contract import Graph
 from datakit.stages.registry import STAGES, sections
@@ -65,10 +66,18 @@ def _lift_callables(data: dict[str, Any]) -> tuple[dict[str, Any], dict[int, Cal
     return {**data, "stages": lifted}, given
 
 
+def check_manifest(manifest: Manifest) -> None:
+    """Every stage's refusal of the manifest (ValueError), before anything is read or written."""
+    for stage in STAGES:
+        if stage.check is not None:
+            stage.check(manifest)
+
+
 def build_steps(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> list[Step]:
     """The whole DAG for a manifest, in a deterministic order: every registered stage adds its steps.
     ``prefix`` (default: the manifest's) is where content fingerprints of local inputs are cached;
     ``write_cache=False`` only reads that cache (dry runs and status write nothing)."""
+    check_manifest(manifest)
     graph = Graph(manifest, str(prefix or manifest.prefix), write_cache)
     for stage in STAGES:
         stage.build(graph)
@@ -101,5 +110,7 @@ def run(manifest: Manifest, *, prefix: str | None = None, backend: str | None = 
     out = str(prefix or manifest.prefix)
     planned = list(steps) if steps is not None else build_steps(manifest, out, write_cache=not dry_run)
     cfg = exec_config(out, backend or manifest.backend, workers or manifest.workers, **engine)
-    return run_steps(planned + list(extra_steps), out, mirror=mirror or manifest.mirror, dry_run=dry_run,
-                     only=only, force=list(force), exec_config=cfg, on_event=on_event)
+    summary = run_steps(planned + list(extra_steps), out, mirror=mirror or manifest.mirror, dry_run=dry_run,
+                        only=only, force=list(force), exec_config=cfg, on_event=on_event)
+    summary.data = data_summary(views(summary, planned), out).to_dict()
+    return summary

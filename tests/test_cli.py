@@ -134,7 +134,7 @@ def test_run_end_to_end_then_rerun_skips_everything(tmp_path):
 
     status = CliRunner().invoke(main, ["status", str(manifest), "--json"])
     assert status.exit_code == 0
-    assert {r["state"] for r in json.loads(status.output)} == {"SUCCESS"}
+    assert {r["state"] for r in json.loads(status.output)} == {"succeeded"}
 
     cache_dir = by["tokenize-code"]["output"]
     inspect = CliRunner().invoke(main, ["cache", "inspect", cache_dir, "--json"])

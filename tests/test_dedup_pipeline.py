@@ -337,7 +337,7 @@ def test_decontamination_reads_parquet_benchmarks(tmp_path):
     a, la = source(tmp_path, "a", [text(10, 702) + " " + item, text(60, 703)], 1, ["hit", "miss"])
     decontaminate([("a", a)], [BenchmarkSpec("p", str(path), ("prompt",))], str(tmp_path / "o"), None, LOCAL2)
     rows = attr_rows(tmp_path / "o", "a")
-    assert [(la[r["id"]], r["item"]) for r in rows] == [("hit", "0")]
+    assert [(la[r["id"]], r["item"]) for r in rows] == [("hit", "1")]  # no id_field: the row number from 1
 
 
 # ---------------------------------------------------------------- the whole chain + consolidate

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 from datakit.cli import main
 from datakit.ferry import Envelopes, FerryOptions, read_history, read_plan, run_ferry, validate_run
+from datakit.ferry.checking import RunContext
 from datakit.ferry.cli import ferry
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -143,15 +144,21 @@ def _insert_row(parquet: Path, row: pa.Table) -> None:
     pq.write_table(t, parquet)
 
 
+def _docs_step(run_dir: Path, src: str) -> str:
+    """The step consolidate-<src> read (normalize-<src>, or the quality step after it)."""
+    return RunContext(str(run_dir), read_plan(str(run_dir)), Envelopes()).docs_step(src)
+
+
 def _normalized_row(run_dir: Path, src: str, doc_id: str) -> tuple[str, pa.Table]:
-    """(file name, the row) of doc ``doc_id`` in normalize-<src>'s output."""
-    norm = _step_dir(run_dir, f"normalize-{src}")
-    for rel in _artifact(run_dir, f"normalize-{src}")["result"]["main_files"]:
+    """(file name, the row) of doc ``doc_id`` in the documents consolidate-<src> read."""
+    step = _docs_step(run_dir, src)
+    norm = _step_dir(run_dir, step)
+    for rel in _artifact(run_dir, step)["result"]["main_files"]:
         t = pq.read_table(norm / rel)
         hit = t.filter(pc.equal(t["id"], doc_id))
         if hit.num_rows:
             return os.path.basename(rel), hit
-    raise AssertionError(f"{doc_id} not in normalize-{src}")
+    raise AssertionError(f"{doc_id} not in {step}")
 
 
 def _decontaminated_doc(run_dir: Path) -> tuple[str, str]:
@@ -307,6 +314,105 @@ def test_envelope_and_loss_checks(any_run: Path, tmp_path: Path) -> None:
     metrics.write_text("".join(json.dumps(r) + "\n" for r in lines))
     stage, check, msg = _first_failure(run)
     assert (stage, check) == ("train", "loss") and "did not decrease" in msg
+
+
+# ------------------------------------------------------------------------------ the quality layer (smoke)
+def _smoke(smoke_run) -> Path:
+    prefix, _, _ = smoke_run
+    return prefix / "runs" / "smoke"
+
+
+def _set_text(parquet: Path, where, text_of) -> None:
+    """Rewrite the text of the rows ``where(row)`` selects (ids and every other column unchanged)."""
+    t = pq.read_table(parquet)
+    rows = t.to_pylist()
+    texts = [text_of(r) if where(r) else r["text"] for r in rows]
+    i = t.schema.get_field_index("text")
+    pq.write_table(t.set_column(i, t.schema.field(i), pa.array(texts, pa.string())), parquet)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_smoke_quality_layer_planted_items(smoke_run) -> None:
+    """The bundled manifest's quality layer: code skips the prose chain, license/copyright texts get
+    language ID (and line dedup and PII), and each planted item of smoke_web.jsonl is handled."""
+    run = _smoke(smoke_run)
+    plan = read_plan(str(run))
+    names = {s.name for s in plan.steps}
+    assert "quality-python-stdlib" not in names and "linededup-python-stdlib" not in names
+    assert {"quality-licenses", "quality-debian-copyright", "quality-web", "pii-python-stdlib"} <= names
+    assert {f"{st}-{src}" for st in ("linededup", "pii") for src in ("licenses", "debian-copyright", "web")} <= names
+    for src in ("licenses", "debian-copyright"):  # language ID only: no prose rule ran, none removed
+        c = _artifact(run, f"quality-{src}")["counters"]
+        assert c["lang/en"] == c["docs_in"] and not [k for k in c if k.startswith("removed/")]
+    v = validate_run(str(run), Envelopes())
+    assert v.ok, [str(c) for c in v.failures]
+    planted = v.summary["planted"]["quality"]
+    assert set(planted) == {"non_english", "spam", "boilerplate", "pii"}
+    assert planted["non_english"][0].startswith("web: removed by langid.languages")
+    assert planted["spam"][0].startswith("web: removed by gopher_repetition.")
+    msgs = {(c.stage, c.check): c.message for c in v.checks}
+    assert "kept in the first copy only" in msgs[("linededup-web", "planted")]
+    assert "redacted" in msgs[("pii-web", "planted")]
+    web = _step_dir(run, "pii-web")
+    final = duckdb.sql(f"select text from read_parquet('{web}/outputs/main/*.parquet') "
+                       "where planted = 'pii'").fetchall()
+    assert "<EMAIL_ADDRESS>" in final[0][0] and "<IP_ADDRESS>" in final[0][0] and "@example.org" not in final[0][0]
+    tight = dataclasses.replace(Envelopes(), quality_rule_fraction=(0.0, 0.1))
+    f = validate_run(str(run), tight).first_failure
+    assert (f.stage, f.check) == ("quality-web", "rule_envelope") and "outside quality_rule_fraction" in f.message
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_smoke_quality_layer_seeded_faults(smoke_run, tmp_path: Path) -> None:
+    """An address left in, a boilerplate line kept twice, a non-English page kept: each is named."""
+    src_run = _smoke(smoke_run)
+    # PII: the planted email comes back after redaction.
+    run = _copy(src_run, tmp_path / "pii")
+    main = next((_step_dir(run, "pii-web") / "outputs" / "main").glob("*.parquet"))
+    _set_text(main, lambda r: r["planted"] == "pii",
+              lambda r: r["text"].replace("<EMAIL_ADDRESS>", "jane.doe@example.org"))
+    stage, check, msg = _first_failure(run)
+    assert (stage, check) == ("pii-web", "planted") and "jane.doe@example.org" in msg
+    # Line dedup: a later copy of the boilerplate keeps it (its text as line dedup read it).
+    run = _copy(src_run, tmp_path / "linededup")
+    before = {r[0]: r[1] for r in duckdb.sql(
+        f"select source_id, text from read_parquet('{_step_dir(run, 'consolidate-web')}/outputs/main/*.parquet') "
+        "where planted = 'boilerplate'").fetchall()}
+    main = next((_step_dir(run, "linededup-web") / "outputs" / "main").glob("*.parquet"))
+    later = next(r["source_id"] for r in pq.read_table(main).to_pylist()
+                 if r["planted"] == "boilerplate" and r["text"] != before[r["source_id"]])
+    _set_text(main, lambda r: r["source_id"] == later, lambda r: before[later])
+    stage, check, msg = _first_failure(run)
+    assert (stage, check) == ("linededup-web", "planted") and "expected only the first" in msg
+    # Language ID: the German page is not in removed/ (kept instead).
+    run = _copy(src_run, tmp_path / "langid")
+    removed = next((_step_dir(run, "quality-web") / "outputs" / "removed").glob("*.parquet"))
+    t = pq.read_table(removed)
+    pq.write_table(t.filter(pc.invert(pc.starts_with(t["reason"], "langid."))), removed)
+    v = validate_run(str(run), Envelopes())
+    failed = {(c.stage, c.check): c.message for c in v.failures}
+    assert "planted non_english document" in failed[("quality-web", "planted")]
+    assert "was not removed" in failed[("quality-web", "planted")]
+
+
+def test_docs_step_follows_user_and_quality_steps() -> None:
+    """The documents the corpus-level stages read: normalize-<src>, then down the chain of steps that
+    rewrite them before dedup (a user stage placed after_normalize, then the quality stage)."""
+    from datakit.ferry.plan import RunPlan, StepRef
+
+    steps = (StepRef("normalize-a", "1", (), "normalize", "a"), StepRef("normalize-b", "2", (), "normalize", "b"),
+             StepRef("drop-short-a", "3", ("normalize-a",), "after_normalize", "a"),
+             StepRef("quality-a", "4", ("drop-short-a",), "quality", "a"),
+             StepRef("exact-dedup", "5", ("quality-a", "normalize-b"), "exact", None),
+             StepRef("consolidate-a", "6", ("quality-a", "exact-dedup"), "consolidate", "a"),
+             StepRef("linededup-a", "7", ("consolidate-a",), "linededup", "a"))
+    ctx = RunContext("/nonexistent", RunPlan("r", None, ("a", "b"), steps), Envelopes())
+    assert ctx.docs_step("a") == "quality-a" and ctx.docs_step("b") == "normalize-b"
+    ctx.artifacts = {"quality-a": {"counters": {"docs_in": 9, "docs_out": 7}},
+                     "normalize-b": {"counters": {"records_out": 5}}}
+    assert ctx.docs_count("a") == 7 and ctx.docs_count("b") == 5
 
 
 # ------------------------------------------------------------------------------ run outcomes (fast)

@@ -118,8 +118,8 @@ def test_full_manifest_typed_values(corpus: Path):
     errors = validate_manifest(path)
     # 'defaults' (an anchor holder) is not a manifest key; "x-" keys are free for anchors.
     assert messages(errors) == [
-        f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, mirror, "
-        "normalize, prefix, sources, stages, tokenize, train, workers)"
+        f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, line_dedup, "
+        "mirror, normalize, pii, prefix, quality, sources, stages, tokenize, train, workers)"
     ]
     path.write_text(path.read_text().replace("defaults: &common", "x-common: &common"))
     m = load_manifest(path)
@@ -616,8 +616,8 @@ def test_dedup_threshold_excludes_bands_and_single_sha_needs_single_file(corpus:
           rows: 4
         decontaminate:
           benchmarks:
-            - {name: quiz, path: bench.jsonl}
-            - {name: quiz, path: bench.jsonl}
+            - {name: quiz, path: bench.jsonl, text_fields: [question]}
+            - {name: quiz, path: bench.jsonl, text_fields: [question]}
         """,
     )
     assert messages(validate_manifest(path)) == [
@@ -757,6 +757,7 @@ def test_sections_are_the_stage_configs():
     from datakit.dedup.config import DedupConfig
     from datakit.dedup.decontaminate import DecontamConfig
     from datakit.normalize.config import NormalizeConfig
+    from datakit.quality.config import LineDedupConfig, PiiConfig, QualityConfig
     from datakit.stages.registry import sections
     from datakit.tokenize.config import TokenizeConfig
     from datakit.train.config import TrainConfig
@@ -764,7 +765,8 @@ def test_sections_are_the_stage_configs():
     m = load_manifest(REPO / "examples" / "sources.yaml")
     assert {s.key: s.config for s in sections()} == {
         "normalize": NormalizeConfig, "dedup": DedupConfig, "decontaminate": DecontamConfig,
-        "tokenize": TokenizeConfig, "train": TrainConfig}
+        "tokenize": TokenizeConfig, "train": TrainConfig, "quality": QualityConfig, "line_dedup": LineDedupConfig,
+        "pii": PiiConfig}
     for s in sections():
         assert type(m.sections[s.key]) is s.config
     m.train.validate()

@@ -43,7 +43,8 @@ def test_each_stage_declares_code_and_checks_that_exist():
         assert f"datakit.stages.{stage.name}" in stage.code or "datakit.stages.user" in stage.code
         module, _, attr = stage.checks.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), stage.name
-    assert [s.key for s in sections()] == ["normalize", "dedup", "decontaminate", "tokenize", "train"]
+    assert [s.key for s in sections()] == ["normalize", "quality", "dedup", "decontaminate", "line_dedup", "pii",
+                                           "tokenize", "train"]
 
 
 def test_the_manifest_formats_are_the_readers():

@@ -268,7 +268,7 @@ def test_stale_partial_output_is_cleared_before_rebuild(tmp_path):
     s = run_steps([rows], str(tmp_path))
     assert s.steps[0]["status"] == "succeeded"
     assert sorted(p.name for p in d.iterdir() if not p.name.startswith(".lease")) == \
-        [".status", "artifact.json", "rows.txt"]
+        [".status", "artifact.json", "outputs.manifest.json", "rows.txt"]
     assert (d / "rows.txt").read_text() == "0\n1\n"
 
 

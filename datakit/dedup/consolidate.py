@@ -5,10 +5,18 @@ read in record batches (checked sorted by id as it goes), attribute files hold o
 and a row is dropped when
   exact          it is marked at all (another source holds the surviving copy),
   fuzzy          it is a cluster member with is_canonical == False,
-  decontaminate  it is marked at all.
+  decontaminate  its action is `remove` (older attribute sets without an action column: marked at all).
 The first matching reason, in that order, is the one counted. Output keeps the normalize contract:
 `out_dir/outputs/main/<same file names>` (same schema, id order), and `outputs/removed/` lists what was
-dropped and why (id, reason, detail) so the counts can be audited: docs_in == docs_out + removed.
+dropped and why (id, reason, detail; for contamination the benchmark:item, matched fraction and hits
+the decontaminate step wrote) so the counts can be audited: docs_in == docs_out + removed.
+
+Span cutting happens here, where marks are applied: a document marked `cut` (and not dropped by an
+earlier reason) loses the character spans the decontaminate step recorded and gets the id of its new
+text (ids are content hashes), checked against the new id that step computed. Its new id no longer
+fits its place in the file, so the file's cut documents are read first (only they), and merged back
+into the id-sorted stream batch by batch: every output file stays sorted by id. Documents marked
+`annotate` are kept untouched and counted.
 
 Attribute sets are checked before any work: made for this source, for exactly its files, one set per
 kind. A missing attribute file is an error; an attribute id absent from the source is an error (the
@@ -17,12 +25,14 @@ attributes belong to other data); a missing row means keep.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -48,7 +58,34 @@ from .layout import (
 
 REASONS = ("exact", "fuzzy", "decontaminate")
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
-_DETAIL = {"exact": "duplicate_of", "fuzzy": "cluster_id", "decontaminate": "benchmark"}
+
+
+def text_id(text: str) -> str:
+    """A document's id: 32 hex chars of xxh3-128 of its UTF-8 text (the normalize contract)."""
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
+
+
+def cut_text(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    """`text` without the given character spans (sorted, non-overlapping)."""
+    out, at = [], 0
+    for start, end in spans:
+        out.append(text[at:start])
+        at = max(at, end)
+    out.append(text[at:])
+    return "".join(out)
+
+
+@dataclass
+class _Marks:
+    """One attribute file's marks: every marked id (all must exist in the source), its detail, whether
+    it drops the row, and for decontamination the cuts (id -> (spans, new id)) and annotations."""
+
+    kind: str
+    ids: pa.Array
+    detail: pa.Array
+    drop: np.ndarray
+    cuts: dict[str, tuple[list[tuple[int, int]], str]] = field(default_factory=dict)
+    annotated: int = 0
 
 
 @dataclass
@@ -68,20 +105,22 @@ class ConsolidateResult:
         return cls(**d)
 
 
-def _marks(kind: str, path: str) -> tuple[pa.Array, pa.Array]:
-    """(ids to drop, detail per id) from one attribute file, checked sorted and unique."""
+def _marks(kind: str, path: str) -> _Marks:
+    """The marks of one attribute file, checked sorted and unique."""
     if not exists(path):
         raise DedupInputError(f"missing attribute file {path} (a missing file is an error, not 'keep')")
+    cuts, annotated = {}, 0
     if kind == "fuzzy":
         t = read_columns(path, ["id", "is_canonical", "cluster_id"])
         t = t.filter(pc.invert(t.column("is_canonical")))
         detail = t.column("cluster_id")
+        drop = np.ones(t.num_rows, dtype=bool)
     elif kind == "exact":
         t = read_columns(path, ["id", "duplicate_of"])
         detail = t.column("duplicate_of")
+        drop = np.ones(t.num_rows, dtype=bool)
     else:
-        t = read_columns(path, ["id", "benchmark", "item"])
-        detail = pc.binary_join_element_wise(t.column("benchmark"), t.column("item"), ":")
+        t, detail, drop, cuts, annotated = _decontaminate_marks(path)
     ids = t.column("id").combine_chunks()
     hi, lo = ids_to_u64(ids, path)
     if len(hi) > 1:
@@ -89,80 +128,175 @@ def _marks(kind: str, path: str) -> tuple[pa.Array, pa.Array]:
         if bad.any():
             i = int(np.flatnonzero(bad)[0]) + 1
             raise DedupInputError(f"{path}: row {i}: ids are not sorted and unique ({ids[i].as_py()})")
-    return ids, pa.chunked_array([detail]).combine_chunks().cast(pa.string())
+    return _Marks(kind, ids, pa.chunked_array([detail]).combine_chunks().cast(pa.string()), drop, cuts, annotated)
+
+
+def _decontaminate_marks(path: str) -> tuple[pa.Table, Any, np.ndarray, dict, int]:
+    """(table, detail, drop mask, cuts, annotated) of a decontaminate attribute file, either format."""
+    with open_parquet(path) as pf:
+        names = pf.schema_arrow.names
+    if "action" not in names:  # format 1: every mark removes the document
+        t = read_columns(path, ["id", "benchmark", "item"])
+        detail = pc.binary_join_element_wise(t.column("benchmark"), t.column("item"), ":")
+        return t, detail, np.ones(t.num_rows, dtype=bool), {}, 0
+    t = read_columns(path, ["id", "action", "detail", "spans", "new_id"])
+    action = np.asarray(t.column("action").to_pylist(), dtype=object)
+    cuts = {}
+    for i in np.flatnonzero(action == "cut").tolist():
+        spans = [(s["start"], s["end"]) for s in t.column("spans")[i].as_py()]
+        cuts[t.column("id")[i].as_py()] = (spans, t.column("new_id")[i].as_py())
+    return t, t.column("detail"), action == "remove", cuts, int((action == "annotate").sum())
 
 
 def _consolidate_file(job: tuple) -> dict:
     src, attr_files, dst_main, dst_removed = job
-    marks = [(kind, *_marks(kind, path)) for kind, path in attr_files]
-    found = [np.zeros(len(ids), dtype=bool) for _, ids, _ in marks]
-    removed_ids, removed_reason, removed_detail = [], [], []
-    stats = {"docs_in": 0, "docs_out": 0, **{f"removed_{k}": 0 for k in REASONS}}
-    last = None
+    marks = [_marks(kind, path) for kind, path in attr_files]
+    found = [np.zeros(len(m.ids), dtype=bool) for m in marks]
+    removed: list[tuple[pa.Array, pa.Array, pa.Array]] = []
+    stats = {"docs_in": 0, "docs_out": 0, **{f"removed_{k}": 0 for k in REASONS},
+             "cut_decontaminate": 0, "annotated_decontaminate": sum(m.annotated for m in marks)}
+    with open_parquet(src) as pf:
+        schema = pf.schema_arrow
+    if "id" not in schema.names:
+        raise DedupInputError(f"{src}: missing column id")
+    cut_ids = _effective_cuts(marks)
+    pending = _cut_rows(src, schema, marks, cut_ids)
+    stats["cut_decontaminate"] = pending.num_rows
     f_out, tmp = open_atomic(dst_main)
-    writer = None
     try:
-        with open_parquet(src) as pf:
-            schema = pf.schema_arrow
-        if "id" not in schema.names:
-            raise DedupInputError(f"{src}: missing column id")
         writer = pq.ParquetWriter(f_out, schema, compression="zstd")
-        row0 = 0
+        last, row0, at = None, 0, 0
+        pending_ids = pending.column("id").to_pylist()
         for rb in iter_batches(src, None, 8192):
             ids = rb.column(schema.get_field_index("id"))
             hi, lo = ids_to_u64(ids, src)
             _check_sorted(hi, lo, last, src, row0, ids)
             if len(hi):
                 last = (hi[-1], lo[-1])
-            drop = np.zeros(len(rb), dtype=bool)
-            for (kind, mids, detail), seen in zip(marks, found):
-                if not len(mids):
-                    continue
-                hit = np.asarray(pc.is_in(ids, value_set=mids), dtype=bool)
-                if not hit.any():
-                    continue
-                where = np.asarray(pc.index_in(ids.filter(pa.array(hit)), value_set=mids))
-                seen[where] = True
-                new = hit & ~drop
-                if new.any():
-                    sel = pa.array(new)
-                    removed_ids.append(ids.filter(sel))
-                    removed_reason.append(pa.array([kind] * int(new.sum()), pa.string()))
-                    removed_detail.append(detail.take(pc.index_in(ids.filter(sel), value_set=mids)))
-                    stats[f"removed_{kind}"] += int(new.sum())
-                drop |= hit
+            drop = _apply_marks(ids, marks, found, removed, stats)
+            if cut_ids is not None:
+                drop |= np.asarray(pc.is_in(ids, value_set=cut_ids), dtype=bool) & ~drop
             kept = rb.filter(pa.array(~drop))
-            writer.write_batch(kept)
+            if len(pending_ids):
+                upto = bisect.bisect_right(pending_ids, ids[-1].as_py()) if len(ids) else at
+                _write_merged(writer, kept, pending.slice(at, upto - at), src)
+                at = upto
+            else:
+                writer.write_batch(kept)
             stats["docs_in"] += len(rb)
             stats["docs_out"] += len(kept)
             row0 += len(rb)
+        if at < pending.num_rows:
+            writer.write_table(pending.slice(at))
+        stats["docs_out"] += pending.num_rows
         writer.close()
         f_out.close()
     except BaseException:
         f_out.close()
         discard(tmp)
         raise
-    for (_, mids, _), seen, (_, path) in zip(marks, found, attr_files):
-        if not seen.all():
-            missing = mids[int(np.flatnonzero(~seen)[0])].as_py()
-            discard(tmp)
-            raise AttributeMismatch(
-                f"{path}: {int((~seen).sum())} marked id(s) are not in {src} (first: {missing}); these "
-                "attributes were made for different data"
-            )
+    _check_all_found(marks, found, attr_files, src, tmp)
     commit(tmp, dst_main)
-    removed = pa.table({
-        "id": pa.concat_arrays(removed_ids) if removed_ids else pa.array([], pa.string()),
-        "reason": pa.concat_arrays(removed_reason) if removed_reason else pa.array([], pa.string()),
-        "detail": pa.concat_arrays(removed_detail) if removed_detail else pa.array([], pa.string()),
-    }, schema=REMOVED_SCHEMA)
-    order = pc.sort_indices(removed, [("id", "ascending")])
-    write_parquet_atomic(removed.take(order), dst_removed)
+    _write_removed(removed, dst_removed)
     for k, v in stats.items():
         counters.increment(k, v)
     if stats["docs_in"] != stats["docs_out"] + sum(stats[f"removed_{k}"] for k in REASONS):
         raise RuntimeError(f"{src}: counts do not add up {stats} (internal error)")
     return {"file": basename(src), **stats}
+
+
+def _apply_marks(ids: pa.Array, marks: list[_Marks], found: list[np.ndarray], removed: list, stats: dict
+                 ) -> np.ndarray:
+    """Rows of one batch dropped by the marks (first reason wins); records them in `removed`."""
+    drop = np.zeros(len(ids), dtype=bool)
+    for m, seen in zip(marks, found):
+        if not len(m.ids):
+            continue
+        hit = np.asarray(pc.is_in(ids, value_set=m.ids), dtype=bool)
+        if not hit.any():
+            continue
+        where = np.asarray(pc.index_in(ids.filter(pa.array(hit)), value_set=m.ids))
+        seen[where] = True
+        hit[np.flatnonzero(hit)[~m.drop[where]]] = False  # marked but kept (cut, annotate)
+        new = hit & ~drop
+        if new.any():
+            sel = pa.array(new)
+            removed.append((ids.filter(sel), pa.array([m.kind] * int(new.sum()), pa.string()),
+                            m.detail.take(pc.index_in(ids.filter(sel), value_set=m.ids))))
+            stats[f"removed_{m.kind}"] += int(new.sum())
+        drop |= hit
+    return drop
+
+
+def _effective_cuts(marks: list[_Marks]) -> pa.Array | None:
+    """Ids to cut: marked `cut` and not dropped by another reason (None when there are none)."""
+    cuts = [i for m in marks for i in m.cuts]
+    if not cuts:
+        return None
+    dropped = set()
+    for m in marks:
+        dropped.update(m.ids.filter(pa.array(m.drop)).to_pylist())
+    left = sorted(set(cuts) - dropped)
+    return pa.array(left, pa.string()) if left else None
+
+
+def _cut_rows(src: str, schema: pa.Schema, marks: list[_Marks], cut_ids: pa.Array | None) -> pa.Table:
+    """The file's documents to cut, cut, with the ids of their new texts, sorted by new id."""
+    if cut_ids is None:
+        return schema.empty_table()
+    plan = {i: c for m in marks for i, c in m.cuts.items()}
+    parts = []
+    for rb in iter_batches(src, None, 8192):
+        hit = pc.is_in(rb.column(schema.get_field_index("id")), value_set=cut_ids)
+        if pc.any(hit).as_py():
+            parts.append(pa.Table.from_batches([rb.filter(hit)]))
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    texts, new_ids = [], []
+    for doc_id, text in zip(rows.column("id").to_pylist(), rows.column("text").to_pylist()):
+        spans, want = plan[doc_id]
+        new = cut_text(text, spans)
+        if text_id(new) != want:
+            raise AttributeMismatch(f"{src}: document {doc_id}: cutting its recorded spans gives id {text_id(new)}, "
+                                    f"not the {want} the decontaminate step recorded; these attributes were made "
+                                    "for different data")
+        texts.append(new)
+        new_ids.append(want)
+    t_idx, i_idx = schema.get_field_index("text"), schema.get_field_index("id")
+    rows = rows.set_column(t_idx, schema.field(t_idx), pa.array(texts, schema.field(t_idx).type))
+    rows = rows.set_column(i_idx, schema.field(i_idx), pa.array(new_ids, schema.field(i_idx).type))
+    return rows.sort_by("id")
+
+
+def _write_merged(writer: pq.ParquetWriter, kept: pa.RecordBatch, cut: pa.Table, src: str) -> None:
+    """One batch's kept rows with the cut documents whose new ids fall in its range, in id order."""
+    if not cut.num_rows:
+        writer.write_batch(kept)
+        return
+    merged = pa.concat_tables([pa.Table.from_batches([kept], schema=cut.schema), cut]).sort_by("id")
+    ids = merged.column("id").to_pylist()
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        raise RuntimeError(f"{src}: a cut document's new id repeats an id of the file (internal error)")
+    writer.write_table(merged)
+
+
+def _check_all_found(marks: list[_Marks], found: list[np.ndarray], attr_files: list, src: str, tmp: Any) -> None:
+    for m, seen, (_, path) in zip(marks, found, attr_files):
+        if not seen.all():
+            missing = m.ids[int(np.flatnonzero(~seen)[0])].as_py()
+            discard(tmp)
+            raise AttributeMismatch(
+                f"{path}: {int((~seen).sum())} marked id(s) are not in {src} (first: {missing}); these "
+                "attributes were made for different data"
+            )
+
+
+def _write_removed(removed: list, dst: str) -> None:
+    table = pa.table({
+        "id": pa.concat_arrays([r[0] for r in removed]) if removed else pa.array([], pa.string()),
+        "reason": pa.concat_arrays([r[1] for r in removed]) if removed else pa.array([], pa.string()),
+        "detail": pa.concat_arrays([r[2] for r in removed]) if removed else pa.array([], pa.string()),
+    }, schema=REMOVED_SCHEMA)
+    write_parquet_atomic(table.take(pc.sort_indices(table, [("id", "ascending")])), dst)
 
 
 def _check_sorted(hi, lo, last, src: str, row0: int, ids) -> None:
@@ -216,7 +350,7 @@ def consolidate(
         attrs = [(kind, AttributesDir(sets[kind][0]).file(fn)) for kind in REASONS if kind in sets]
         jobs.append((f.path, attrs, join(docs.main, fn), join(docs.removed, fn)))
     run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
-    keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS)]
+    keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS), "cut_decontaminate", "annotated_decontaminate"]
     c = {k: int(run.counters.get(k, 0)) for k in keys}
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,
                              attributes={k: v[1].get("params") for k, v in sets.items()})

@@ -282,3 +282,32 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
         return 0.0
     inter = len(np.intersect1d(a, b, assume_unique=True))
     return inter / (len(a) + len(b) - inter)
+
+
+def word_spans(text: str) -> np.ndarray:
+    """(start, end) character offsets in `text` of each normalized word, in the order `word_tokens`
+    hashes them: token k of a document is text[spans[k, 0]:spans[k, 1]].
+
+    Why it exists: decontamination finds matches as token positions and must show (and cut) them as
+    character ranges of the original text. Words are the runs between whitespace that keep at least one
+    letter or digit once punctuation is dropped ("a.b" is one word, "a . b" two); a word's span runs
+    from its first to its last kept character. Character classes do not change with case, so the
+    original text is classified directly (no lowercasing, whose length may differ).
+    """
+    if not text:
+        return np.empty((0, 2), dtype=np.int64)
+    cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    cls = char_classes()[np.minimum(cp, _LUT_SIZE)]
+    space = cls == SPACE
+    kept = (cls == KEEP) | (cls == DIGIT)
+    run_start = ~space
+    run_start[1:] &= space[:-1]
+    run_id = np.cumsum(run_start) - 1
+    idx = np.flatnonzero(kept)
+    if not len(idx):
+        return np.empty((0, 2), dtype=np.int64)
+    rid = run_id[idx]
+    change = np.flatnonzero(rid[1:] != rid[:-1])
+    starts = idx[np.concatenate(([0], change + 1))]
+    ends = idx[np.concatenate((change, [len(idx) - 1]))] + 1
+    return np.stack([starts, ends], axis=1).astype(np.int64)

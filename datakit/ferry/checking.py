@@ -66,6 +66,14 @@ def read_json(path: str) -> Any:
         return json.load(f)
 
 
+def _before_dedup_stages() -> frozenset[str]:
+    """Stage tags of the per-source steps that rewrite documents before the corpus-level stages: user
+    stages placed after_normalize (their step's stage is the place) and the quality stage."""
+    from datakit.stages.quality import STAGE as QUALITY
+
+    return frozenset(("after_normalize", QUALITY.name))
+
+
 def collapse(text: str) -> str:
     """Lowercase, whitespace runs -> one space: how the planted-text search compares text."""
     return _WS.sub(" ", text).strip().lower()
@@ -136,10 +144,13 @@ class RunContext:
     # ------------------------------------------------------------------ shared by the stage checks
     def docs_step(self, src: str) -> str:
         """The step whose documents the corpus-level stages (exact, fuzzy, decontaminate, consolidate)
-        read for ``src``: normalize-<src>, or the last user stage the plan places after it."""
+        read for ``src``: normalize-<src>, followed down the chain of document-rewriting steps placed
+        between it and dedup (user stages placed after_normalize, the quality stage), each one reading
+        the one before it."""
         name = f"normalize-{src}"
-        for ref in self.plan.steps:
-            if ref.source == src and ref.stage == "after_normalize":
+        stages = _before_dedup_stages()
+        for ref in self.plan.steps:  # dependency order: a step comes after the step it reads
+            if ref.source == src and ref.stage in stages and name in ref.deps:
                 name = ref.name
         return name
 

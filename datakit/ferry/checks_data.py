@@ -14,6 +14,40 @@ from .envelopes import within
 from .plan import StepRef
 
 
+def check_outputs(ctx: RunContext, name: str) -> None:
+    """Every output file re-hashed against the manifest the step wrote before SUCCESS (the same
+    manifests `datakit run` and `datakit verify` use): an edit that keeps sizes and counts, such as one
+    valid token id overwritten by another, is still caught. Runs last for its step, so the specific
+    checks above it report first."""
+    from datakit.steps import storage
+    from datakit.steps.verify import verify_step_dir
+
+    def outputs() -> str:
+        fs, d = storage.open_prefix(ctx.path(name))
+        report = verify_step_dir(fs, d, deep=True)
+        if not report.manifest and report.ok:
+            return "no output manifest (built before output manifests existed)"
+        if not report.ok:
+            more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+            raise CheckFailed(f"output damaged: {report.problems[0]}{more}")
+        return f"{report.checked} files match their manifest"
+
+    ctx.check(name, "outputs", outputs)
+
+
+def with_outputs_check(fn):
+    """A stage check followed by the outputs check of the same step (see check_outputs)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(ctx: RunContext, ref: StepRef, src) -> None:
+        fn(ctx, ref, src)
+        check_outputs(ctx, ref.name)
+
+    return run
+
+
+@with_outputs_check
 def check_normalize(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
 
@@ -90,6 +124,7 @@ def _duplicates_envelope(ctx: RunContext, name: str, per: dict, needs: tuple[str
         ctx, name, sum(per[s].get("duplicates", 0) for s in per), key), needs)
 
 
+@with_outputs_check
 def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
@@ -120,6 +155,7 @@ def _fraction_envelope(ctx: RunContext, name: str, marked: int, key: str) -> str
         raise CheckFailed(f"{marked} of {docs} docs marked = {f:.4f}, outside {key} {fmt_range(rng)}")
     return f"{marked}/{docs} = {f:.4f} within {fmt_range(rng)}"
 
+@with_outputs_check
 def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, needs = ref.name, (ctx.docs_step(src),)
 
@@ -139,6 +175,7 @@ def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
 
     ctx.check(name, "rows", rows, needs)
 
+@with_outputs_check
 def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
@@ -175,6 +212,7 @@ def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
     ctx.check(name, "clusters", clusters, needs)
     _duplicates_envelope(ctx, name, per, needs, "fuzzy_fraction")
 
+@with_outputs_check
 def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
@@ -219,6 +257,7 @@ def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
     ctx.check(name, "envelope", lambda: _fraction_envelope(
         ctx, name, sum(per[s].get("contaminated", 0) for s in per), "decontaminate_fraction"), needs)
 
+@with_outputs_check
 def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
     norm = ctx.docs_step(src)
@@ -290,7 +329,7 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
         if "decontaminate" in attrs:
             files = ctx.attr_files("decontaminate", src, ctx.res("decontaminate")["sources"][src]["attributes"])
             hit = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
-                         "(select id from read_parquet(?))", [main, files])[0]
+                         f"(select id from read_parquet(?){_decon_where(ctx, files, kept=False)})", [main, files])[0]
             if hit[1]:
                 raise CheckFailed(f"{hit[1]} doc(s) marked contaminated are in the output (first {hit[0]})")
         left = ctx.find_planted(main)
@@ -325,14 +364,24 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
 
     ctx.check(name, "counts", counts, needs)
 
+def _decon_where(ctx: RunContext, files: list[str], kept: bool) -> str:
+    """The decontaminate rows that leave a document's id out of the output: action `remove` (kept=True:
+    only those are counted as removed) or also `cut` (the cut text has a new id). Attribute sets from
+    before actions existed remove every marked document."""
+    if not files or "action" not in [r[0] for r in ctx.q("describe select * from read_parquet(?)", [files])]:
+        return ""
+    return " where action = 'remove'" if kept else " where action <> 'annotate'"
+
+
 def _expected_removals(ctx: RunContext, src: str, attrs: list[str]) -> dict[str, int]:
     """Per reason, the marked ids consolidate must have dropped under that reason (first reason wins,
     in the order exact, fuzzy, decontaminate), computed from the attribute files themselves."""
     sets: list[tuple[str, str, list[str]]] = []
     for step, kind, where in (("exact-dedup", "exact", ""), ("fuzzy-dups", "fuzzy", " where not is_canonical"),
-                              ("decontaminate", "decontaminate", "")):
+                              ("decontaminate", "decontaminate", None)):
         if step in attrs:
-            sets.append((kind, where, ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])))
+            files = ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])
+            sets.append((kind, _decon_where(ctx, files, kept=True) if where is None else where, files))
     out: dict[str, int] = {}
     for i, (kind, where, files) in enumerate(sets):
         sql = f"select count(distinct id) from read_parquet(?){where}"

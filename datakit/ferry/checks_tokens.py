@@ -15,9 +15,11 @@ from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir, TrainDir
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac, read_json, sha256_file
 from .envelopes import within
+from .checks_data import with_outputs_check
 from .plan import StepRef
 
 
+@with_outputs_check
 def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, res = ref.name, ctx.res(ref.name)
 
@@ -37,6 +39,7 @@ def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
 
     ctx.check(name, "files", files, breaks=True)
 
+@with_outputs_check
 def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
     final = next((d for d in ref.deps if ctx.plan.step(d) is not None and ctx.plan.step(d).source == src), None)
@@ -128,6 +131,18 @@ def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
 
     ctx.check(name, "envelope", envelope)
 
+    def checksums() -> str:
+        from datakit.tokenize.cache import verify_checksums
+
+        problems = [f"{split}/{p}" for split, led in ledgers.items()
+                    for p in verify_checksums(ctx.path(name, splits[split]["path"]), led)]
+        if problems:
+            raise CheckFailed("; ".join(problems[:3]))
+        return f"{sum(len(led['shards']) for led in ledgers.values())} shards match their ledger checksums"
+
+    ctx.check(name, "checksums", checksums)
+
+@with_outputs_check
 def check_train(ctx: RunContext, ref: StepRef, _src: None) -> None:
     name, res = ref.name, ctx.res(ref.name)
     points: list[tuple[int, float]] = []

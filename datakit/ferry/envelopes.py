@@ -4,8 +4,10 @@ Exact equalities catch bookkeeping bugs; envelopes catch *behaviour* drifting: a
 suddenly rejects 5% of documents, a MinHash change that stops finding the license near-duplicates (a
 lower bound > 0 is what notices that), decontamination going wild. The defaults fit the bundled smoke
 corpus with margin (measured on Debian 12 / Python 3.11: normalize dups at most 0.44 per source, fuzzy
-0.033, decontaminate 0.005, no rejects, loss drop ~16%); for a ferry over your own data write your own
-envelope file (YAML, any subset of the fields below) and pass it with ``--envelopes``.
+0.033, decontaminate 0.005, no rejects, loss drop ~16%; quality removes 2 of the 7 planted web pages,
+0.29, and nothing from the license and copyright texts, no rule more than 0.15; line dedup empties no
+document); for a ferry over your own data write your own envelope file (YAML, any subset of the fields
+below) and pass it with ``--envelopes``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ class Envelopes:
     fuzzy_fraction: Range = (0.005, 0.3)
     # fraction of all normalized docs marked as benchmark-contaminated
     decontaminate_fraction: Range = (0.0, 0.02)
+    # fraction of a quality step's documents removed by its rules (per source)
+    quality_removed_fraction: Range = (0.0, 0.9)
+    # fraction of a quality step's documents removed by any one rule (per source and rule)
+    quality_rule_fraction: Range = (0.0, 0.6)
+    # fraction of a linededup step's documents emptied (every line repeats earlier documents; per source)
+    linededup_emptied_fraction: Range = (0.0, 0.25)
     # fraction of a tokenize step's documents it could not tokenize (per source)
     tokenize_bad_fraction: Range = (0.0, 0.001)
     # benchmark items that must be found verbatim in the normalized corpus (0: no planted items)

@@ -9,38 +9,19 @@ per-step time bars, loss curve, dedup and contamination counts per source; all v
 
 from __future__ import annotations
 
-import html
 import os
 import time
 
 from datakit.core.fsio import atomic_write_bytes
+from datakit.report.html import CSS, esc, num
 
 from .history import flag_slow_runs, is_slow, read_history, slow_baseline
 
 COLORS = {"succeeded": "#2e7d32", "slow": "#e69500", "failed": "#c62828", "interrupted": "#757575",
           "running": "#1565c0"}
-_CSS = """
-body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;background:#fafafa}
-h1{margin:0 0 4px}h2{margin:28px 0 8px;font-size:18px}.muted{color:#666}
-.card{background:#fff;border:1px solid #ddd;border-left:8px solid var(--c);padding:12px 16px;border-radius:4px}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-weight:600;font-size:12px}
-table{border-collapse:collapse;background:#fff}th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}
-th{background:#f0f0f0}td.l,th.l{text-align:left}tr.failed td{background:#fdecea}tr.slow td{background:#fff6e0}
-.warn{background:#fff6e0;border:1px solid #e69500;padding:6px 10px}svg{background:#fff;border:1px solid #ddd}
-code{font-size:12px}details{margin-top:8px}
-"""
-
-
-def _e(x) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def _num(x, digits: int = 0) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, float):
-        return f"{x:,.{digits}f}"
-    return f"{x:,}" if isinstance(x, int) else _e(x)
+_CSS = CSS
+_e = esc
+_num = num
 
 
 def _state(rec: dict, flag: dict) -> str:

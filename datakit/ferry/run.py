@@ -246,11 +246,14 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
 
 def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str], None]):
     from datakit import pipeline
+    from datakit.report.events import event_lines
+
+    by_name = {s.name: s for s in steps}
 
     def on_event(ev: dict) -> None:
-        if ev.get("event") in ("step_started", "step_succeeded", "step_failed", "step_cascaded"):
-            extra = f" ({ev['wall_s']:.1f}s)" if ev.get("wall_s") is not None else ""
-            err = f": {ev['error']}" if ev.get("error") else ""
-            log(f"[{time.strftime('%H:%M:%S')}] {ev['event'].replace('step_', '')}: {ev.get('step')}{extra}{err}")
+        if ev.get("event") == "step_skipped":
+            return
+        for line in event_lines(ev, by_name):
+            log(line)
 
     return pipeline.run(m, prefix=run_dir, steps=steps, workers=workers, on_event=on_event, progress=False)

@@ -158,8 +158,21 @@ class Manifest(_Spec):
         """Training mixture weights by source name."""
         return {s.name: s.weight for s in self.sources}
 
-    def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[Any, str]]:
         names = {s.name for s in self.sources}
+        return self._stage_problems(names) + self._override_problems(names)
+
+    def _override_problems(self, names: set[str]) -> list[tuple[Any, str]]:
+        """A section's per-source overrides (a ``sources`` mapping) must name sources of this manifest."""
+        out: list[tuple[Any, str]] = []
+        for key, section in self.sections.items():
+            overrides = getattr(section, "sources", None)
+            if isinstance(overrides, dict):
+                out += [((key, "sources", n), f"no source named {n!r}; sources: {', '.join(sorted(names))}")
+                        for n in overrides if n not in names]
+        return out
+
+    def _stage_problems(self, names: set[str]) -> list[tuple[Any, str]]:
         seen: set[str] = set()
         for i, st in enumerate(self.stages):
             if st.name in seen:

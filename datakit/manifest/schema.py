@@ -19,7 +19,9 @@ Field metadata understood here:
 - ``flatten=True`` on a dataclass-typed field: that dataclass's keys are written at this level (the
   train section's model shape: ``d_model: 128`` next to ``steps: 100``).
 - ``probe``: ``fn(value, timeout) -> list[str]``, a reachability check (file exists, URL answers) run in
-  parallel after parsing, only when the caller asks for probes.
+  parallel after parsing, only when the caller asks for probes. A dataclass may also define
+  ``_probe(self, timeout) -> list[tuple[field, message]]`` for checks that read the data it names
+  (a benchmark file holds its declared text fields).
 - ``identity=False``: the field never changes a stage's output (read-task sizes, cadence); stages leave
   it out of their steps' identities. The checker itself ignores it.
 
@@ -28,7 +30,8 @@ depend on what the user wrote (the train section's ``preset`` picks the defaults
 keys it returns override the fields' own defaults, a flattened field's default object included.
 
 A dataclass may define ``_cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]`` returning
-``(field, message)`` pairs for rules spanning several fields (``given`` = field names the user wrote).
+``(field, message)`` pairs for rules spanning several fields (``given`` = field names the user wrote);
+``field`` may be a tuple, a path below the mapping, to point at a nested key.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
-from datakit.core.uris import is_remote  # noqa: F401  (re-exported for the schema's users)
 from datakit.manifest.yamlpos import Path
 
 
@@ -258,10 +260,15 @@ class Checker:
             return {}  # the offending key is reported when its own field is checked
 
     def _cross_checked(self, obj: Any, given: dict[str, Any], path: Path, before: int) -> Any:
+        if hasattr(obj, "_probe"):  # a check that reads the data it names: run with the other probes
+            self.probes.append((path, _object_probe, obj))
         cross = getattr(obj, "_cross_check", None)
         if cross is None:
             return obj
         for name, message in cross(frozenset(given)):
+            if isinstance(name, tuple):  # a path below this mapping, e.g. ("quality", "sources", "kode")
+                self.issue(path + name, message)
+                continue
             key = given.get(name, name)
             if isinstance(key, list):  # a flattened field: point at its first key
                 key = key[0]
@@ -393,7 +400,14 @@ class Checker:
                 except Exception as exc:  # noqa: BLE001 - a storage library failing in its own way
                     messages = [f"cannot check: {type(exc).__name__}: {exc}"]
                 for message in messages:
-                    self.issue(path, message)
+                    if isinstance(message, tuple):  # (field, message) from an object's _probe
+                        self.issue(path + (message[0],), message[1])
+                    else:
+                        self.issue(path, message)
+
+
+def _object_probe(obj: Any, timeout: float) -> list[tuple[str, str]]:
+    return obj._probe(timeout)
 
 
 def _as_defaults(obj: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import xxhash
 
-from datakit.sources.readers import OVERSIZED, WRONG_TYPE, RawRecord, Reject, decode_bytes, excerpt_of
+from datakit.sources.readers import BINARY, OVERSIZED, WRONG_TYPE, RawRecord, Reject, decode_bytes, excerpt_of
 
 CORE_COLUMNS = ("id", "text", "source", "source_id", "url")
 _CORE = frozenset(CORE_COLUMNS)
@@ -30,6 +30,10 @@ FIELD_PREFIX = "field/"
 Item = tuple[str, int, int, dict]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
+# Not text: NUL and C0 controls other than tab/newline/vertical tab/form feed/carriage return, DEL, C1
+# controls, and U+FFFD (what undecodable bytes became). One regex search proves a text clean.
+_SUSPECT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class CleanSpec:
     bare: bool = False
     max_whitespace_run: int = 128
     max_record_chars: int = 10_000_000
+    binary_fraction: float = 0.3
+    strip_control: bool = False
 
 
 def content_id(text: str) -> str:
@@ -94,6 +100,31 @@ def _note_fields(fields: dict, stats: Counter) -> None:
             stats[FIELD_PREFIX + str(k)] += 1
 
 
+def _screen(raw: RawRecord, text: str, spec: CleanSpec, stats: Counter) -> str | Reject | None:
+    """A text with suspect characters: a `binary` reject when they are more than `binary_fraction` of
+    it (garbage decoded as text is not a document); else count its control characters and strip them
+    if configured (None: nothing but controls was left, dropped as empty)."""
+    suspect = len(_SUSPECT.findall(text))
+    if suspect > spec.binary_fraction * len(text):
+        return _reject(raw, BINARY, f"{suspect} of {len(text)} characters are replacement characters (undecodable "
+                                    f"bytes), control characters or NULs; above binary_fraction "
+                                    f"{spec.binary_fraction:g}: not text")
+    controls = len(_CONTROL.findall(text))
+    if not controls:
+        return text
+    stats["control_chars"] += controls
+    stats["nul_chars"] += text.count("\x00")
+    if not spec.strip_control:
+        return text
+    stats["control_chars_stripped"] += controls
+    text = _CONTROL.sub("", text)
+    if not text or text.isspace():
+        stats["empty_blank"] += 1
+        stats["empty_dropped"] += 1
+        return None
+    return text
+
+
 def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reject | None:
     """One raw record -> an `Item`, a `Reject`, or None (dropped as empty, counted in `stats`).
 
@@ -128,6 +159,12 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
         stats["empty_blank"] += 1
         stats["empty_dropped"] += 1
         return None
+    if _SUSPECT.search(text) is not None:
+        text = _screen(raw, text, spec, stats)
+        if type(text) is Reject:
+            return text
+        if text is None:
+            return None
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates (only reachable through exotic inputs)

@@ -8,7 +8,7 @@ an old artifact is refused instead of misread.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 SCHEMA_VERSION = 1
 
@@ -33,6 +33,14 @@ class NormalizeConfig:
     input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
     max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})
     raw_bytes_per_char: int = field(default=8, metadata={"min": 1})
+    # A document more than this fraction of whose characters are U+FFFD (undecodable bytes), control
+    # characters or NULs is not text: it is rejected with reason `binary` (file:line, counted). 1 turns
+    # the check off. Real text sits far below (a stray NUL, a form feed); random bytes sit near 0.5+.
+    binary_fraction: float = field(default=0.3, metadata={"min": 0, "max": 1})
+    # Control characters (NUL, escaped \u0000 in JSON, other C0/C1 controls; tab, newlines and form
+    # feed are text) in kept documents are always counted (`control_chars`, `nul_chars`); `strip`
+    # removes them from the text, `keep` leaves the text as it was.
+    control_chars: Literal["keep", "strip"] = "keep"
 
     def __post_init__(self) -> None:
         for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "input_shard_bytes",
@@ -41,13 +49,28 @@ class NormalizeConfig:
                 raise ValueError(f"NormalizeConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.reject_fraction <= 1:
             raise ValueError(f"NormalizeConfig.reject_fraction must be in [0, 1], got {self.reject_fraction}")
+        if not 0 <= self.binary_fraction <= 1:
+            raise ValueError(f"NormalizeConfig.binary_fraction must be in [0, 1], got {self.binary_fraction}")
+        if self.control_chars not in ("keep", "strip"):
+            raise ValueError(f"NormalizeConfig.control_chars must be 'keep' or 'strip', got {self.control_chars!r}")
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One input file as the run planned it: where it is, its size and its content hash (sha256;
+    None when unknown). Normalize fails, naming the file, when what it reads differs."""
+
+    path: str
+    size: int
+    sha256: str | None = None
 
 
 # Counters every result carries (zero when nothing happened), in a stable order.
 COUNTER_NAMES = (
     "records_in", "records_out", "dups", "empty_dropped", "rejects", "whitespace_compacted",
     "decode_replacements", "empty_missing_field", "empty_null", "empty_blank", "whitespace_runs_capped",
-    "blank_lines", "warc_non_html_skipped", "html_deep_fallback", "hidden_files_skipped",
+    "blank_lines", "warc_non_html_skipped", "html_deep_fallback", "hidden_files_skipped", "control_chars",
+    "nul_chars", "control_chars_stripped",
 )
 
 

@@ -29,11 +29,15 @@ from datakit.shuffle import Dataset, ExecConfig, current_shard
 from datakit.core.fsio import exists, fs_for, is_local, open_read
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
-    FORMATS, FileRef, ReaderOptions, Reject, is_hidden, read_file,
+    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, ReaderOptions, Reject, input_verdict, is_hidden,
+    planned_reject, read_file,
 )
 
 from .clean import FIELD_PREFIX, CleanSpec, Item, clean_record, output_name
-from .config import COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError
+from .config import (
+    COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, PlannedFile, SchemaConflictError,
+)
+from .planned import check_planned, planned_error, planned_failures
 from .schema import (
     CORE_SCHEMA, Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
     plain_type, schema_to_dict, unify_types,
@@ -187,22 +191,37 @@ def read_stage(refs: Iterable[FileRef], *, fmt: str, opts: ReaderOptions, spec: 
     shard = current_shard()
     stats: Counter = Counter()
     sink = RejectSink(f"{staging_dir}/{work_part_name(shard.index)}", spec.source)
+
+    def reject(r: Reject) -> None:
+        stats["records_in"] += 1
+        stats[REJECT_PREFIX + r.reason] += 1
+        sink.add(r)
+
     try:
         for ref in refs:
-            for raw in read_file(ref, fmt, opts, stats):
-                stats["records_in"] += 1
-                if type(raw) is Reject:
-                    stats[REJECT_PREFIX + raw.reason] += 1
-                    sink.add(raw)
-                    continue
-                out = clean_record(raw, spec, stats)
-                if out is None:
-                    continue
-                if type(out) is Reject:
-                    stats[REJECT_PREFIX + out.reason] += 1
-                    sink.add(out)
-                    continue
-                yield out
+            planned = ref.sha256 is not None or ref.planned_size is not None
+            try:
+                for raw in read_file(ref, fmt, opts, stats):
+                    if type(raw) is Reject:
+                        reject(raw)
+                        continue
+                    stats["records_in"] += 1
+                    out = clean_record(raw, spec, stats)
+                    if out is None:
+                        continue
+                    if type(out) is Reject:
+                        stats[REJECT_PREFIX + out.reason] += 1
+                        sink.add(out)
+                        continue
+                    yield out
+            except FileNotFoundError:
+                if not planned:
+                    raise
+                reject(planned_reject(ref, INPUT_MISSING, f"planned ({ref.planned_size} bytes) but gone when read"))
+                continue
+            verdict = input_verdict(ref) if planned else None
+            if verdict:
+                reject(planned_reject(ref, INPUT_CHANGED, verdict))
         sink.close()
     except BaseException:
         sink.abort()
@@ -299,12 +318,15 @@ def normalize_source(
     cfg: NormalizeConfig = NormalizeConfig(),
     exec_config: ExecConfig | None = None,
     root: str | None = None,
+    planned: Sequence[PlannedFile] | None = None,
 ) -> NormalizeResult:
     """Normalize one source. `files` come from `datakit.shuffle.list_files` (FileInfo: path, size);
     `root` (default: their common directory) is what relative names in outputs are relative to.
 
     Raises NormalizeError (with `.result`) when every record was dropped or rejects exceed
     `cfg.reject_fraction` (any reject with `cfg.strict`), and SchemaConflictError on a type conflict.
+    `planned` (path, size, sha256 of each file, as the run planned them) makes those a contract: a
+    planned file that is missing, changed, or reads to other bytes fails the step, naming the file.
     """
     if fmt not in FORMATS:
         raise ValueError(f"normalize {name!r}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
@@ -318,6 +340,8 @@ def normalize_source(
     if not refs:
         raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
                              "dot-files or under dot-directories)")
+    if planned is not None:
+        refs = check_planned(name, fmt, refs, planned)
     input_bytes = sum(r.size for r in refs)
     nn = max(1, math.ceil(input_bytes / cfg.target_shard_bytes))
 
@@ -343,7 +367,8 @@ def normalize_source(
     per_task = max(1, min(cfg.input_shard_bytes, math.ceil(sum(u[1] for u in units) / (2 * workers))))
     shards = pack_shards(units, per_task, cfg.max_files_per_input_shard)
 
-    spec = CleanSpec(name, text_field, id_field, bare, cfg.max_whitespace_run, cfg.max_record_chars)
+    spec = CleanSpec(name, text_field, id_field, bare, cfg.max_whitespace_run, cfg.max_record_chars,
+                     cfg.binary_fraction, cfg.control_chars == "strip")
     opts = ReaderOptions(html_main_content=cfg.html_main_content,
                          max_record_bytes=cfg.raw_bytes_per_char * cfg.max_record_chars, columns=columns)
     # Read tasks write their rejects beside the outputs, under a name tied to exactly this read plan: an
@@ -398,6 +423,7 @@ def normalize_source(
     fields_seen = {k[len(FIELD_PREFIX):]: v for k, v in raw_counters.items() if k.startswith(FIELD_PREFIX)}
     counts = {k: int(raw_counters.get(k, 0)) for k in COUNTER_NAMES}
     counts["rejects"] = sum(rejects_by_reason.values())
+    counts.update({f"rejects/{reason}": n for reason, n in rejects_by_reason.items()})  # shown by reason
     counts["hidden_files_skipped"] = hidden
     result = NormalizeResult(
         source=name, fmt=fmt, num_shards=nn, main_files=main_files, dups_files=dups_files,
@@ -406,6 +432,8 @@ def normalize_source(
     )
     if not result.check_counts():  # a bug, never bad data: say so loudly
         raise NormalizeError(f"normalize {name!r}: counts do not add up: {counts}", result)
+    if rejects_by_reason.get(INPUT_CHANGED) or rejects_by_reason.get(INPUT_MISSING):
+        raise NormalizeError(planned_error(name, planned_failures(docs.part("rejects", 0, 1))), result)
     _check(result, fields_seen, text_field, docs.part("rejects", 0, 1), cfg)
     return result
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -30,6 +31,19 @@ from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
 
 
+log = logging.getLogger("datakit.shuffle.executor")
+
+
+def _retry_event(kind: str, spec: TaskSpec, shard: int, attempt: int, detail: str) -> None:
+    """Log a task attempt that is being retried, with a structured ``datakit_event`` the step runner
+    turns into a ``step_worker_retried`` event: a killed worker or a flaky task is worth a line on
+    screen even when the retry saves the run (outputs are the same either way)."""
+    message = f"stage {spec.stage_id}, shard {shard} ({spec.label}): {kind}; retrying (attempt {attempt + 1})"
+    log.warning("%s: %s", message, detail, extra={"datakit_event": {
+        "event": "worker_retried", "cause": kind, "stage": spec.stage_id, "shard": shard, "label": spec.label,
+        "attempt": attempt + 1, "detail": detail}})
+
+
 @dataclass
 class ExecConfig:
     backend: str = "local"
@@ -40,6 +54,7 @@ class ExecConfig:
     max_attempts: int = 3
     max_worker_deaths: int = 10
     progress: bool | None = None
+    label: str = ""  # names the progress bar (the pipeline's step name)
     print_stats: bool = False
     keep_work_dir: bool = False
     backend_options: dict = field(default_factory=dict)
@@ -99,12 +114,35 @@ def _progress(config: ExecConfig):
     show = config.progress if config.progress is not None else sys.stderr.isatty()
     if not show:
         return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=False)
+    # One bar at a time (a stage's bar goes when the stage ends), rows/s from finished tasks, an ETA;
+    # transient, so a finished step leaves no bar lines behind.
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=Console(stderr=True),
+                    transient=True)
+
+
+class _Bar:
+    """A stage's progress bar: tasks done, rows read per second so far; removed when the stage ends.
+    Without a progress display every call is a no-op."""
+
+    def __init__(self, progress, config: ExecConfig, stage, total: int) -> None:
+        self.progress, self.rows, self.t0 = progress, 0, time.perf_counter()
+        what = f"{config.label}: " if config.label else ""
+        self.bar = progress.add_task(f"{what}stage {stage.id + 1} {stage.name}", total=total, rate="") \
+            if progress else None
+
+    def __call__(self, result: dict) -> None:
+        if self.progress:
+            self.rows += int(result.get("rows_in", 0))
+            rate = self.rows / max(time.perf_counter() - self.t0, 1e-9)
+            self.progress.update(self.bar, advance=1, rate=f"{rate:,.0f} rows/s")
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.remove_task(self.bar)
 
 
 def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: StageStats, tick) -> list[dict]:
@@ -128,12 +166,14 @@ def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: S
                 if status == "ok":
                     value["attempt"] = key[2]
                     results[i] = value
-                    tick()
+                    tick(value)
                 elif status == "error":
                     failures[i] += 1
                     if failures[i] >= config.max_attempts:
                         raise ShardFailed(specs[i].stage_id, i, specs[i].label, failures[i], value)
                     st.retries += 1
+                    _retry_event("task failed", specs[i], i, attempts[i],
+                                 f"{value.get('type', 'error')}: {value.get('message', '')}")
                     pending.append(i)
                 else:
                     deaths[i] += 1
@@ -148,6 +188,7 @@ def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: S
                             f"stage {specs[i].stage_id}, shard {i} ({specs[i].label}): the worker died "
                             f"{deaths[i]} times running it (last exit code {code}); {hint}"
                         )
+                    _retry_event("worker died", specs[i], i, attempts[i], f"exit code {value.get('exitcode')}")
                     pending.append(i)
     except BaseException:
         backend.cancel_all()
@@ -225,10 +266,10 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
                          stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i))
                 for i in range(stage.num_tasks)
             ]
-            bar = progress.add_task(f"stage {stage.id} {stage.name}", total=len(specs)) if progress else None
-            tick = (lambda: progress.advance(bar)) if progress else (lambda: None)
+            tick = _Bar(progress, config, stage, len(specs))
             t0 = time.perf_counter()
             results = _schedule(backend, specs, config, st, tick)
+            tick.close()
             st.wall_s = time.perf_counter() - t0
             for r in results:
                 counters.update(r["counters"])

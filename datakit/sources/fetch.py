@@ -22,6 +22,8 @@ Layout written under ``out_dir``: ``files/<relative name>`` for the data, ``prov
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import http.client
 import json
@@ -29,6 +31,7 @@ import logging
 import os
 import posixpath
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -77,11 +80,13 @@ class _Cancelled(FetchError):
 
 
 class _Transient(Exception):
-    """Internal: a failure worth retrying (carries the reason for the final message)."""
+    """Internal: a failure worth retrying (carries the reason for the final message). ``restart``:
+    what was received so far cannot be resumed from (the next attempt starts at byte 0)."""
 
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, retry_after: float | None = None, *, restart: bool = False):
         super().__init__(reason)
         self.retry_after = retry_after
+        self.restart = restart
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,26 @@ class FetchedFile:
     uri: str
     size: int
     sha256: str | None
+    announced_size: int | None = None  # the length the server/store announced (None: it never said)
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What the server or store said about a file before and while sending it: its announced length
+    and integrity signals. Why: a connection closed early without a Content-Length reads, to urllib,
+    exactly like a complete file; only what was announced elsewhere (HEAD, the listing, an MD5) can
+    tell the two apart."""
+
+    length: int | None = None
+    etag: str | None = None
+    md5: str | None = None          # hex MD5 of the content: Content-MD5, or a store's MD5 ETag
+    ranges: bool = False            # Accept-Ranges: bytes (a broken transfer can resume)
+
+    def merged(self, other: "Upstream") -> "Upstream":
+        """This answer, with the gaps filled from ``other`` (the GET's headers win over HEAD's)."""
+        return Upstream(self.length if self.length is not None else other.length, self.etag or other.etag,
+                        self.md5 or other.md5, self.ranges or other.ranges)
 
 
 @dataclass
@@ -140,7 +165,7 @@ class FetchResult:
             "source": self.source,
             "uri": self.uri,
             "revision": self.revision,
-            "files": [{"name": f.name, "uri": f.uri, "size": f.size, "sha256": f.sha256} for f in self.files],
+            "files": [_provenance_of(f) for f in self.files],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +176,12 @@ class FetchResult:
         data = dict(data)
         data["files"] = [FetchedFile(**f) for f in data["files"]]
         return cls(**data)
+
+
+def _provenance_of(f: FetchedFile) -> dict[str, Any]:
+    """A file's provenance: what was received (size, sha256). What the server announced is in the
+    step's record (``announced_size``, ``etag``), not here: provenance stays byte-stable."""
+    return {"name": f.name, "uri": f.uri, "size": f.size, "sha256": f.sha256}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,11 +222,63 @@ def _check_pins(spec: SourceSpec, files: list[RemoteFile]) -> None:
 # readers: yield chunks from a remote file, translating failures into fatal / transient
 
 
-def _http_chunks(url: str, chunk_size: int, timeout: float) -> tuple[int | None, Any]:
-    """Open a GET; return (content length or None, chunk iterator). Raises FetchError / _Transient."""
-    request = urllib.request.Request(
-        url, headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
-    )
+_MD5_ETAG = re.compile(r'^"?([0-9a-fA-F]{32})"?$')
+_STORE_HEADERS = ("x-amz-", "x-goog-")   # stores whose plain ETag is the object's MD5
+
+
+def _md5_of_headers(headers) -> str | None:
+    """The content MD5 a response vouches for: Content-MD5 (base64), or the ETag of an object store
+    that uses the MD5 as its ETag (S3, GCS single-part objects). Other servers' ETags are opaque."""
+    content_md5 = headers.get("Content-MD5")
+    if content_md5:
+        try:
+            return base64.b64decode(content_md5, validate=True).hex()
+        except (ValueError, binascii.Error):
+            return None
+    etag = headers.get("ETag") or ""
+    m = _MD5_ETAG.match(etag)
+    if m and any(k.lower().startswith(_STORE_HEADERS) for k in headers.keys()):
+        return m.group(1).lower()
+    return None
+
+
+def _upstream_of(headers, *, partial: bool = False) -> Upstream:
+    """Upstream from response headers; for a 206 the full length is Content-Range's total."""
+    length = None
+    if partial:
+        total = (headers.get("Content-Range") or "").rpartition("/")[2]
+        length = int(total) if total.isdigit() else None
+    else:
+        raw = headers.get("Content-Length")
+        length = int(raw) if raw and raw.isdigit() else None
+    etag = headers.get("ETag") or None
+    ranges = (headers.get("Accept-Ranges") or "").lower() == "bytes"
+    return Upstream(length, etag, None if partial else _md5_of_headers(headers), ranges)
+
+
+def _http_head(url: str, timeout: float) -> Upstream:
+    """HEAD the URL for its announced length and integrity signals; an empty answer when the server
+    refuses HEAD or fails (the GET that follows reports real errors)."""
+    request = urllib.request.Request(url, method="HEAD",
+                                     headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return _upstream_of(response.headers)
+    except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError):
+        return Upstream()
+
+
+def _http_chunks(url: str, chunk_size: int, timeout: float, start: int = 0,
+                 etag: str | None = None) -> tuple[Upstream, int, Any]:
+    """Open a GET (from byte ``start`` with a Range request); return (what the response announced,
+    the byte offset the body starts at: ``start`` for a 206, else 0, chunk iterator).
+    Raises FetchError / _Transient."""
+    headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+        if etag and not etag.startswith("W/"):
+            headers["If-Range"] = etag  # a changed file answers 200 with all of it, never a mixed splice
+    request = urllib.request.Request(url, headers=headers)
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
@@ -203,13 +286,18 @@ def _http_chunks(url: str, chunk_size: int, timeout: float) -> tuple[int | None,
         if exc.code in _TRANSIENT_HTTP or exc.code >= 500:
             retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None)
             raise _Transient(f"HTTP {exc.code} {exc.reason}", retry_after) from None
+        if exc.code == 416 and start:
+            raise _Transient("HTTP 416 (range not satisfiable): starting over", restart=True) from None
         hint = {401: " (authentication required)", 403: " (access denied)"}.get(exc.code, "")
         raise FetchError(f"{url}: HTTP {exc.code} {exc.reason}{hint}", url=url, status=exc.code) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Transient(f"{type(reason).__name__}: {reason}") from None
-    length = response.headers.get("Content-Length")
-    expected = int(length) if length and length.isdigit() else None
+    partial = response.status == 206
+    offset = _range_start(response.headers) if partial else 0
+    if partial and offset != start:
+        response.close()
+        raise _Transient(f"server resumed at byte {offset}, not {start}: starting over", restart=True)
 
     def chunks():
         with response:
@@ -222,7 +310,13 @@ def _http_chunks(url: str, chunk_size: int, timeout: float) -> tuple[int | None,
                     return
                 yield data
 
-    return expected, chunks()
+    return _upstream_of(response.headers, partial=partial), offset, chunks()
+
+
+def _range_start(headers) -> int:
+    """First byte of a 206 body, from ``Content-Range: bytes START-END/TOTAL`` (-1 if unreadable)."""
+    m = re.match(r"^bytes (\d+)-", headers.get("Content-Range") or "")
+    return int(m.group(1)) if m else -1
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -232,16 +326,36 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _fsspec_chunks(path: str, chunk_size: int) -> tuple[int | None, Any]:
+def _store_md5(info: dict) -> str | None:
+    """The MD5 an object store records for an object: GCS's md5Hash (base64), S3's single-part ETag."""
+    b64 = info.get("md5Hash")
+    if isinstance(b64, str):
+        try:
+            return base64.b64decode(b64, validate=True).hex()
+        except (ValueError, binascii.Error):
+            return None
+    m = _MD5_ETAG.match(str(info.get("ETag") or info.get("etag") or ""))
+    return m.group(1).lower() if m else None
+
+
+def _fsspec_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream, int, Any]:
+    """Open ``path`` on its fsspec store at byte ``start``; (what the store says, start, chunks)."""
     try:
         fs, p = fsspec.core.url_to_fs(path)
+        info = fs.info(p)
         f = fs.open(p, "rb", block_size=chunk_size)
+        if start:
+            f.seek(start)
     except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         raise FetchError(f"{path}: {type(exc).__name__}: {exc}", url=path) from None
     except ImportError as exc:
         raise FetchError(f"{path}: {exc}", url=path) from None
     except (OSError, TimeoutError, ConnectionError) as exc:
         raise _Transient(f"{type(exc).__name__}: {exc}") from None
+    size = info.get("size")
+    etag = info.get("ETag") or info.get("etag")
+    upstream = Upstream(int(size) if size is not None else None, str(etag) if etag else None, _store_md5(info),
+                        True)
 
     def chunks():
         with f:
@@ -256,7 +370,7 @@ def _fsspec_chunks(path: str, chunk_size: int) -> tuple[int | None, Any]:
                     return
                 yield data
 
-    return None, chunks()
+    return upstream, start, chunks()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -344,6 +458,80 @@ class _Stats:
             self.values[name] += n
 
 
+class _Partial:
+    """The temp file of one download in progress: the bytes so far and their sha256/md5. It is never
+    published unless complete and verified; a broken transfer resumes from its end (Range)."""
+
+    def __init__(self, dest: _Dest, final: str):
+        self.dest, self.tmp = dest, dest.temp_for(final)
+        self.size = 0
+        self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
+
+    def reset(self) -> None:
+        """Forget what was received (the server restarted from byte 0, or the bytes were wrong)."""
+        self.dest.discard(self.tmp)
+        self.size = 0
+        self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
+
+    def receive(self, rf: RemoteFile, head: Upstream, chunk_size: int, timeout: float,
+                stop: threading.Event) -> Upstream:
+        """One GET (a Range GET when bytes are already here); returns what that response announced."""
+        if is_http(rf.path):
+            got, offset, chunks = _http_chunks(rf.path, chunk_size, timeout, self.size, head.etag)
+        else:
+            got, offset, chunks = _fsspec_chunks(rf.path, chunk_size, self.size)
+        if offset == 0 and self.size:
+            self.reset()  # the server sent the whole file again: start over
+        with self.dest.open(self.tmp, "ab" if self.size else "wb") as out:
+            for data in chunks:
+                if stop.is_set():
+                    raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
+                self.sha.update(data)
+                self.md5.update(data)
+                out.write(data)
+                self.size += len(data)
+        return got
+
+
+def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: str | None,
+                    pin: str | None) -> None:
+    """Raise unless the received bytes are the whole, intact file: the announced length (GET, HEAD or
+    the listing), the store's MD5, the pinned sha256."""
+    if expected is not None and part.size < expected:
+        raise _Transient(f"truncated transfer: got {part.size} of {expected} bytes (the connection closed "
+                         "early)")
+    if expected is not None and part.size > expected:
+        raise _Transient(f"got {part.size} bytes but {expected} were announced", restart=True)
+    if md5 is not None and part.md5.hexdigest() != md5:
+        raise _Transient(f"MD5 mismatch: the server announced {md5}, got {part.md5.hexdigest()} "
+                         f"({part.size} bytes)", restart=True)
+    digest = part.sha.hexdigest()
+    if pin is not None and digest != pin:
+        raise FetchError(
+            f"{rf.path}: sha256 mismatch: expected {pin}, got {digest} ({part.size} bytes); "
+            "the upstream file changed or is corrupt (update the pin if the change is intended)",
+            url=rf.path,
+        )
+
+
+def _reuse_existing(rf: RemoteFile, pin: str | None, dest: _Dest, final: str, announced: int | None,
+                    chunk_size: int, stats: _Stats) -> FetchedFile | None:
+    """A file under its final name was complete when renamed; reuse it if it still matches what the
+    upstream announces now (length) and the pin. A different answer re-downloads, never reuses."""
+    if not dest.exists(final):
+        return None
+    size = dest.size(final)
+    if announced is None or size == announced:
+        digest = _sha256_of(dest, final, chunk_size)
+        if pin is None or digest == pin:
+            stats.add("files")
+            stats.add("bytes", size)
+            stats.add("skipped_existing")
+            return FetchedFile(rf.name, final, rf.path, size, digest, announced)
+    log.info("re-downloading %s: existing copy does not match the upstream answer or the pin", rf.path)
+    return None
+
+
 def _fetch_one(
     rf: RemoteFile,
     pin: str | None,
@@ -356,69 +544,44 @@ def _fetch_one(
     stop: threading.Event,
     sleep: Callable[[float], None],
 ) -> FetchedFile:
+    """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
+    verify against every signal there is, publish by rename. Never publishes a partial file."""
     final = dest.path(FILES_DIR, *rf.name.split("/"))
     dest.makedirs(os.path.dirname(final) if dest.local else posixpath.dirname(final))
-
-    # Resume: a file under its final name was complete when renamed; re-verify it cheaply.
-    if dest.exists(final):
-        size = dest.size(final)
-        if rf.size is None or size == rf.size:
-            digest = _sha256_of(dest, final, chunk_size)
-            if pin is None or digest == pin:
-                stats.add("files")
-                stats.add("bytes", size)
-                stats.add("skipped_existing")
-                return FetchedFile(rf.name, final, rf.path, size, digest)
-        log.info("re-downloading %s: existing copy does not match the listing/pin", rf.path)
-
+    head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
+    existing = _reuse_existing(rf, pin, dest, final, head.length if head.length is not None else rf.size,
+                               chunk_size, stats)
+    if existing is not None:
+        return existing
+    part = _Partial(dest, final)
     last_exc: _Transient | None = None
-    for attempt in range(policy.attempts):
-        if stop.is_set():
-            raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
-        if last_exc is not None:
-            stats.add("retries")
-            delay = policy.delay(attempt - 1, last_exc.retry_after)
-            log.warning("retrying %s in %.2fs (attempt %d/%d): %s", rf.path, delay, attempt + 1,
-                        policy.attempts, last_exc)
-            sleep(delay)
-        tmp = dest.temp_for(final)
-        try:
-            if is_http(rf.path):
-                expected, chunks = _http_chunks(rf.path, chunk_size, timeout)
-            else:
-                expected, chunks = _fsspec_chunks(rf.path, chunk_size)
-            if expected is None:
-                expected = rf.size
-            h = hashlib.sha256()
-            size = 0
-            with dest.open(tmp, "wb") as out:
-                for data in chunks:
-                    if stop.is_set():
-                        raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
-                    h.update(data)
-                    out.write(data)
-                    size += len(data)
-            if expected is not None and size != expected:
-                raise _Transient(f"truncated transfer: got {size} of {expected} bytes")
-            digest = h.hexdigest()
-            if pin is not None and digest != pin:
-                raise FetchError(
-                    f"{rf.path}: sha256 mismatch: expected {pin}, got {digest} ({size} bytes); "
-                    "the upstream file changed or is corrupt (update the pin if the change is intended)",
-                    url=rf.path,
-                )
-            dest.commit(tmp, final)
-        except _Transient as exc:
-            dest.discard(tmp)
-            last_exc = exc
-            continue
-        except BaseException:
-            dest.discard(tmp)
-            raise
-        stats.add("files")
-        stats.add("bytes", size)
-        stats.add("downloaded_files")
-        return FetchedFile(rf.name, final, rf.path, size, digest)
+    try:
+        for attempt in range(policy.attempts):
+            if stop.is_set():
+                raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
+            if last_exc is not None:
+                stats.add("retries")
+                delay = policy.delay(attempt - 1, last_exc.retry_after)
+                log.warning("retrying %s in %.2fs (attempt %d/%d%s): %s", rf.path, delay, attempt + 1,
+                            policy.attempts, f", resuming at byte {part.size}" if part.size else "", last_exc)
+                sleep(delay)
+            try:
+                upstream = part.receive(rf, head, chunk_size, timeout, stop).merged(head)
+                expected = upstream.length if upstream.length is not None else rf.size
+                _check_complete(rf, part, expected, upstream.md5, pin)
+            except _Transient as exc:
+                last_exc = exc
+                if exc.restart:
+                    part.reset()
+                continue
+            dest.commit(part.tmp, final)
+            stats.add("files")
+            stats.add("bytes", part.size)
+            stats.add("downloaded_files")
+            return FetchedFile(rf.name, final, rf.path, part.size, part.sha.hexdigest(), expected,
+                               upstream.etag)
+    finally:
+        part.dest.discard(part.tmp)  # nothing left behind (a no-op once published)
     raise FetchError(f"{rf.path}: failed after {policy.attempts} attempts: {last_exc}", url=rf.path)
 
 
@@ -528,3 +691,21 @@ def fetch_source(
         (json.dumps(result.provenance(), indent=2, sort_keys=True) + "\n").encode(),
     )
     return result
+
+
+def upstream_changes(files: list[dict], timeout: float = 10.0) -> str | None:
+    """Why a built download no longer matches its server, or None: for each http file, a fresh HEAD
+    that now announces a length other than the bytes we kept, or another ETag than the one we got.
+
+    Why: a server that sent no length gave us no way to tell a truncated transfer from a whole file; if
+    it answers differently now (fixed, or the file changed), the copy we kept is not to be trusted. No
+    answer (offline, HEAD refused) proves nothing, and keeps the built copy."""
+    for f in files:
+        if not is_http(f.get("uri") or ""):
+            continue
+        now = _http_head(f["uri"], timeout)
+        if now.length is not None and now.length != f.get("size"):
+            return f"{f['name']}: the server now announces {now.length:,} bytes; {f.get('size'):,} were downloaded"
+        if now.etag and f.get("etag") and now.etag != f["etag"]:
+            return f"{f['name']}: the server's ETag changed ({f['etag']} -> {now.etag})"
+    return None

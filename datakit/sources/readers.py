@@ -21,6 +21,7 @@ file (line/row number, or WARC offset) that, with the file's index, makes "first
 from __future__ import annotations
 
 import codecs
+import hashlib
 import io
 import json
 import re
@@ -52,6 +53,7 @@ CORRUPT = "corrupt_file"
 HTML_PARSE = "html_parse_error"
 WARC_PARSE = "warc_parse_error"
 UNSUPPORTED_ENCODING = "unsupported_content_encoding"
+BINARY = "binary"  # mostly replacement characters, control bytes or NULs: not text
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class FileRef:
     rel: str
     size: int = 0
     row_groups: tuple[int, int] | None = None
+    # The plan's promise about the whole file (normalize's planned inputs): its size and sha256. When
+    # set, the reader proves that the bytes it read are those bytes (see `open_ref`).
+    planned_size: int | None = None
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,82 @@ def excerpt_of(data: bytes | str, n: int = EXCERPT_CHARS) -> str:
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = bytes(data[: n * 4]).decode("utf-8", "replace")
     return data[:n]
+
+
+# ------------------------------------------------------------------------------------------------
+# planned inputs: prove that what was read is what was planned
+
+INPUT_CHANGED = "input_changed"
+INPUT_MISSING = "input_missing"
+
+
+class _CheckedFile:
+    """A read-only file that hashes every byte read through it. On close it reads whatever the reader
+    left unread (a reader may stop early) and records whether size and sha256 match the plan.
+
+    Why: a file deleted, truncated or rewritten between planning and reading used to vanish from the
+    output (or half of it did) with no error at all. A check while reading costs no second read."""
+
+    def __init__(self, ref: FileRef) -> None:
+        self.ref, self._f = ref, open_read(ref.path)
+        self.size, self._sha = 0, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self._sha.update(data)
+        self.size += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def __enter__(self) -> "_CheckedFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._f is None:
+            return
+        while self.read(CHUNK_BYTES):
+            pass
+        self._f.close()
+        self._f = None
+        digest = self._sha.hexdigest()
+        ref = self.ref
+        verdict = None
+        if ref.planned_size is not None and self.size != ref.planned_size:
+            verdict = f"read {self.size} bytes but {ref.planned_size} were planned: the file changed after planning"
+        elif ref.sha256 is not None and digest != ref.sha256:
+            verdict = (f"content changed after planning (sha256 {digest[:16]}..., planned "
+                       f"{ref.sha256[:16]}...)")
+        _verdicts()[ref.path] = verdict
+
+
+def _verdicts() -> dict[str, str | None]:
+    if not hasattr(_tls, "verdicts"):
+        _tls.verdicts = {}
+    return _tls.verdicts
+
+
+def open_ref(ref: FileRef):
+    """Open a file for a reader: hashed against the plan when the ref carries one."""
+    if ref.sha256 is None and ref.planned_size is None:
+        return open_read(ref.path)
+    return _CheckedFile(ref)
+
+
+def input_verdict(ref: FileRef) -> str | None:
+    """After a reader finished a planned file: why its bytes are not the planned ones (None if they are)."""
+    return _verdicts().pop(ref.path, None)
+
+
+def planned_reject(ref: FileRef, reason: str, detail: str) -> Reject:
+    """A planned input that is missing or changed, as a reject naming the file (the step then fails)."""
+    return Reject(ref.index, ref.rel, -1, None, None, reason, detail, "")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -341,7 +423,7 @@ def read_jsonl(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
     parts: list[bytes] = []  # pieces of the current, incomplete line
     held = 0
     skipping: bytes | None = None  # excerpt of an oversized line being skipped
-    with open_read(ref.path) as f:
+    with open_ref(ref) as f:
         try:
             for chunk in iter_decompressed(f):
                 start = 0
@@ -479,13 +561,13 @@ def read_parquet(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
 def _read_whole(ref: FileRef, opts: ReaderOptions) -> bytes | Reject:
     cap = opts.max_record_bytes
     if ref.size > cap:
-        with open_read(ref.path) as f:
+        with open_ref(ref) as f:
             head = f.read(EXCERPT_CHARS * 4)
         return Reject(ref.index, ref.rel, 0, None, None, OVERSIZED,
                       f"file of {ref.size} bytes exceeds the record cap of {cap} bytes",
                       excerpt_of(head) if compression_of(head) is None else "")
     parts, total = [], 0
-    with open_read(ref.path) as f:
+    with open_ref(ref) as f:
         try:
             for chunk in iter_decompressed(f):
                 parts.append(chunk)
@@ -680,7 +762,7 @@ def read_warc(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     stats = stats if stats is not None else Counter()
-    with open_read(ref.path) as f:
+    with open_ref(ref) as f:
         stream = _ChunkStream(iter_decompressed(f))
         records = iter(ArchiveIterator(stream, record_types=WarcRecordType.response, parse_http=False))
         reported_break = False
@@ -775,5 +857,6 @@ def is_hidden(rel: str) -> bool:
 __all__ = [
     "FORMATS", "FileRef", "ReaderOptions", "RawRecord", "Reject", "HtmlText", "StreamBroken", "decode_bytes",
     "decode_html", "html_to_text", "iter_decompressed", "read_file", "read_jsonl", "read_parquet", "read_text",
-    "read_html", "read_warc", "is_hidden", "fix_surrogates", "READERS",
+    "read_html", "read_warc", "is_hidden", "fix_surrogates", "READERS", "open_ref", "input_verdict",
+    "planned_reject", "INPUT_CHANGED", "INPUT_MISSING", "BINARY",
 ]

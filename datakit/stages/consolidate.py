@@ -1,5 +1,6 @@
 """The consolidate stage: each source's documents minus everything the attribute steps marked (exact and
-fuzzy duplicates, contamination), with every removed document listed in outputs/removed/ and its reason."""
+fuzzy duplicates, contamination), with every removed document listed in outputs/removed/ and its reason;
+documents whose benchmark says `cut` lose only the matched spans and take the id of their new text."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datakit.steps import Step, StepContext
 
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
 
-VERSION = "1"
+VERSION = "2"
 
 
 def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tuple[str, ...]) -> dict:

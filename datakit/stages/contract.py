@@ -48,6 +48,8 @@ class Stage:
               (a string, so the stages never import the ferry that sits above them).
     version_source: where a developer bumps `version`, when not `datakit/stages/<name>.py: VERSION`
               (the version lock's messages point there).
+    check:    ``check(manifest)`` raising ValueError for a manifest the stage cannot run; every stage's
+              check runs before any stage builds, so a refused manifest leaves nothing behind.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Stage:
     code: tuple[str, ...] = ()
     checks: str | None = None
     version_source: str | None = None
+    check: Callable[[Manifest], None] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.consumes + self.produces) - set(KINDS))

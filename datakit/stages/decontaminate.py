@@ -1,20 +1,21 @@
-"""The decontaminate stage: documents sharing long n-grams with a benchmark's test items are marked, per
-benchmark and per source, in attribute files consolidate applies. Benchmark files enter the identity by
-content (sha256), never by path."""
+"""The decontaminate stage: documents holding a substantial part of a benchmark's test item are flagged, per
+benchmark and per source, in attribute files consolidate applies (remove, cut the spans, or annotate).
+Benchmark files (and directories) enter the identity by content (sha256), never by path; every other
+knob of the section and of each benchmark enters it as given, so a new knob cannot be left out."""
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
-from datakit.core.fsio import sha256_file
-from datakit.dedup.decontaminate import DecontamConfig
+from datakit.dedup.decontaminate import BenchmarkSpec, DecontamConfig, benchmark_sha256
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
 from .dedup_common import document_refs, documents_of
 
-VERSION = "1"
+VERSION = "2"
 
 
 def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[str, int],
@@ -25,21 +26,32 @@ def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[s
     return counters_only(res.to_dict())
 
 
+def _identity_config(cfg: DecontamConfig) -> dict:
+    """Every field of the section and of each benchmark (paths replaced by content hashes), except those
+    marked identity: False."""
+    def fields(obj: object, skip: tuple[str, ...]) -> dict:
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+                if f.name not in skip and f.metadata.get("identity", True)}
+
+    def bench(b: BenchmarkSpec) -> dict:
+        return {**fields(b, ("path",)), "text_fields": list(b.text_fields), "sha256": benchmark_sha256(b.path)}
+
+    return {**fields(cfg, ("benchmarks",)), "benchmarks": [bench(b) for b in cfg.benchmarks]}
+
+
 def build(graph: Graph) -> None:
     cfg: DecontamConfig = graph.config(STAGE)
     if not cfg.benchmarks:
         return
-    benches = [{"name": b.name, "text_fields": list(b.text_fields), "sha256": sha256_file(b.path),
-                **({"id_field": b.id_field} if b.id_field else {}), **({"format": b.format} if b.format else {})}
-               for b in cfg.benchmarks]
     docs, priority, deps = documents_of(graph)
     step = Step("decontaminate", partial(_decontaminate, documents=docs, priority=priority, cfg=cfg),
-                {"benchmarks": benches, "ngram": cfg.ngram}, deps=deps, version=VERSION, stage=STAGE.name)
+                _identity_config(cfg), deps=deps, version=VERSION, stage=STAGE.name)
     graph.attributes.append(graph.add(step))
 
 
 STAGE = Stage(name="decontaminate", version=VERSION, build=build,
               section=Section("decontaminate", DecontamConfig), consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
+                    "datakit.dedup.consolidate",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
               checks="datakit.ferry.checks_data:check_decontaminate")

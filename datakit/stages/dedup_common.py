@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from datakit.manifest import Manifest
 from datakit.steps import Step, StepContext
 
 from .contract import Graph
 
 
-def require_one_row_per_id(graph: Graph) -> None:
+def require_one_row_per_id(m: Manifest) -> None:
     """Corpus-level dedup marks documents by id, so a source that keeps duplicate ids cannot take part."""
-    m = graph.manifest
+    dedup = m.sections.get("dedup")
+    if dedup is None or not (dedup.exact or dedup.fuzzy):
+        return
     for i, spec in enumerate(m.sources):
         if spec.dedup == "none":
             raise ValueError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from datakit.manifest import SourceSpec
-from datakit.steps import Step, StepContext
+from datakit.steps import Step, StepContext, StepRecord
 
 from .contract import FILES, Graph, Stage, counters_only
 
@@ -24,13 +24,20 @@ def _download(ctx: StepContext, spec: SourceSpec) -> dict:
     return counters_only(result)
 
 
+def _recheck(record: StepRecord) -> str | None:
+    from datakit.sources.fetch import upstream_changes
+
+    return upstream_changes(record.result.get("files") or [])
+
+
 def build(graph: Graph) -> None:
     for spec in graph.manifest.sources:
         if spec.remote:
             config = {"uri": list(spec.uris), "revision": spec.revision, "sha256": spec.sha256,
                       "exclude": list(spec.exclude), "max_files": spec.max_files}
             graph.files[spec.name] = graph.add(Step(f"download-{spec.name}", partial(_download, spec=spec), config,
-                                                    version=VERSION, stage=STAGE.name, source=spec.name))
+                                                    version=VERSION, stage=STAGE.name, source=spec.name,
+                                                    recheck=_recheck))
 
 
 STAGE = Stage(name="download", version=VERSION, build=build, produces=(FILES,),

@@ -25,14 +25,14 @@ def build(graph: Graph) -> None:
     cfg: DedupConfig = graph.config(STAGE)
     if not cfg.exact:
         return
-    require_one_row_per_id(graph)
     docs, priority, deps = documents_of(graph)
     step = Step("exact-dedup", partial(_exact, documents=docs, priority=priority), {"priority": graph.source_names},
                 deps=deps, version=VERSION, stage=STAGE.name)
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="exact", version=VERSION, build=build, section=Section("dedup", DedupConfig),
+STAGE = Stage(name="exact", version=VERSION, build=build, check=require_one_row_per_id,
+              section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.exact", "datakit.dedup.hashing", "datakit.dedup.batches", "datakit.dedup.layout",
                     "datakit.stages.exact", "datakit.stages.dedup_common"),

@@ -36,7 +36,6 @@ def build(graph: Graph) -> None:
     cfg: DedupConfig = graph.config(STAGE)
     if not cfg.fuzzy:
         return
-    require_one_row_per_id(graph)
     docs, priority, deps = documents_of(graph)
     minhash: dict[str, Step] = {}
     for n in graph.source_names:
@@ -52,7 +51,8 @@ def build(graph: Graph) -> None:
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="fuzzy", version=VERSION, build=build, section=Section("dedup", DedupConfig),
+STAGE = Stage(name="fuzzy", version=VERSION, build=build, check=require_one_row_per_id,
+              section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.minhash", "datakit.dedup.fuzzy", "datakit.dedup.components",
                     "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",

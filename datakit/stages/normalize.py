@@ -8,15 +8,16 @@ changed byte rebuilds this source and everything downstream; `--dry-run` names t
 from __future__ import annotations
 
 import dataclasses
+import os
 from functools import partial
 
-from datakit.core.fsio import is_local
+from datakit.core.fsio import is_local, local_path
 from datakit.manifest import Section, SourceSpec
-from datakit.normalize.config import NormalizeConfig
+from datakit.normalize.config import NormalizeConfig, PlannedFile
 from datakit.sources.fetch import FILES_DIR
 from datakit.shuffle import FileInfo, list_files
 from datakit.steps import Step, StepContext
-from datakit.steps.fingerprint import fingerprint_files
+from datakit.steps.fingerprint import fingerprint_files, relative_names
 
 from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, identity_fields
 
@@ -39,15 +40,34 @@ def effective_config(spec: SourceSpec, section: NormalizeConfig) -> NormalizeCon
     return dataclasses.replace(section, html_main_content=spec.html_main_content)
 
 
-def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, download: str | None) -> dict:
+def _downloaded_plan(ctx: StepContext, download: str) -> list[PlannedFile]:
+    """The download step's record is the plan for a remote source: each file's name, size, sha256."""
+    rec = ctx.deps[download]
+    return [PlannedFile(rec.path(FILES_DIR, f["name"]), int(f["size"]), f.get("sha256"))
+            for f in rec.result.get("files", [])]
+
+
+def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, download: str | None,
+               planned: tuple[PlannedFile, ...] | None = None) -> dict:
+    """Read exactly the planned files (never a fresh listing: a file gone since planning must fail the
+    step, naming it, not vanish from the output)."""
     from datakit.normalize.pipeline import normalize_source
 
-    files = list_files(ctx.deps[download].path(FILES_DIR)) if download else source_files(spec)
+    plan = _downloaded_plan(ctx, download) if download else planned
+    files = [FileInfo(p.path, p.size) for p in plan] if plan else source_files(spec)
     result = normalize_source(
         name=spec.name, files=files, fmt=spec.format, text_field=spec.text_field, id_field=spec.id_field,
         bare=spec.bare, dedup=spec.dedup, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
+        planned=plan,
     )
     return counters_only(result.to_dict())
+
+
+def _plan(listed: list[FileInfo], hashes: dict[str, str]) -> tuple[PlannedFile, ...]:
+    """(path, size, sha256) of every listed local file: the contract the normalize step checks."""
+    absolute = {f.path: os.path.abspath(local_path(f.path)) for f in listed}
+    names = relative_names(sorted(set(absolute.values())))
+    return tuple(PlannedFile(f.path, int(f.size), hashes.get(names[absolute[f.path]])) for f in listed)
 
 
 def _cache_dir(prefix: str) -> str | None:
@@ -63,17 +83,21 @@ def build(graph: Graph) -> None:
         cfg = effective_config(spec, section)
         download = graph.files.get(spec.name)
         inputs: dict[str, str] = {}
+        planned: tuple[PlannedFile, ...] | None = None
         if download is not None:
             fingerprint = "download"
         else:
-            paths = [f.path for f in source_files(spec)]
+            listed = source_files(spec)
+            paths = [f.path for f in listed]
             local = all(is_local(p) for p in paths)
             fp = fingerprint_files(paths, _cache_dir(graph.prefix) if local else None, save=graph.write_cache)
             fingerprint, inputs = fp.digest, fp.files
+            planned = _plan(listed, fp.files) if local else None
         source = {k: getattr(spec, k) for k in _SOURCE_KEYS}
         config = {"source": source, "normalize": identity_fields(cfg), "input": fingerprint}
         step = Step(f"normalize-{spec.name}", partial(_normalize, spec=spec, cfg=cfg,
-                                                      download=download.name if download else None),
+                                                      download=download.name if download else None,
+                                                      planned=planned),
                     config, deps=(download,) if download else (), version=VERSION, inputs=inputs,
                     stage=STAGE.name, source=spec.name)
         graph.documents[spec.name] = graph.add(step)

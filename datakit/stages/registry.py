@@ -8,18 +8,22 @@ from __future__ import annotations
 
 from datakit.manifest import Section
 
-from . import consolidate, decontaminate, download, exact, fuzzy, normalize, tokenize, tokenizer, train, user
+from . import (consolidate, decontaminate, download, exact, fuzzy, linededup, normalize, pii, quality, tokenize,
+               tokenizer, train, user)
 from .contract import Stage
 
 STAGES: tuple[Stage, ...] = (
     download.STAGE,
     normalize.STAGE,
     user.AFTER_NORMALIZE,
+    quality.STAGE,
     exact.STAGE,
     fuzzy.STAGE,
     decontaminate.STAGE,
     consolidate.STAGE,
     user.AFTER_CONSOLIDATE,
+    linededup.STAGE,
+    pii.STAGE,
     tokenizer.STAGE,
     tokenize.STAGE,
     train.STAGE,

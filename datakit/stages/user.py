@@ -21,26 +21,21 @@ dedup stages downstream see what the document now is.
 from __future__ import annotations
 
 import importlib
-import io
 import sys
 from functools import partial
 from typing import Any, Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_write_bytes
-from datakit.core.layout import DocumentsDir, join
 from datakit.manifest import UserStageSpec
-from datakit.shuffle import Dataset, counters
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
 
 from .contract import DOCUMENTS, Graph, Stage
+from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
 VERSION = "1"
-REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 _PROTECTED = ("id", "text")
 _loaded: dict[tuple[str, str], tuple[str, Callable]] = {}  # (call, dir) -> (code, fn): one import per process
 
@@ -129,32 +124,12 @@ def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[
         else:
             new["id"] = doc["id"]
         out.append(new)
-    out.sort(key=lambda d: d["id"])
-    unique, seen = [], set()
-    for doc in out:  # two documents a map made identical: keep one, like normalize does
-        if doc["id"] in seen:
-            removed.append((doc["id"], name, "duplicate after map"))
-        else:
-            seen.add(doc["id"])
-            unique.append(doc)
-    return unique, removed, changed
+    unique, dups = sort_unique(out, name, "duplicate after map")  # like normalize: keep one
+    return unique, removed + dups, changed
 
 
-def _table_bytes(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
-
-
-def _removed_table(removed: list[tuple]) -> pa.Table:
-    t = pa.table({k: pa.array([r[i] for r in removed], pa.string()) for i, k in enumerate(REMOVED_SCHEMA.names)},
-                 schema=REMOVED_SCHEMA)
-    return t.take(pc.sort_indices(t, [("id", "ascending")]))
-
-
-def apply_to_file(job: tuple, spec: UserStageSpec, search_dir: str | None, code: str) -> dict:
-    """One documents file through the user's callable: kept rows to main, the rest to removed."""
-    src, dst_main, dst_removed = job
+def transform_file(src: str, spec: UserStageSpec, search_dir: str | None, code: str) -> tuple[pa.Table, list, dict]:
+    """One documents file through the user's callable: (kept table, removed rows, stats)."""
     fn = load_callable(spec.call, search_dir, code)
     table = pq.read_table(src)
     rows = table.to_pylist()
@@ -169,27 +144,19 @@ def apply_to_file(job: tuple, spec: UserStageSpec, search_dir: str | None, code:
     else:
         docs, removed, changed = _map_rows(fn, rows, spec.config, spec.name)
         out = pa.Table.from_pylist(docs) if docs else table.slice(0, 0)
-    atomic_write_bytes(dst_main, _table_bytes(out))
-    atomic_write_bytes(dst_removed, _table_bytes(_removed_table(removed)))
     stats = {"docs_in": len(rows), "docs_out": out.num_rows, "removed": len(removed), "changed": changed}
-    for k, v in stats.items():
-        counters.increment(k, v)
-    return stats
+    return out, removed, stats
 
 
 def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str | None, code: str) -> dict:
-    src = DocumentsDir(ctx.deps[documents].output)
-    dst = DocumentsDir(ctx.output)
-    names = src.parquet_names("main")
-    if not names:
-        raise UserStageError(f"stage {spec.name}: no documents under {src.main} (its input step wrote none)")
-    jobs = [(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
-    run = (Dataset.from_items(jobs, num_shards=len(jobs))
-           .map(partial(apply_to_file, spec=spec, search_dir=search_dir, code=code)).collect(ctx.exec_config))
-    totals = {k: sum(s[k] for s in run) for k in ("docs_in", "docs_out", "removed", "changed")}
+    try:
+        names, totals = run_per_file(ctx, documents, partial(transform_file, spec=spec, search_dir=search_dir,
+                                                              code=code), f"stage {spec.name}")
+    except ValueError as e:
+        raise UserStageError(str(e)) from None
+    totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}
     return {"stage": spec.name, "call": call_name(spec.call), "kind": spec.kind, "place": spec.place,
-            "main_files": [f"{DocumentsDir.MAIN}/{n}" for n in names],
-            "removed_files": [f"{DocumentsDir.REMOVED}/{n}" for n in names], "counters": totals}
+            **file_lists(names), "counters": totals}
 
 
 # ------------------------------------------------------------------ building the steps
@@ -235,7 +202,7 @@ def build_after_consolidate(graph: Graph) -> None:
     _build_place(graph, "after_consolidate")
 
 
-_CODE = ("datakit.stages.user",)
+_CODE = ("datakit.stages.user", "datakit.stages.transform")
 _WHERE = "datakit/stages/user.py: VERSION"
 AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
                         consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,

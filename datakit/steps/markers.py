@@ -17,6 +17,11 @@ from . import storage
 STATUS_FILE = ".status"
 ARTIFACT_FILE = "artifact.json"
 ERROR_FILE = "error.txt"
+# Every output file's path, size and xxh3-128, written after the step's outputs and before the artifact
+# record (datakit.steps.verify): what `datakit run` and `datakit verify` check a built step against.
+OUTPUTS_FILE = "outputs.manifest.json"
+# Files in a step dir that describe the step rather than being its output.
+MARKER_FILES = frozenset({STATUS_FILE, ARTIFACT_FILE, ERROR_FILE, OUTPUTS_FILE})
 
 RUNNING, SUCCESS, FAILED = "RUNNING", "SUCCESS", "FAILED"
 

@@ -11,6 +11,7 @@ user needs before starting an hour-long rebuild.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 import datakit
 
-from . import markers, storage
+from . import markers, storage, verify
 from .events import EventLog
 from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
@@ -52,6 +53,7 @@ class RunSummary:
     run_id: str = ""
     wall_s: float = 0.0
     dry_run: bool = False
+    data: dict = field(default_factory=dict)  # what happened to the data (set by datakit.pipeline.run)
 
     @property
     def ok(self) -> bool:
@@ -68,7 +70,7 @@ class RunSummary:
 
     def to_dict(self) -> dict:
         return {"status": self.status, "run_id": self.run_id, "wall_s": self.wall_s,
-                "dry_run": self.dry_run, "steps": self.steps}
+                "dry_run": self.dry_run, "steps": self.steps, "data": self.data}
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,14 @@ def _open(url: str | None, kind: str) -> _Location | None:
     return _Location(fs, root, kind)
 
 
+def _for_step(exec_config: Any, step: Step) -> Any:
+    """The run's engine settings, with progress bars named after the step (when the settings have a
+    ``label``, as datakit.shuffle.ExecConfig does; anything else is handed over untouched)."""
+    if dataclasses.is_dataclass(exec_config) and any(f.name == "label" for f in dataclasses.fields(exec_config)):
+        return dataclasses.replace(exec_config, label=step.name)
+    return exec_config
+
+
 def _built_artifact(fs, d: str) -> dict | None:
     """The artifact record of a step dir whose status says SUCCESS; None if unbuilt or unreadable."""
     if not markers.is_built(fs, d):
@@ -135,9 +145,12 @@ def _built_artifact(fs, d: str) -> dict | None:
 
 
 def _load_built(loc: _Location, step: Step) -> StepRecord | None:
-    """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact), else None."""
+    """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact + outputs that still
+    match their manifest, by size: cheap), else None."""
     art = _built_artifact(loc.fs, loc.step_dir(step))
     if art is None or art.get("identity") != step.identity:
+        return None
+    if verify.damage_reason(loc.fs, loc.step_dir(step)) is not None:
         return None
     return StepRecord(step.name, step.identity, loc.url(step), art.get("result") or {}, art.get("counters") or {})
 
@@ -287,6 +300,10 @@ def _damage(loc: _Location, step: Step) -> str | None:
             return None
         state = f"no {markers.STATUS_FILE} marker"
     elif status.get("status") == markers.SUCCESS:
+        art = _built_artifact(loc.fs, d)
+        damage = verify.damage_reason(loc.fs, d) if art and art.get("identity") == step.identity else None
+        if damage:
+            return damage
         state = f"SUCCESS but {markers.ARTIFACT_FILE} is unreadable or records another identity"
     else:
         state = str(status.get("status"))
@@ -319,9 +336,27 @@ class _Run:
         self.exec_config, self.lease_timeout_s = exec_config, lease_timeout_s
         self.records: dict[str, StepRecord] = {}
         self._prefix_names: list[str] | None = None  # listed once, on the first step that needs a reason
+        # Steps rebuilt in this run because their built output was damaged (and, transitively, their
+        # dependents: they were built from the damaged bytes, so they are rebuilt too).
+        self.rebuilt_damaged: set[str] = set()
+        self.disk_problem: storage.DiskProblem | None = None  # a full disk stops the rest of the run
 
     def emit(self, event: str, step: Step, **fields: Any) -> None:
-        self.events.emit({"event": event, "step": step.name, "identity": step.identity, **fields})
+        self.safe_emit({"event": event, "step": step.name, "identity": step.identity, **fields})
+
+    def safe_emit(self, event: dict) -> None:
+        """Emit an event; when events.jsonl cannot be written (full or read-only disk), say so once and
+        keep reporting on screen: a log line must never turn a clean failure into a crash."""
+        try:
+            self.events.emit(event)
+        except OSError as e:
+            problem = storage.disk_problem(e)
+            if problem is None or not self.events.write:
+                raise
+            logging.getLogger("datakit.steps").warning("events.jsonl is no longer written: %s",
+                                                       problem.message(self.events.path))
+            self.events.write = False
+            self.events.emit(event)
 
     def why_run(self, step: Step, forced: bool) -> str:
         """Why a step that is not built runs: forced; its own dir is damaged; what differs from the
@@ -350,7 +385,11 @@ class _Run:
 
     def step_entry(self, step: Step, forced: bool, dry_run: bool) -> dict:
         """Skip, report (dry run) or build one step whose deps are usable."""
-        found = None if forced else _find_built(step, self.prefix, self.mirror)
+        damaged_deps = [d.name for d in step.deps if d.name in self.rebuilt_damaged]
+        found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror)
+        outdated = step.recheck(found[0]) if found is not None and step.recheck is not None else None
+        if outdated:
+            found = None
         if found is not None:
             rec, where = found
             kind = "would_skip" if dry_run else "skipped"
@@ -358,9 +397,20 @@ class _Run:
                 self.records[step.name] = rec
             self.emit(f"step_{kind}", step, output=rec.output, location=where)
             return _entry(step, kind, rec.output, counters=rec.counters, location=where)
-        reason = self.why_run(step, forced)
+        if damaged_deps and not forced:
+            reason = f"dependency rebuilt because its output was damaged: {_listed(damaged_deps)}"
+        elif outdated:
+            reason = f"output damaged: outdated: {outdated}"
+        else:
+            reason = self.why_run(step, forced)
+        if damaged_deps or reason.startswith("output damaged:"):
+            self.rebuilt_damaged.add(step.name)
+            forced = True  # start from an empty dir: nothing of the damaged build is reused
         if not dry_run:
-            return self.build(step, forced, reason)
+            try:
+                return self.build(step, forced, reason)
+            except OSError as e:  # the step dir, its lease or its RUNNING marker could not be written
+                return self._disk_failure(step, e, reason)
         url = self.prefix.url(step)
         self.emit("step_would_run", step, output=url, reason=reason)
         return _entry(step, "would_run", url, reason=reason)
@@ -370,18 +420,32 @@ class _Run:
         url = self.prefix.url(step)
         fs.makedirs(d, exist_ok=True)
         lease = Lease(fs, d, timeout_s=self.lease_timeout_s)
-        lease.acquire(on_wait=lambda h: self.emit("step_waiting", step, output=url, holder={
-            k: h.get(k) for k in ("owner", "host", "pid", "heartbeat_iso", "gen")}))
+        waited_from: list[float] = []
+
+        def on_wait(h: dict) -> None:
+            waited_from.append(time.perf_counter())
+            self.emit("step_waiting", step, output=url,
+                      holder={k: h.get(k) for k in ("owner", "host", "pid", "heartbeat_iso", "gen")})
+
+        lease.acquire(on_wait=on_wait)
+        waited = f" after waiting {time.perf_counter() - waited_from[0]:.1f}s for its lease" if waited_from else ""
         try:
             if not forced:
                 rec = _load_built(self.prefix, step)
                 if rec is not None:  # a concurrent runner built it while we waited
                     self.records[step.name] = rec
-                    self.emit("step_skipped", step, output=url, location="prefix", reason="built by another runner")
-                    return _entry(step, "skipped", url, counters=rec.counters, location="prefix")
+                    self.emit("step_skipped", step, output=url, location="prefix",
+                              reason=f"built by another runner{waited}")
+                    return _entry(step, "skipped", url, counters=rec.counters, location="prefix",
+                                  reason=f"built by another runner{waited}")
+            if waited:
+                reason = f"{reason}; ran{waited}" if reason else f"ran{waited}"
             return self._run_fn(step, lease, fs, d, url, forced, reason)
         finally:
-            lease.release()
+            try:
+                lease.release()
+            except OSError:  # a full disk: the lease goes stale on its own, the outcome stands
+                logging.getLogger("datakit.steps").warning("could not release the lease of %s", d, exc_info=True)
 
     def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str, forced: bool = False,
                 reason: str | None = None) -> dict:
@@ -392,11 +456,14 @@ class _Run:
                              lease_owner=lease.owner)
         self.emit("step_started", step, output=url, reason=reason)
         ctx = StepContext(step=step, output=url, deps={dep.name: self.records[dep.name] for dep in step.deps},
-                          exec_config=self.exec_config, _emit=self.events.emit)
+                          exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit)
         t0 = time.perf_counter()
         try:
-            result, counters = _check_result(step, step.fn(ctx), ctx.counters)
+            with _EngineEvents(self, step):
+                result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
+            lease.check()
+            verify.write_manifest(fs, d)  # what `run` and `verify` will check this build against
             lease.check()
             markers.write_artifact(fs, d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()
@@ -405,10 +472,17 @@ class _Run:
         except BaseException as e:  # noqa: BLE001 - every way out must leave an honest marker
             wall = time.perf_counter() - t0
             interrupted = not isinstance(e, Exception)
-            error = f"interrupted ({type(e).__name__})" if interrupted else f"{type(e).__name__}: {e}"
+            problem = None if interrupted else storage.disk_problem(e)
+            if interrupted:
+                error = f"interrupted ({type(e).__name__})"
+            else:
+                error = problem.message(url) if problem else f"{type(e).__name__}: {e}"
             tb = traceback.format_exc()
             if not isinstance(e, LeaseLost):
+                self._discard_partial(step, fs, d, problem)
                 self._mark_failed(step, lease, fs, d, ctx.counters, started, wall, error, tb)
+            if problem is not None and problem.no_space:
+                self.disk_problem = problem
             self.emit("step_failed", step, output=url, wall_s=round(wall, 6), error=error, traceback=tb)
             if interrupted:
                 raise
@@ -418,8 +492,37 @@ class _Run:
         self.emit("step_succeeded", step, output=url, wall_s=round(wall, 6), counters=counters)
         return _entry(step, "succeeded", url, wall_s=wall, counters=counters, location="prefix", reason=reason)
 
+    def _disk_failure(self, step: Step, exc: OSError, reason: str | None) -> dict:
+        """A step that could not even start because the disk refused: failed, in one line."""
+        problem = storage.disk_problem(exc)
+        if problem is None:
+            raise exc
+        url = self.prefix.url(step)
+        if problem.no_space:
+            self.disk_problem = problem
+        try:
+            storage.remove_temp_files(self.prefix.fs, self.prefix.step_dir(step), keep=is_lease_name)
+        except OSError:
+            pass
+        error = problem.message(url)
+        self.emit("step_failed", step, output=url, wall_s=0.0, error=error, traceback=None)
+        return _entry(step, "failed", url, error=error, location="prefix", reason=reason)
+
+    def _discard_partial(self, step: Step, fs, d: str, problem: storage.DiskProblem | None) -> None:
+        """A failed attempt's temp files are never published: remove them (they may be what filled the
+        disk). On a full disk a non-resumable step's partial outputs go too, since the next attempt
+        starts from an empty dir anyway and the space is what the markers need now."""
+        try:
+            storage.remove_temp_files(fs, d, keep=is_lease_name)
+            if problem is not None and problem.no_space and not step.resumable:
+                markers.clear_step_dir(fs, d, keep=is_lease_name)
+        except OSError:
+            logging.getLogger("datakit.steps").warning("could not clean up %s", d, exc_info=True)
+
     def _mark_failed(self, step, lease, fs, d, counters, started, wall, error, tb) -> None:
-        """FAILED marker + traceback, unless a peer now owns the dir (then it is not ours to touch)."""
+        """FAILED marker + traceback, unless a peer now owns the dir (then it is not ours to touch).
+        If the disk refuses even that, the other markers are removed to make room and FAILED is
+        written again: a run must never leave RUNNING behind for a step that is over."""
         try:
             lease.check()
             markers.write_error(fs, d, tb)
@@ -428,8 +531,20 @@ class _Run:
             markers.write_artifact(fs, d, art)
             markers.write_status(fs, d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
                                  error=error)
+        except LeaseLost:
+            return
         except Exception:  # noqa: BLE001 - the original error is what the user needs to see
             logging.getLogger("datakit.steps").warning("could not record failure of %s", step.name, exc_info=True)
+            for name in (markers.ERROR_FILE, markers.ARTIFACT_FILE, markers.STATUS_FILE):
+                try:
+                    storage.remove(fs, storage.join(d, name))
+                except OSError:
+                    pass
+            try:
+                markers.write_status(fs, d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
+                                     error=error)
+            except OSError:
+                pass
 
     def _artifact(self, step: Step, result: dict | None, counters: dict, started: float, wall: float,
                   status: str) -> dict:
@@ -443,6 +558,37 @@ class _Run:
             "host": socket.gethostname(), "pid": os.getpid(),
             "started": markers.now_iso(started), "finished": markers.now_iso(), "wall_s": round(wall, 6),
         }
+
+
+class _EngineEvents(logging.Handler):
+    """Turns the engine's structured log records (a worker retried after an error or a death) into
+    step events while a step fn runs, so `datakit run` can say what happened instead of hiding it.
+    Why logging: the engine (datakit.shuffle) knows nothing of steps; a log record with a
+    ``datakit_event`` attribute is the one channel both sides already share."""
+
+    LOGGER = "datakit.shuffle"
+
+    def __init__(self, run: "_Run", step: Step) -> None:
+        super().__init__(level=logging.INFO)
+        self.run, self.step = run, step
+        self._logger = logging.getLogger(self.LOGGER)
+        self._old_level = self._logger.level
+
+    def __enter__(self) -> "_EngineEvents":
+        self._logger.addHandler(self)
+        if self._logger.getEffectiveLevel() > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._old_level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "datakit_event", None)
+        if isinstance(event, dict) and "event" in event:
+            fields = {k: v for k, v in event.items() if k != "event"}
+            self.run.emit(f"step_{event['event']}", self.step, **fields)
 
 
 def _validate_selection(order: list[Step], only, force) -> tuple[set[str], set[str]]:
@@ -519,17 +665,20 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     _load_deps_outside_selection(run, order, selected)
 
     if not dry_run:
-        run.events.emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
-                         "prefix": storage.to_url(pre.fs, pre.root),
-                         "mirror": storage.to_url(mir.fs, mir.root) if mir else None})
+        storage.check_writable(pre.fs, pre.root)  # PrefixNotWritable: one clear line, nothing run
+        run.safe_emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
+                       "prefix": storage.to_url(pre.fs, pre.root),
+                       "mirror": storage.to_url(mir.fs, mir.root) if mir else None})
     entries: list[dict] = []
     outcome: dict[str, str] = {}
     for step in order:
         if step.name not in selected:
             continue
         bad = [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")]
-        if bad:
-            entry = _entry(step, "cascaded", pre.url(step), error=f"dependency failed: {', '.join(bad)}")
+        if bad or run.disk_problem is not None:
+            error = (f"dependency failed: {', '.join(bad)}" if bad else
+                     f"not run: the disk is full ({run.disk_problem.message(pre.url(step))})")
+            entry = _entry(step, "cascaded", pre.url(step), error=error)
             run.emit("step_cascaded", step, error=entry["error"])
         else:
             entry = run.step_entry(step, step.name in forced, dry_run)
@@ -539,7 +688,7 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0
     if not dry_run:
-        run.events.emit({"event": "run_finished", "status": status, "wall_s": round(wall, 6)})
+        run.safe_emit({"event": "run_finished", "status": status, "wall_s": round(wall, 6)})
     records = {n: r for n, r in run.records.items() if n in selected}
     return RunSummary(status, entries, records, run.events.run_id, round(wall, 6), dry_run)
 

@@ -51,6 +51,10 @@ class Step:
     inputs: dict[str, str] = field(default_factory=dict, compare=False)
     stage: str = field(default="", compare=False)
     source: str | None = field(default=None, compare=False)
+    # Asked before a built step is reused: a reason its output is outdated although its identity is the
+    # same (a remote source whose server now answers differently), or None. Treated like a damaged
+    # output: the step and everything downstream rebuild. Not part of the identity.
+    recheck: Callable[["StepRecord"], str | None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):

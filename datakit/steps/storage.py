@@ -7,10 +7,13 @@ apply atomically. Everything takes an (fs, path) pair as returned by ``fsspec.co
 """
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import shutil
 import tempfile
+import uuid
+from dataclasses import dataclass
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -155,3 +158,110 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+# ---------------------------------------------------------------- full and read-only disks
+
+# errno values that mean "this place cannot take our bytes", as opposed to a bug or bad data.
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+_ERRNO_TEXT = {errno.ENOSPC: "[Errno 28]", errno.EROFS: "[Errno 30]", errno.EACCES: "[Errno 13]"}
+TEMP_MARK = ".tmp-"
+
+
+@dataclass(frozen=True)
+class DiskProblem:
+    """A write that failed because of the disk, not the code: full, read-only or not ours to write.
+
+    Why a record of its own: a 134-line chained traceback of a full disk tells the user nothing they
+    can act on; this says what happened, where, and what to do, in one line."""
+
+    code: int
+    path: str | None
+
+    @property
+    def no_space(self) -> bool:
+        return self.code in _NO_SPACE
+
+    def message(self, where: str | None = None) -> str:
+        path = self.path or where or "the output prefix"
+        if self.no_space:
+            return (f"no space left on device while writing {path}: free space there (or pass --prefix "
+                    "on a bigger disk) and rerun; finished steps are kept")
+        what = "read-only file system" if self.code == errno.EROFS else "permission denied"
+        return (f"cannot write {path}: {what}; choose a writable --prefix (or fix its permissions) and "
+                "rerun")
+
+
+class PrefixNotWritable(RuntimeError):
+    """The output prefix cannot be written at all (read-only, no permission, or already full)."""
+
+    def __init__(self, problem: DiskProblem, root: str):
+        super().__init__(problem.message(root))
+        self.problem, self.root = problem, root
+
+
+def disk_problem(exc: BaseException | None) -> DiskProblem | None:
+    """The disk problem behind an exception, looking through its cause/context chain and through
+    errors re-raised from engine workers (which carry only the original's type and message)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE | _NOT_WRITABLE:
+            return DiskProblem(exc.errno, exc.filename if isinstance(exc.filename, str) else None)
+        info = getattr(exc, "info", None)
+        if isinstance(info, dict):
+            text = f"{info.get('type', '')}: {info.get('message', '')}"
+            for code, mark in _ERRNO_TEXT.items():
+                if mark in text:
+                    return DiskProblem(code, _quoted_path(str(info.get("message", ""))))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _quoted_path(message: str) -> str | None:
+    """The path in an OSError's text (``[Errno 28] No space left on device: '/x/y'``), if any."""
+    head, sep, tail = message.rpartition(": '")
+    return tail[:-1] if sep and tail.endswith("'") else None
+
+
+def check_writable(fs: fsspec.AbstractFileSystem, root: str) -> None:
+    """Create the prefix and write (then remove) a small probe file in it; PrefixNotWritable if the
+    disk refuses. Why up front: a read-only or full prefix should cost one clear line, not a step."""
+    probe = join(root, f"{TEMP_MARK}probe-{uuid.uuid4().hex[:12]}")
+    try:
+        fs.makedirs(root, exist_ok=True)
+        write_atomic(fs, probe, b"probe\n")
+    except OSError as e:
+        problem = disk_problem(e)
+        if problem is None:
+            raise
+        raise PrefixNotWritable(problem, to_url(fs, root)) from None
+    finally:
+        try:
+            remove(fs, probe)
+        except OSError:
+            pass
+
+
+def is_temp_name(name: str) -> bool:
+    """Names our writers give unpublished files (``.tmp-*``, ``.<name>.tmp-*``): never outputs."""
+    return TEMP_MARK in name
+
+
+def remove_temp_files(fs: fsspec.AbstractFileSystem, directory: str, keep=lambda name: False) -> int:
+    """Remove every unpublished temp file under ``directory`` except names ``keep`` protects (a live
+    lease's own temp file); returns how many. A failed attempt's temp files are garbage (they are never
+    renamed into place) and may be what filled the disk."""
+    removed = 0
+    try:
+        found = fs.find(directory, withdirs=False) if not is_local(fs) else [
+            os.path.join(r, n) for r, _, names in os.walk(directory) for n in names]
+    except FileNotFoundError:
+        return 0
+    for path in found:
+        name = posixpath.basename(str(path))
+        if is_temp_name(name) and not keep(name):
+            remove(fs, str(path))
+            removed += 1
+    return removed

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 import fsspec
 import numpy as np
+import xxhash
 
 from datakit.core.fsio import (
     atomic_write_bytes,
@@ -98,6 +99,40 @@ def read_json(path: str) -> Any:
 
 def shard_file_names(index: int, total: int) -> dict[str, str]:
     return TokenCacheDir.shard_names(index, total)
+
+
+def file_xxh3(path: str) -> str:
+    """xxh3-128 (hex) of a file's bytes, streamed: the per-shard checksum the ledger keeps."""
+    h = xxhash.xxh3_128()
+    with open_read(path) as f:
+        for chunk in iter(lambda: f.read(4 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def shard_checksums(split_dir: str, names: dict[str, str]) -> dict[str, str]:
+    """Checksums of one finished shard's token and offset files (recorded in its marker and the ledger),
+    so a token overwritten by another valid id, which changes no size and no count, is still caught."""
+    return {"tokens": file_xxh3(join(split_dir, names["tokens"])),
+            "offsets": file_xxh3(join(split_dir, names["offsets"]))}
+
+
+def verify_checksums(split_dir: str, ledger: dict | None = None) -> list[str]:
+    """Problems (one line each, naming the file) where a split's shard files differ from the ledger's
+    checksums; empty when all match. Ledgers written before checksums existed verify as empty."""
+    ledger = ledger if ledger is not None else read_ledger(split_dir)
+    problems = []
+    for entry in ledger.get("shards", []):
+        for kind in ("tokens", "offsets"):
+            want, rel = entry.get(f"{kind}_xxh3_128"), entry.get(f"{kind}_file")
+            if not want or not rel:
+                continue
+            path = join(split_dir, rel)
+            if not exists(path):
+                problems.append(f"{rel} is missing")
+            elif file_xxh3(path) != want:
+                problems.append(f"{rel} does not match its ledger checksum (content changed)")
+    return problems
 
 
 # ------------------------------------------------------------------------------------------- .npy writing

@@ -9,6 +9,7 @@ build is exactly when an operator needs this.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from datakit.core.layout import TokenCacheDir
@@ -65,9 +66,37 @@ def _sample(split_dir: str, ledger: dict) -> tuple[str | None, str | None]:
     return text, None
 
 
+_STEP_DIR = re.compile(r"^(?P<name>.+)-[0-9a-f]{10}$")
+
+
+def _current_only(dirs: list[str]) -> tuple[list[str], list[str]]:
+    """Under a run prefix, each tokenize step may have several builds (one per identity); only the newest
+    of each step name counts, so totals never add an outdated build to the current one."""
+    newest: dict[str, tuple[float, str]] = {}
+    step_of: dict[str, str] = {}
+    for d in dirs:
+        parts = d.rstrip("/").split("/")
+        step = next((("/".join(parts[: i + 1]), m["name"]) for i in range(len(parts) - 1, -1, -1)
+                     if (m := _STEP_DIR.match(parts[i]))), None)
+        if step is None:
+            continue
+        step_dir, name = step
+        step_of[d] = step_dir
+        try:
+            t = os.stat(os.path.join(C.local_path(step_dir), ".status")).st_mtime if C.is_local(step_dir) else 0.0
+        except OSError:
+            t = 0.0
+        if name not in newest or t > newest[name][0]:
+            newest[name] = (t, step_dir)
+    current = {v[1] for v in newest.values()}
+    kept = [d for d in dirs if d not in step_of or step_of[d] in current]
+    return kept, sorted({step_of[d] for d in dirs if d in step_of and step_of[d] not in current})
+
+
 def inspect_cache(path: str) -> dict:
-    """Summary of every token cache split found at/under ``path`` (see module docstring)."""
-    dirs = _find_split_dirs(path)
+    """Summary of every token cache split found at/under ``path`` (see module docstring); under a run
+    prefix, only the newest build of each tokenize step counts (the others are listed as outdated)."""
+    dirs, outdated = _current_only(_find_split_dirs(path))
     if not dirs:
         raise FileNotFoundError(f"no token cache ({C.LEDGER_FILE}) found at or under {path}")
     caches: list[dict[str, Any]] = []
@@ -116,7 +145,7 @@ def inspect_cache(path: str) -> dict:
             for k in t:
                 t[k] += entry[k]
         caches.append(entry)
-    return {"path": path, "caches": caches, "sources": sources, "totals": totals}
+    return {"path": path, "caches": caches, "sources": sources, "totals": totals, "outdated": outdated}
 
 
 def _n(x: Any) -> str:
@@ -126,6 +155,9 @@ def _n(x: Any) -> str:
 def format_inspect(info: dict) -> str:
     """Human-readable text for :func:`inspect_cache`'s dict."""
     lines = [f"token caches under {info['path']}"]
+    if info.get("outdated"):
+        lines.append(f"  ({len(info['outdated'])} outdated build(s) not counted: {', '.join(info['outdated'])}; "
+                     "`datakit gc` removes them)")
     for split, t in sorted(info["totals"].items()):
         lines.append(f"  total {split:<10} docs {_n(t['total_docs']):>14}  tokens {_n(t['total_tokens']):>16}"
                      f"  bytes {_n(t['total_bytes']):>16}")

@@ -37,7 +37,9 @@ from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
 
-VERSION = "1"  # bump when the cache contents for the same inputs change (stage implementation version)
+# Bump when the cache contents for the same inputs change (stage implementation version).
+# 2: the ledger and each shard's marker record xxh3-128 checksums of the shard's files.
+VERSION = "2"
 SPLITS = TokenCacheDir.SPLITS
 _SPLIT_SALT = b"datakit.tokenize.split\x00"
 _MAX_BAD_SAMPLES = 20
@@ -202,7 +204,8 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
         counters.increment("tokenize/shards_reused")
         return {"index": index, "input": fp["input"], "reused": True,
                 "splits": {s: done[s]["counts"] for s in SPLITS}, "bad": done["train"].get("bad", 0),
-                "bad_samples": done["train"].get("bad_samples", [])}
+                "bad_samples": done["train"].get("bad_samples", []),
+                "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
 
     tok = _tokenizer_for(spec)
     dtype = np.dtype(spec.dtype)
@@ -275,9 +278,11 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
             w.abort()
         raise
     bad_samples = bad
+    sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
     for s in SPLITS:  # markers last: a shard counts as done only once its data files are in place
         C.write_json_atomic(C.join(dirs[s], names["marker"]), {
             "fingerprint": fp, "counts": counts[s], "bad": n_bad, "bad_samples": bad_samples,
+            "checksums": sums[s],
         })
     n_docs = sum(c["rows"] for c in counts.values())
     counters.increment("tokenize/docs", n_docs)
@@ -286,7 +291,8 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     if n_bad:
         counters.increment("tokenize/bad_records", n_bad)
     return {"index": index, "input": fp["input"], "reused": False, "splits": counts, "bad": n_bad,
-            "bad_samples": bad_samples}
+            "bad_samples": bad_samples,
+            "checksums": sums}
 
 
 def _shard_task(spec: _ShardSpec):
@@ -314,9 +320,11 @@ def _ledger(name: str, split: str, spec: _ShardSpec, shard_results: list[dict], 
     for r in shard_results:
         names = C.shard_file_names(r["index"], total)
         c = r["splits"][split]
+        sums = (r.get("checksums") or {}).get(split) or {}
         shards.append({"index": r["index"], "input": r["input"], "tokens_file": names["tokens"],
                        "offsets_file": names["offsets"], "rows": c["rows"], "tokens": c["tokens"],
-                       "bytes": c["bytes"]})
+                       "bytes": c["bytes"], "tokens_xxh3_128": sums.get("tokens"),
+                       "offsets_xxh3_128": sums.get("offsets")})
     return {
         "format": C.CACHE_FORMAT,
         "version": C.CACHE_VERSION,

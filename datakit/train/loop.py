@@ -273,11 +273,13 @@ def run_training(
     inject_nan_steps: Iterable[int] = (),
     stop_at: int | None = None,
     on_checkpoint: Callable[[list[str]], None] | None = None,
+    on_log: Callable[[dict], None] | None = None,
 ) -> TrainResult:
     """Train (or resume) into ``out_dir``; see module docstring.
 
     ``on_checkpoint``: called after every checkpoint is written and old ones pruned, with the paths of
-    the checkpoints kept (the remote mirror publishes them from there).
+    the checkpoints kept (the remote mirror publishes them from there). ``on_log``: called with every
+    metrics record as it is written (live progress: the CLI prints step, loss, tokens/s and ETA).
 
     ``inject_nan_steps``: test hook, step numbers (1-based, as in metrics.jsonl) whose loss is
     forced to NaN; they must be skipped and counted. ``stop_at``: stop after this step as a
@@ -350,6 +352,8 @@ def run_training(
     def log(record: dict[str, Any]) -> None:
         with open(metrics_path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
+        if on_log is not None:
+            on_log(record)
 
     log({
         "kind": "start", "step": start_step, "resumed_from": resumed_from, "devices": ndev,

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -103,6 +103,7 @@ def train_model(
     *,
     inject_nan_steps: Iterable[int] = (),
     stop_at: int | None = None,
+    on_log: Callable[[dict], None] | None = None,
 ) -> TrainResult:
     """Train ``cfg`` on the mixture of ``train_caches`` (source -> split dir) by ``weights``,
     evaluating on ``validation_caches``; write metrics.jsonl, loss.png, checkpoints/, result.json
@@ -151,7 +152,7 @@ def train_model(
         },
     }
     kwargs = dict(data_fingerprint=_data_fingerprint(identity, train, weights, cfg.data_seed),
-                  run_info=run_info, inject_nan_steps=inject_nan_steps, stop_at=stop_at)
+                  run_info=run_info, inject_nan_steps=inject_nan_steps, stop_at=stop_at, on_log=on_log)
     if is_local(out_dir):
         return run_training(cfg, batches, eval_sets, local_path(out_dir), model_vocab, **kwargs)
     mirror = RemoteMirror(out_dir)  # s3://, gs://, ...: train in a local mirror, publish each checkpoint

@@ -1,0 +1,138 @@
+"""One document through the quality chain, in the FineWeb recipe's order: URL filter -> language ID ->
+Gopher repetition -> Gopher quality -> C4 (line cleaning + document rules) -> FineWeb.
+
+`Chain(rules).run(doc)` returns an `Outcome`: the (C4-cleaned) text, every measure computed, and the
+first rule that failed with its measured value. Unless ``annotate_only``, the chain stops at the first
+failure (the later measures of a removed document are never needed: removed/ records the rule and the
+value that removed it, and a kept document has passed, and so has measures for, every rule). With
+``annotate_only`` every measure is computed and the text is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import c4, fineweb, gopher, langid
+from .config import QualityRules
+from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, Rule, first_failure
+from .urls import UrlLists, read_list
+
+# Attribute columns the quality stage adds to every document (None where a measure was not computed).
+LANG_COLUMNS = ("lang", "lang_score")
+MEASURE_COLUMNS = (
+    "gopher_words", "gopher_avg_word_length", "gopher_hash_ratio", "gopher_ellipsis_ratio",
+    "gopher_bullet_lines", "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stop_words",
+    "rep_dup_para_frac", "rep_dup_para_char_frac", "rep_dup_line_frac", "rep_dup_line_char_frac",
+    *[f"rep_top_{n}_gram" for n in gopher.TOP_NGRAMS], *[f"rep_dup_{n}_gram" for n in gopher.DUP_NGRAMS],
+    "c4_lines_removed", "c4_sentences", "c4_lorem_ipsum", "c4_curly_bracket", "c4_bad_words",
+    "fineweb_line_punct_ratio", "fineweb_short_line_ratio", "fineweb_char_dup_ratio", "fineweb_list_ratio",
+)
+
+
+@dataclass
+class Failure:
+    rule: str            # e.g. "gopher_quality.min_stop_words"
+    value: float | None  # the measured value (None for list rules: url)
+    detail: str
+
+
+@dataclass
+class Outcome:
+    text: str
+    measures: dict[str, Any] = field(default_factory=dict)
+    failure: Failure | None = None
+    line_drops: dict[str, int] = field(default_factory=dict)
+
+
+def _failure(rule: Rule, value: float, config: Any) -> Failure:
+    return Failure(rule.name, value, f"{rule.measure} = {value:.6g}, threshold {getattr(config, rule.threshold)}")
+
+
+class Chain:
+    """The rules of one source, with its lists loaded once (per task)."""
+
+    def __init__(self, rules: QualityRules):
+        self.rules = rules
+        u = rules.url
+        self.urls = UrlLists.build((*u.block_domains, *read_list(u.block_file)), u.block_urls,
+                                   (*u.allow_domains, *read_list(u.allow_file)), u.allow_urls,
+                                   u.allow_only) if u.enabled else None
+        k = rules.c4
+        words = frozenset(w.lower() for w in (*k.bad_words, *read_list(k.bad_words_file)))
+        self.c4 = c4.C4Options(k.remove_citations, k.terminal_punct, k.min_words_per_line, k.max_word_length,
+                               k.javascript, k.policy, k.lorem_ipsum, k.curly_bracket, k.min_sentences, words)
+
+    def run(self, doc: dict) -> Outcome:
+        r, out = self.rules, Outcome(doc["text"])
+        steps = (self._url, self._langid, self._repetition, self._quality, self._c4, self._fineweb)
+        for step in steps:
+            failure = step(doc, out)
+            if failure is not None and out.failure is None:
+                out.failure = failure
+                if not r.annotate_only:
+                    break
+        if r.annotate_only:
+            out.text = doc["text"]
+        return out
+
+    def _url(self, doc: dict, out: Outcome) -> Failure | None:
+        url = doc.get(self.rules.url.column) if self.urls is not None else None
+        if not isinstance(url, str) or not url:
+            return None
+        verdict = self.urls.verdict(url)
+        return Failure(f"url.{verdict}", None, url) if verdict else None
+
+    def _langid(self, doc: dict, out: Outcome) -> Failure | None:
+        cfg = self.rules.langid
+        if not cfg.enabled:
+            return None
+        lang, score = langid.detect(out.text, cfg.max_chars)
+        out.measures.update(lang=lang, lang_score=score)
+        if cfg.languages and lang not in cfg.languages:
+            return Failure("langid.languages", score, f"lang = {lang} (score {score:.4f}), allowed {list(cfg.languages)}")
+        if cfg.min_score is not None and score < cfg.min_score:
+            return Failure("langid.min_score", score, f"lang = {lang}, score {score:.4f} < {cfg.min_score}")
+        return None
+
+    def _repetition(self, doc: dict, out: Outcome) -> Failure | None:
+        if not self.rules.gopher_repetition.enabled:
+            return None
+        m = gopher.repetition_measures(out.text)
+        out.measures.update(m)
+        hit = first_failure(GOPHER_REPETITION, m, self.rules.gopher_repetition)
+        return _failure(*hit, self.rules.gopher_repetition) if hit else None
+
+    def _quality(self, doc: dict, out: Outcome) -> Failure | None:
+        if not self.rules.gopher_quality.enabled:
+            return None
+        m = gopher.quality_measures(out.text)
+        out.measures.update(m)
+        hit = first_failure(GOPHER_QUALITY, m, self.rules.gopher_quality)
+        return _failure(*hit, self.rules.gopher_quality) if hit else None
+
+    def _c4(self, doc: dict, out: Outcome) -> Failure | None:
+        if not self.rules.c4.enabled:
+            return None
+        text, m, rule, drops = c4.clean(out.text, self.c4)
+        out.measures.update(m)
+        out.line_drops = drops
+        out.text = text
+        if rule is not None:
+            return Failure(f"c4.{rule[3:]}", m[_C4_MEASURE[rule]], f"{_C4_MEASURE[rule]} = {m[_C4_MEASURE[rule]]:g}")
+        if not text:
+            return Failure("c4.empty", 0.0, "every line was removed by the line rules")
+        return None
+
+    def _fineweb(self, doc: dict, out: Outcome) -> Failure | None:
+        cfg = self.rules.fineweb
+        if not cfg.enabled:
+            return None
+        m = fineweb.measures(out.text, cfg.short_line_length)
+        out.measures.update(m)
+        hit = first_failure(FINEWEB, m, cfg)
+        return _failure(*hit, cfg) if hit else None
+
+
+_C4_MEASURE = {"c4_lorem_ipsum": "c4_lorem_ipsum", "c4_curly_bracket": "c4_curly_bracket",
+               "c4_min_sentences": "c4_sentences", "c4_bad_words": "c4_bad_words"}

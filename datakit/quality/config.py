@@ -1,0 +1,214 @@
+"""The `quality:` manifest section: the per-document filter chain run after normalize.
+
+Every group and every rule can be switched off on its own: ``enabled: false`` for a group, a threshold
+of ``null`` for one rule. Defaults are the published ones (Gopher: Rae et al. 2021; C4: Raffel et al.
+2020; FineWeb: Penedo et al. 2024). ``sources:`` holds per-source overrides keyed by source name: an
+override names only what differs, and everything it leaves out comes from the global settings.
+
+    quality:
+      annotate_only: false          # true: keep every document, only write the measures
+      langid: {languages: [en], min_score: 0.65}
+      gopher_quality: {min_stop_words: 2}
+      c4: {enabled: false}
+      sources:
+        python-stdlib: {enabled: false}          # code: no prose rules at all
+        licenses: {gopher_repetition: {enabled: false}, fineweb: {enabled: false}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+_GIVEN = {"internal": "given", "identity": False}
+_FRACTION = {"min": 0, "max": 1}
+
+
+def _given() -> Any:
+    return field(default=frozenset(), compare=False, repr=False, metadata=_GIVEN)
+
+
+@dataclass(frozen=True)
+class UrlConfig:
+    """Block and allow lists of registered domains or URLs (inline, or files with one per line; '#'
+    starts a comment). A URL whose registered domain (public suffix list bundled with tldextract) or
+    exact URL is blocked is removed, unless the allow lists name it; with ``allow_only`` every URL not
+    allowed is removed. Documents without a URL in their ``column`` are kept."""
+
+    enabled: bool = True
+    column: str = "url"
+    block_domains: tuple[str, ...] = ()
+    block_urls: tuple[str, ...] = ()
+    allow_domains: tuple[str, ...] = ()
+    allow_urls: tuple[str, ...] = ()
+    block_file: str | None = field(default=None, metadata={"path": True})
+    allow_file: str | None = field(default=None, metadata={"path": True})
+    allow_only: bool = False
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class LangIdConfig:
+    """fastText lid.176 (bundled): keep documents in ``languages`` (empty: any) scoring >= min_score."""
+
+    enabled: bool = True
+    languages: tuple[str, ...] = ("en",)
+    min_score: float | None = field(default=0.65, metadata=_FRACTION)
+    max_chars: int = field(default=2000, metadata={"min": 1})
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class GopherQualityConfig:
+    enabled: bool = True
+    min_doc_words: int | None = field(default=50, metadata={"min": 0})
+    max_doc_words: int | None = field(default=100_000, metadata={"min": 0})
+    min_avg_word_length: float | None = field(default=3.0, metadata={"min": 0})
+    max_avg_word_length: float | None = field(default=10.0, metadata={"min": 0})
+    max_symbol_word_ratio: float | None = field(default=0.1, metadata={"min": 0})
+    max_bullet_lines_ratio: float | None = field(default=0.9, metadata=_FRACTION)
+    max_ellipsis_lines_ratio: float | None = field(default=0.3, metadata=_FRACTION)
+    min_alpha_words_ratio: float | None = field(default=0.8, metadata=_FRACTION)
+    min_stop_words: int | None = field(default=2, metadata={"min": 0})
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class GopherRepetitionConfig:
+    enabled: bool = True
+    dup_line_frac: float | None = field(default=0.3, metadata=_FRACTION)
+    dup_para_frac: float | None = field(default=0.3, metadata=_FRACTION)
+    dup_line_char_frac: float | None = field(default=0.2, metadata=_FRACTION)
+    dup_para_char_frac: float | None = field(default=0.2, metadata=_FRACTION)
+    top_2_gram_frac: float | None = field(default=0.20, metadata=_FRACTION)
+    top_3_gram_frac: float | None = field(default=0.18, metadata=_FRACTION)
+    top_4_gram_frac: float | None = field(default=0.16, metadata=_FRACTION)
+    dup_5_gram_frac: float | None = field(default=0.15, metadata=_FRACTION)
+    dup_6_gram_frac: float | None = field(default=0.14, metadata=_FRACTION)
+    dup_7_gram_frac: float | None = field(default=0.13, metadata=_FRACTION)
+    dup_8_gram_frac: float | None = field(default=0.12, metadata=_FRACTION)
+    dup_9_gram_frac: float | None = field(default=0.11, metadata=_FRACTION)
+    dup_10_gram_frac: float | None = field(default=0.10, metadata=_FRACTION)
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class C4Config:
+    """C4's line cleaning and document rules (datakit.quality.c4). Bad words: only the user's list."""
+
+    enabled: bool = True
+    remove_citations: bool = True
+    terminal_punct: bool = True
+    min_words_per_line: int | None = field(default=3, metadata={"min": 0})
+    max_word_length: int | None = field(default=1000, metadata={"min": 1})
+    javascript: bool = True
+    policy: bool = True
+    lorem_ipsum: bool = True
+    curly_bracket: bool = True
+    min_sentences: int | None = field(default=5, metadata={"min": 0})
+    bad_words: tuple[str, ...] = ()
+    bad_words_file: str | None = field(default=None, metadata={"path": True})
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class FineWebConfig:
+    enabled: bool = True
+    min_line_punct_ratio: float | None = field(default=0.12, metadata=_FRACTION)
+    line_punct_exclude_zero: bool = False
+    max_short_line_ratio: float | None = field(default=0.67, metadata=_FRACTION)
+    short_line_length: int = field(default=30, metadata={"min": 0})
+    max_char_dup_ratio: float | None = field(default=0.01, metadata=_FRACTION)
+    max_list_ratio: float | None = field(default=0.3, metadata={"min": 0})
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class QualityRules:
+    """The chain for one source: URL filter -> language ID -> Gopher repetition -> Gopher quality -> C4
+    -> FineWeb (the FineWeb recipe's order). Also the shape of a per-source override."""
+
+    enabled: bool = True
+    annotate_only: bool = False
+    url: UrlConfig = UrlConfig()
+    langid: LangIdConfig = LangIdConfig()
+    gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
+    gopher_quality: GopherQualityConfig = GopherQualityConfig()
+    c4: C4Config = C4Config()
+    fineweb: FineWebConfig = FineWebConfig()
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class QualityConfig(QualityRules):
+    """The `quality:` section: the global chain plus per-source overrides (see the module docstring).
+    ``enabled: false`` at the top switches the stage off for every source without an override."""
+
+    sources: dict[str, QualityRules] = field(default_factory=dict)
+
+    def for_source(self, name: str) -> QualityRules:
+        """The global rules with ``name``'s override laid over them (only the keys it gives)."""
+        base = QualityRules(**{f.name: getattr(self, f.name) for f in dataclasses.fields(QualityRules)})
+        override = self.sources.get(name)
+        return base if override is None else overlay(base, override)
+
+
+def overlay(base: Any, over: Any) -> Any:
+    """``base`` with the fields ``over`` was given in the manifest (nested sections merged the same way)."""
+    changes = {}
+    for name in over.given:
+        value = getattr(over, name)
+        if dataclasses.is_dataclass(value) and hasattr(value, "given"):
+            value = overlay(getattr(base, name), value)
+        changes[name] = value
+    return dataclasses.replace(base, **changes)
+
+
+@dataclass(frozen=True)
+class LineDedupRules:
+    """Exact dedup of lines (or paragraphs: blocks between blank lines) across the corpus. Segments
+    shorter than ``min_chars`` (after stripping) never count, so '}' or 'return x' survive."""
+
+    enabled: bool = True
+    unit: Literal["line", "paragraph"] = "line"
+    min_chars: int = field(default=40, metadata={"min": 1})
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class LineDedupConfig(LineDedupRules):
+    """The `line_dedup:` section (runs after consolidate); ``sources:`` overrides per source."""
+
+    sources: dict[str, LineDedupRules] = field(default_factory=dict)
+
+    def for_source(self, name: str) -> LineDedupRules:
+        base = LineDedupRules(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LineDedupRules)})
+        over = self.sources.get(name)
+        return base if over is None else overlay(base, over)
+
+
+@dataclass(frozen=True)
+class PiiRules:
+    """What the PII stage redacts (datakit.quality.pii) and the placeholders it writes."""
+
+    enabled: bool = True
+    emails: bool = True
+    ips: bool = True
+    phones: bool = False
+    email_placeholder: str = "<EMAIL_ADDRESS>"
+    ip_placeholder: str = "<IP_ADDRESS>"
+    phone_placeholder: str = "<PHONE_NUMBER>"
+    given: frozenset = _given()
+
+
+@dataclass(frozen=True)
+class PiiConfig(PiiRules):
+    """The `pii:` section (runs last on the text, after line dedup); ``sources:`` overrides per source."""
+
+    sources: dict[str, PiiRules] = field(default_factory=dict)
+
+    def for_source(self, name: str) -> PiiRules:
+        base = PiiRules(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PiiRules)})
+        over = self.sources.get(name)
+        return base if over is None else overlay(base, over)

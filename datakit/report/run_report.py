@@ -1,0 +1,296 @@
+"""`datakit report`: a static HTML page for any run, from its prefix (or its manifest's current plan).
+
+Everything comes from what the steps wrote (artifact.json records, tagged with stage and source; the
+parquet outputs read with DuckDB; the token caches' results; the training metrics), so the page works for
+any stage list and for runs made by `datakit run`, the API or the ferry. Sections: the per-source funnel,
+removal reasons with sample documents and their measured values, histograms (document length, language
+and its score, quality score, dedup cluster sizes), tokens per source against the planned mixture, the
+loss curves, and time per step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+import duckdb
+
+from datakit.core.layout import DocumentsDir, TrainDir
+
+from . import charts
+from .html import esc, num, page, section, table
+from .summary import StepView, data_summary
+
+_STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
+SAMPLES_PER_REASON = 3
+EXCERPT_CHARS = 300
+
+
+@dataclass(frozen=True)
+class BuiltStep:
+    view: StepView
+    artifact: dict
+    path: str
+
+
+def _read_artifact(d: str) -> dict | None:
+    try:
+        with open(os.path.join(d, ".status"), encoding="utf-8") as f:
+            if json.load(f).get("status") != "SUCCESS":
+                return None
+        with open(os.path.join(d, "artifact.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def load_steps(prefix: str, dirnames: Iterable[str] | None = None) -> list[BuiltStep]:
+    """The built steps of a prefix: the plan's dirs when given, else the newest build of every step name;
+    in the order they finished (which respects dependencies)."""
+    names = list(dirnames) if dirnames is not None else [e.name for e in os.scandir(prefix) if e.is_dir()]
+    newest: dict[str, BuiltStep] = {}
+    for dirname in names:
+        m = _STEP_DIR.match(dirname)
+        art = _read_artifact(os.path.join(prefix, dirname)) if m else None
+        if art is None:
+            continue
+        view = StepView(art.get("name", m["name"]), art.get("stage") or "", art.get("source"),
+                        art.get("counters") or {}, art.get("result") or {}, os.path.join(prefix, dirname))
+        old = newest.get(view.name)
+        if old is None or art.get("finished", "") > old.artifact.get("finished", ""):
+            newest[view.name] = BuiltStep(view, art, os.path.join(prefix, dirname))
+    return sorted(newest.values(), key=lambda b: b.artifact.get("finished", ""))
+
+
+# ------------------------------------------------------------------ queries
+def _parquet(files: list[str]) -> str | None:
+    files = [f for f in files if os.path.exists(f)]
+    return "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]" if files else None
+
+
+def _main_files(step: BuiltStep) -> list[str]:
+    res = step.view.result or {}
+    if res.get("main_files"):
+        return [os.path.join(step.path, r) for r in res["main_files"]]
+    main = os.path.join(step.path, res.get("main", DocumentsDir.MAIN))
+    return sorted(os.path.join(main, n) for n in os.listdir(main) if n.endswith(".parquet")) \
+        if os.path.isdir(main) else []
+
+
+def _removed_files(step: BuiltStep) -> list[str]:
+    res = step.view.result or {}
+    if res.get("removed_files"):
+        return [os.path.join(step.path, r) for r in res["removed_files"]]
+    d = os.path.join(step.path, res.get("removed", DocumentsDir.REMOVED))
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".parquet")) if os.path.isdir(d) else []
+
+
+def _input_step(step: BuiltStep, by_path: dict[str, BuiltStep]) -> BuiltStep | None:
+    """The documents step this step read (its dependency of the same source)."""
+    for dep in (step.artifact.get("deps") or {}).values():
+        other = by_path.get(os.path.normpath(dep.get("output") or ""))
+        if other is not None and other.view.source == step.view.source:
+            return other
+    return None
+
+
+def removal_samples(con, step: BuiltStep, source: BuiltStep | None) -> list[tuple]:
+    """(reason, removed, [(id, detail, excerpt)]) per reason of one step's removed documents."""
+    removed = _parquet(_removed_files(step))
+    if removed is None:
+        return []
+    docs = _parquet(_main_files(source)) if source is not None else None
+    text = f"substr(d.text, 1, {EXCERPT_CHARS})" if docs else "NULL"
+    join = f"left join read_parquet({docs}) d on d.id = r.id" if docs else ""
+    rows = con.execute(f"""
+        select reason, count(*) over (partition by reason) as n, r.id, r.detail, {text} as excerpt
+        from read_parquet({removed}) r {join}
+        qualify row_number() over (partition by reason order by r.id) <= {SAMPLES_PER_REASON}
+        order by reason, r.id""").fetchall()
+    out: dict[str, tuple[int, list]] = {}
+    for reason, n, doc_id, detail, excerpt in rows:
+        out.setdefault(reason, (n, []))[1].append((doc_id, detail, excerpt))
+    return [(reason, n, samples) for reason, (n, samples) in out.items()]
+
+
+def dup_samples(con, step: BuiltStep) -> list[tuple]:
+    """Normalize's in-source duplicates (later copies of a text already kept), with their text."""
+    files = _parquet([os.path.join(step.path, r) for r in (step.view.result or {}).get("dups_files") or []])
+    if files is None:
+        return []
+    rows = con.execute(f"""
+        select id, count(*) over (), source_id, substr(text, 1, {EXCERPT_CHARS}) from read_parquet({files})
+        qualify row_number() over (order by id) <= {SAMPLES_PER_REASON} order by id""").fetchall()
+    return [("in-source dups", rows[0][1], [(i, sid, t) for i, _, sid, t in rows])] if rows else []
+
+
+def reject_samples(con, step: BuiltStep) -> list[tuple]:
+    files = _parquet([os.path.join(step.path, r) for r in (step.view.result or {}).get("rejects_files") or []])
+    if files is None:
+        return []
+    rows = con.execute(f"""
+        select reason, count(*) over (partition by reason), file || ':' || line, detail,
+               substr(excerpt, 1, {EXCERPT_CHARS})
+        from read_parquet({files})
+        qualify row_number() over (partition by reason order by file, line) <= {SAMPLES_PER_REASON}
+        order by reason, file, line""").fetchall()
+    out: dict[str, tuple[int, list]] = {}
+    for reason, n, where, detail, excerpt in rows:
+        out.setdefault(reason, (n, []))[1].append((where, detail, excerpt))
+    return [(reason, n, samples) for reason, (n, samples) in out.items()]
+
+
+def _column(con, files: str, expr: str, column: str) -> list:
+    names = {r[0] for r in con.execute(f"describe select * from read_parquet({files}, union_by_name=true)").fetchall()}
+    if column not in names:
+        return []
+    return [r[0] for r in con.execute(f"select {expr} from read_parquet({files}, union_by_name=true) "
+                                      f"where {column} is not null").fetchall()]
+
+
+# ------------------------------------------------------------------ sections
+def _funnel_section(steps: list[BuiltStep], prefix: str) -> str:
+    data = data_summary([s.view for s in steps], prefix).to_dict()
+    sources = data["sources"]
+    if not sources:
+        return section("funnel", "Documents per source", "<p class=muted>No per-source steps were built.</p>")
+    labels: list[str] = []
+    for f in sources.values():
+        labels += [k for k in f.get("removed", {}) if k not in labels]
+    rows = [[name, f.get("docs_in"), *(f.get("removed", {}).get(k) for k in labels), f.get("docs_out"), f.get("tokens")]
+            for name, f in sources.items()]
+    warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])
+    body = (charts.funnel(sources) + table(["source", "docs in", *labels, "docs out", "tokens"], rows, cls="funnel")
+            + warn)
+    return section("funnel", "Documents per source", body)
+
+
+def _samples_html(kind: str, step: str, groups: list[tuple]) -> str:
+    parts = []
+    for reason, n, samples in groups:
+        items = "".join(f"<li><code>{esc(a)}</code> {esc(b or '')}<pre class=excerpt>{esc(c or '')}</pre></li>"
+                        for a, b, c in samples)
+        parts.append(f'<details class="reason" data-step="{esc(step)}" data-reason="{esc(reason)}"><summary>'
+                     f"{esc(step)}: {esc(kind)} <b>{esc(reason)}</b>: {num(n)}</summary><ul>{items}</ul></details>")
+    return "".join(parts)
+
+
+def _removals_section(con, steps: list[BuiltStep]) -> str:
+    by_path = {os.path.normpath(s.path): s for s in steps}
+    parts = []
+    for s in steps:
+        if s.view.source is None:
+            continue
+        if s.view.stage == "normalize":
+            parts.append(_samples_html("rejected", s.view.name, reject_samples(con, s)))
+            parts.append(_samples_html("removed", s.view.name, dup_samples(con, s)))
+        parts.append(_samples_html("removed", s.view.name, removal_samples(con, s, _input_step(s, by_path))))
+    body = "".join(parts) or "<p class=muted>Nothing was removed or rejected.</p>"
+    return section("removals", "Removal reasons, with samples", body)
+
+
+def _final_documents(steps: list[BuiltStep]) -> dict[str, list[str]]:
+    """Per source, the documents that were tokenized (the last document step of each source)."""
+    out: dict[str, list[str]] = {}
+    for s in steps:
+        if s.view.source and s.view.stage not in ("download", "fuzzy", "tokenize") and _main_files(s):
+            out[s.view.source] = _main_files(s)
+    return out
+
+
+def _histograms_section(con, steps: list[BuiltStep]) -> str:
+    files = _parquet([f for fs in _final_documents(steps).values() for f in fs])
+    charts_html = []
+    if files:
+        lengths = _column(con, files, "length(text)", "text")
+        if lengths:
+            charts_html.append(charts.histogram(lengths, "characters per document", "hist-length", log_x=True))
+        langs = _column(con, files, "lang", "lang")
+        if langs:
+            counts: dict[str, int] = {}
+            for lang in langs:
+                counts[lang] = counts.get(lang, 0) + 1
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:20]
+            charts_html.append(charts.bars([k for k, _ in top], [v for _, v in top], "documents", "hist-lang"))
+        for column, chart_id in (("lang_score", "hist-lang-score"), ("quality_score", "hist-quality")):
+            values = _column(con, files, column, column)
+            if values:
+                charts_html.append(charts.histogram(values, column, chart_id))
+    sizes = _cluster_sizes(con, steps)
+    if sizes:
+        charts_html.append(charts.histogram(sizes, "documents per near-duplicate cluster", "hist-clusters"))
+    body = f"<div class=charts>{''.join(charts_html)}</div>" if charts_html else "<p class=muted>No documents.</p>"
+    return section("histograms", "Distributions", body)
+
+
+def _cluster_sizes(con, steps: list[BuiltStep]) -> list[int]:
+    """The size of every near-duplicate cluster (one row per cluster: its canonical member)."""
+    fuzzy = next((s for s in steps if s.view.name == "fuzzy-dups"), None)
+    if fuzzy is None:
+        return []
+    files = _parquet([os.path.join(root, n) for root, _, names in os.walk(fuzzy.path) for n in names
+                      if n.endswith(".parquet")])
+    if files is None or not _column(con, files, "1", "cluster_size"):
+        return []
+    return [r[0] for r in con.execute(f"select cluster_size from read_parquet({files}, union_by_name=true) "
+                                      "where is_canonical").fetchall()]
+
+
+def _mixture_section(steps: list[BuiltStep]) -> str:
+    tokens = {s.view.source: sum(int(x.get("tokens", 0)) for x in (s.view.result.get("splits") or {}).values())
+              for s in steps if s.view.stage == "tokenize" and s.view.source}
+    train = next((s for s in steps if s.view.stage == "train"), None)
+    weights = (train.artifact.get("config") or {}).get("weights") if train else None
+    if not tokens:
+        return section("mixture", "Tokens and mixture", "<p class=muted>No token caches.</p>")
+    total_t = sum(tokens.values()) or 1
+    total_w = sum((weights or {}).values()) or 1
+    rows = [[n, t, t / total_t, ((weights or {}).get(n, 0.0) / total_w) if weights else None]
+            for n, t in tokens.items()]
+    body = charts.bars(list(tokens), list(tokens.values()), "tokens", "tokens-chart") + table(
+        ["source", "tokens", "token share", "mixture weight"], rows, cls="mixture")
+    return section("mixture", "Tokens and mixture", body)
+
+
+def _loss_section(steps: list[BuiltStep]) -> str:
+    train = next((s for s in steps if s.view.stage == "train"), None)
+    metrics = os.path.join(train.path, TrainDir.METRICS) if train else None
+    if not metrics or not os.path.exists(metrics):
+        return section("loss", "Loss", "<p class=muted>No training run.</p>")
+    recs = [json.loads(line) for line in open(metrics, encoding="utf-8") if line.strip()]
+    train_pts = [(r["step"], r["loss_window_mean"]) for r in recs
+                 if r.get("kind") == "train" and r.get("loss_window_mean") is not None]
+    eval_pts = [(r["step"], r["loss"]) for r in recs if r.get("kind") == "eval" and r.get("loss") is not None]
+    res = train.view.result or {}
+    facts = table(["figure", "value"], [["steps", res.get("steps")], ["final train loss", res.get("final_loss")],
+                                        ["eval loss", res.get("eval_loss")], ["bits per byte", res.get("bpb")]])
+    return section("loss", "Loss", charts.lines({"train loss": train_pts, "eval loss": eval_pts}, "step",
+                                                "loss (nats/token)", "loss-chart") + facts)
+
+
+def _time_section(steps: list[BuiltStep]) -> str:
+    walls = [(s.view.name, float(s.artifact.get("wall_s") or 0)) for s in steps]
+    if not walls:
+        return section("time", "Time per step", "<p class=muted>No steps.</p>")
+    return section("time", "Time per step", charts.bars([n for n, _ in walls], [w for _, w in walls], "seconds",
+                                                          "time-chart"))
+
+
+def render_run_report(prefix: str, dirnames: Iterable[str] | None = None, title: str = "datakit run report") -> str:
+    steps = load_steps(prefix, dirnames)
+    con = duckdb.connect()
+    sections = [_funnel_section(steps, prefix), _removals_section(con, steps), _histograms_section(con, steps),
+                _mixture_section(steps), _loss_section(steps), _time_section(steps)]
+    return page(title, f"{prefix} · {len(steps)} built steps", sections)
+
+
+def write_run_report(prefix: str, out: str | None = None, dirnames: Iterable[str] | None = None) -> str:
+    from datakit.core.fsio import atomic_write_bytes
+
+    path = out or os.path.join(prefix, "report.html")
+    atomic_write_bytes(path, render_run_report(prefix, dirnames).encode("utf-8"))
+    return path
+

@@ -1,0 +1,112 @@
+"""The quality stage: each source's documents through the per-document filter chain (URL filter,
+language ID, Gopher repetition and quality, C4, FineWeb; `datakit.quality.chain`), after normalize and
+any user stage placed after it, before exact and fuzzy dedup, as the FineWeb recipe orders them.
+
+One step `quality-<source>` per source the section enables (the `quality:` section is optional: left
+out, nothing runs). It writes a documents dir with the input's file names:
+
+- ``outputs/main/``: kept documents, sorted by id, with the measures as columns (``lang``,
+  ``lang_score``, ``gopher_*``, ``rep_*``, ``c4_*``, ``fineweb_*``; null where not computed). Columns,
+  not a separate attribute set: C4's line cleaning changes text and so ids, and the measures then
+  travel with their documents through every later stage without a join;
+- ``outputs/removed/``: id, reason (the rule, e.g. ``gopher_quality.min_stop_words``), detail, value
+  (the measured value that crossed the threshold).
+
+Counters: docs_in, docs_out, removed, changed (C4 cleaned the text), ``removed/<rule>`` per rule,
+``c4_lines/<why>`` per dropped-line reason, ``lang/<code>`` per detected language.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.manifest import Section
+from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS, Chain
+from datakit.quality.config import QualityConfig, QualityRules
+from datakit.steps import StepContext
+
+from .contract import DOCUMENTS, Graph, Stage
+from .quality_common import add_source_steps
+from .transform import file_lists, run_per_file, sort_unique
+
+VERSION = "1"
+_chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
+
+
+def _chain(rules: QualityRules) -> Chain:
+    chain = _chains.get(rules)
+    if chain is None:
+        chain = _chains[rules] = Chain(rules)
+    return chain
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """The input's columns (minus any earlier measure columns) + lang/lang_score + the float measures."""
+    ours = set(LANG_COLUMNS) | set(MEASURE_COLUMNS)
+    fields = [f for f in schema if f.name not in ours]
+    fields += [pa.field("lang", pa.string()), pa.field("lang_score", pa.float64())]
+    fields += [pa.field(m, pa.float64()) for m in MEASURE_COLUMNS]
+    return pa.schema(fields)
+
+
+def _bump(stats: dict[str, int], key: str, n: int = 1) -> None:
+    stats[key] = stats.get(key, 0) + n
+
+
+def filter_file(src: str, rules: QualityRules) -> tuple[pa.Table, list[tuple], dict[str, int]]:
+    """One documents file through the chain: (kept table with measures, removed rows, stats)."""
+    from datakit.normalize.clean import content_id
+
+    chain = _chain(rules)
+    table = pq.read_table(src)
+    schema = output_schema(table.schema)
+    kept, removed = [], []
+    stats = {"docs_in": table.num_rows, "changed": 0}
+    for doc in table.to_pylist():
+        out = chain.run(doc)
+        for why, n in out.line_drops.items():
+            _bump(stats, f"c4_lines/{why}", n)
+        if out.measures.get("lang") is not None:
+            _bump(stats, f"lang/{out.measures['lang'] or 'none'}")
+        if out.failure is not None and not rules.annotate_only:
+            removed.append((doc["id"], out.failure.rule, out.failure.detail, out.failure.value))
+            _bump(stats, f"removed/{out.failure.rule}")
+            continue
+        if out.failure is not None:
+            _bump(stats, f"would_remove/{out.failure.rule}")
+        row = {**doc, **{c: out.measures.get(c) for c in (*LANG_COLUMNS, *MEASURE_COLUMNS)}}
+        if out.text != doc["text"]:
+            stats["changed"] += 1
+            row["text"], row["id"] = out.text, content_id(out.text)
+        kept.append(row)
+    kept, dups = sort_unique(kept, "quality.duplicate", "identical to another document after C4 cleaning")
+    for d in dups:
+        _bump(stats, "removed/quality.duplicate")
+    removed += [(*d, None) for d in dups]
+    stats.update(docs_out=len(kept), removed=len(removed))
+    return pa.Table.from_pylist(kept, schema=schema), removed, stats
+
+
+def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> dict:
+    names, totals = run_per_file(ctx, documents, partial(filter_file, rules=rules), f"quality-{source}",
+                                 with_value=True)
+    for k in ("docs_in", "docs_out", "removed", "changed"):
+        totals.setdefault(k, 0)
+    return {"stage": STAGE.name, "source": source, "annotate_only": rules.annotate_only, **file_lists(names),
+            "counters": totals}
+
+
+def build(graph: Graph) -> None:
+    cfg: QualityConfig | None = graph.config(STAGE)
+    if cfg is not None:
+        add_source_steps(graph, STAGE, cfg, _run)
+
+
+STAGE = Stage(name="quality", version=VERSION, build=build, section=Section("quality", QualityConfig, optional=True),
+              consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
+              code=("datakit.quality", "datakit.stages.quality", "datakit.stages.quality_common",
+                    "datakit.stages.transform"),
+              checks="datakit.ferry.checks_quality:check_quality")

@@ -1,0 +1,197 @@
+"""Self-verifying steps: a manifest of every output file (path, size, xxh3-128), written before SUCCESS.
+
+Why: a SUCCESS marker says a step *finished*, not that its files are still what it wrote. A token
+shard deleted by a cleanup script, a parquet part truncated by a full disk during a copy, a hand-edited
+``.stats.json`` were all trusted by ``datakit run`` and served downstream. With the manifest:
+
+- ``datakit run`` checks sizes before skipping a built step (a stat per file; small local files, such
+  as JSON records, are hashed too, which is as cheap): a mismatch rebuilds the step and everything
+  downstream, and the reason names the file.
+- ``datakit verify --deep`` and ``datakit ferry validate`` re-hash every file, so even an edit that
+  keeps the size (one token id overwritten by another valid id) is caught.
+
+xxh3-128 because it hashes at memory speed: verifying costs a read of the outputs, nothing more. The
+manifest holds no timestamps, so a deterministic step writes a byte-identical manifest. Steps built
+before manifests existed have none: they are trusted as before (and ``verify`` says so).
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from dataclasses import asdict, dataclass, field
+
+import xxhash
+
+from . import markers, storage
+from .lease import is_lease_name
+
+MANIFEST_FORMAT = "datakit.step_outputs"
+MANIFEST_VERSION = 1
+QUICK_HASH_BYTES = 64 << 10     # local files up to this size are hashed by the cheap check too
+_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """One output file of a step: its path relative to the step dir, size and xxh3-128 (hex)."""
+
+    path: str
+    size: int
+    xxh3_128: str
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of checking one step dir against its manifest. ``problems`` are one-line sentences
+    naming the file; ``checked`` counts the files compared; ``manifest`` is False for a step built
+    before output manifests existed (nothing to compare with)."""
+
+    step_dir: str
+    manifest: bool
+    checked: int = 0
+    deep: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def is_output_name(rel: str) -> bool:
+    """Whether a file under a step dir is an output (not a marker, lease or unpublished temp file)."""
+    name = posixpath.basename(rel)
+    top = rel.split("/", 1)[0]
+    return not (top in markers.MARKER_FILES or is_lease_name(name) or storage.is_temp_name(name))
+
+
+def _walk(fs, step_dir: str) -> dict[str, int]:
+    """Relative path -> size of every output file under the step dir (one listing on object stores)."""
+    out: dict[str, int] = {}
+    if storage.is_local(fs):
+        for root, _, names in os.walk(step_dir):
+            for n in names:
+                full = os.path.join(root, n)
+                rel = os.path.relpath(full, step_dir).replace(os.sep, "/")
+                if is_output_name(rel):
+                    out[rel] = os.path.getsize(full)
+        return out
+    base = step_dir.rstrip("/") + "/"
+    for path, info in fs.find(step_dir, withdirs=False, detail=True).items():
+        rel = str(path)[len(base):] if str(path).startswith(base) else posixpath.basename(str(path))
+        if is_output_name(rel):
+            out[rel] = int(info.get("size") or 0)
+    return out
+
+
+def file_hash(fs, path: str) -> str:
+    """xxh3-128 of a file's bytes, streamed."""
+    h = xxhash.xxh3_128()
+    with fs.open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_manifest(fs, step_dir: str) -> list[OutputFile]:
+    """Every output file of the step dir, sorted by path, with size and hash."""
+    sizes = _walk(fs, step_dir)
+    return [OutputFile(rel, sizes[rel], file_hash(fs, storage.join(step_dir, rel))) for rel in sorted(sizes)]
+
+
+def write_manifest(fs, step_dir: str) -> list[OutputFile]:
+    """Record the step's outputs (called by the runner after the step fn, before the artifact)."""
+    files = build_manifest(fs, step_dir)
+    record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "files": [asdict(f) for f in files]}
+    storage.write_atomic(fs, storage.join(step_dir, markers.OUTPUTS_FILE), markers.to_json_bytes(record))
+    return files
+
+
+def read_manifest(fs, step_dir: str) -> list[OutputFile] | None:
+    """The recorded outputs; None when the step has no manifest. An unreadable manifest raises
+    ValueError (a damaged step, never a trusted one)."""
+    raw = storage.read_bytes(fs, storage.join(step_dir, markers.OUTPUTS_FILE))
+    if raw is None:
+        return None
+    try:
+        record = json.loads(raw)
+        if record.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"format {record.get('format')!r}")
+        return [OutputFile(str(f["path"]), int(f["size"]), str(f["xxh3_128"])) for f in record["files"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{markers.OUTPUTS_FILE} is unreadable ({e})") from None
+
+
+def _problem(fs, step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool) -> str | None:
+    size = sizes.get(f.path)
+    if size is None:
+        return f"{f.path} is missing"
+    if size != f.size:
+        return f"{f.path} size {size} != {f.size} recorded"
+    if hash_it:
+        got = file_hash(fs, storage.join(step_dir, f.path))
+        if got != f.xxh3_128:
+            return f"{f.path} content changed (xxh3-128 {got} != {f.xxh3_128} recorded)"
+    return None
+
+
+def verify_step_dir(fs, step_dir: str, *, deep: bool = False, max_problems: int = 20) -> VerifyReport:
+    """Compare a step dir with its manifest. Cheap (default): sizes, plus hashes of small local files.
+    Deep: every file's hash. Files the manifest does not list are ignored (they were never trusted)."""
+    report = VerifyReport(step_dir, manifest=True, deep=deep)
+    try:
+        files = read_manifest(fs, step_dir)
+    except ValueError as e:
+        report.problems.append(str(e))
+        return report
+    if files is None:
+        report.manifest = False
+        return report
+    sizes = _walk(fs, step_dir)
+    local = storage.is_local(fs)
+    for f in files:
+        hash_it = deep or (local and f.size <= QUICK_HASH_BYTES)
+        problem = _problem(fs, step_dir, f, sizes, hash_it)
+        report.checked += 1
+        if problem:
+            report.problems.append(problem)
+            if len(report.problems) >= max_problems:
+                break
+    return report
+
+
+def damage_reason(fs, step_dir: str) -> str | None:
+    """One line saying why a built step's outputs cannot be trusted (the cheap check), else None."""
+    report = verify_step_dir(fs, step_dir, max_problems=3)
+    if report.ok:
+        return None
+    more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+    return f"output damaged: {report.problems[0]}{more}"
+
+
+def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
+    """``datakit verify``: each step of the DAG as {name, state, detail, path}; state is OK, DAMAGED,
+    UNVERIFIED (built before output manifests existed) or NOT_BUILT."""
+    from .runner import collect_steps
+
+    fs, root = storage.open_prefix(prefix)
+    rows = []
+    for step in collect_steps(steps):
+        d = storage.join(root, step.dirname)
+        row = {"name": step.name, "path": storage.to_url(fs, d)}
+        if not markers.is_built(fs, d):
+            rows.append({**row, "state": "NOT_BUILT", "detail": "not built under this prefix"})
+            continue
+        report = verify_step_dir(fs, d, deep=deep)
+        if not report.manifest and report.ok:
+            state, detail = "UNVERIFIED", f"no {markers.OUTPUTS_FILE} (built before output manifests)"
+        elif report.ok:
+            state, detail = "OK", f"{report.checked} file(s) match"
+        else:
+            state, detail = "DAMAGED", "; ".join(report.problems)
+        rows.append({**row, "state": state, "detail": detail})
+    return rows
+
+
+__all__ = ["OutputFile", "VerifyReport", "build_manifest", "write_manifest", "read_manifest", "verify_step_dir",
+           "damage_reason", "file_hash", "is_output_name", "verify_steps"]
