@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 from typing import Sequence
 
+from .summary import removal_labels
+
 _PALETTE = ["#1f77b4", "#ff7f0e", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
             "#17becf", "#aec7e8"]  # no green: green is "kept"
 
@@ -29,9 +31,7 @@ def _svg(fig, chart_id: str) -> str:
 def funnel(sources: dict[str, dict], chart_id: str = "funnel-chart") -> str:
     """Per source, one stacked bar: the documents kept, then each removal reason, in pipeline order."""
     names = list(sources)
-    labels: list[str] = []
-    for f in sources.values():
-        labels += [k for k in f.get("removed", {}) if k not in labels]
+    labels = removal_labels(sources)
     fig = _figure(9.0, 1.0 + 0.5 * max(len(names), 1))
     ax = fig.add_subplot()
     left = [float(sources[n].get("docs_out") or 0) for n in names]

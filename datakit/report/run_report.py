@@ -22,7 +22,7 @@ from datakit.core.layout import DocumentsDir, TrainDir
 
 from . import charts
 from .html import esc, num, page, section, table
-from .summary import StepView, data_summary
+from .summary import StepView, data_summary, removal_labels
 
 _STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
 SAMPLES_PER_REASON = 3
@@ -157,9 +157,7 @@ def _funnel_section(steps: list[BuiltStep], prefix: str) -> str:
     sources = data["sources"]
     if not sources:
         return section("funnel", "Documents per source", "<p class=muted>No per-source steps were built.</p>")
-    labels: list[str] = []
-    for f in sources.values():
-        labels += [k for k in f.get("removed", {}) if k not in labels]
+    labels = removal_labels(sources)
     rows = [[name, f.get("docs_in"), *(f.get("removed", {}).get(k) for k in labels), f.get("docs_out"), f.get("tokens")]
             for name, f in sources.items()]
     warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])

@@ -132,6 +132,19 @@ def contamination(counters: dict[str, int]) -> dict[str, dict[str, int]]:
     return out
 
 
+def removal_labels(sources: dict[str, dict]) -> list[str]:
+    """Every removal reason of every source, in pipeline order: a reason first seen in a later source goes
+    right after the reason that precedes it in that source (quality filters before exact dedup)."""
+    labels: list[str] = []
+    for funnel in sources.values():
+        previous = None
+        for label in funnel.get("removed", {}):
+            if label not in labels:
+                labels.insert(labels.index(previous) + 1 if previous in labels else 0, label)
+            previous = label
+    return labels
+
+
 def relative(path: str, prefix: str) -> str:
     """A path as the user reads it: relative to the run's prefix (never truncated)."""
     root = prefix.rstrip("/") + "/"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .summary import relative
+from .summary import relative, removal_labels
 
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -36,9 +36,7 @@ def funnel_table(sources: dict[str, dict]) -> list[str]:
     if not sources:
         return []
     names = list(sources)
-    labels: list[str] = []
-    for f in sources.values():
-        labels += [k for k in f.get("removed", {}) if k not in labels]
+    labels = removal_labels(sources)
     rows = [["documents", *names], ["in", *(_num(sources[n].get("docs_in")) for n in names)]]
     rows += [[f"- {label}", *(_num(sources[n].get("removed", {}).get(label)) for n in names)] for label in labels]
     rows.append(["out", *(_num(sources[n].get("docs_out")) for n in names)])
