@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import click
 
@@ -113,7 +112,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     by_name = {s.name: s for s in steps}
 
     def on_event(ev: dict) -> None:
-        for line in event_lines(ev, by_name) + _safety_lines(ev) if not as_json else ():
+        for line in event_lines(ev, by_name) if not as_json else ():
             click.echo(line, err=True)
 
     try:
@@ -153,25 +152,6 @@ def _exit_on_disk_error(e: BaseException, prefix: str) -> None:
         return
     click.echo(f"error: {problem.message(prefix)}", err=True)
     sys.exit(EXIT_BAD_INPUT)
-
-
-def _safety_lines(ev: dict) -> list[str]:
-    """What the data-safety machinery did, as lines beside the step events: a worker retried after
-    an error or a death, a step used after waiting on another run's lease, a damaged output rebuilt,
-    and records a step rejected (with reasons). Nothing that happened to the data goes unsaid."""
-    stamp, name, kind = time.strftime("%H:%M:%S"), ev.get("step"), ev.get("event")
-    if kind == "step_worker_retried":
-        return [f"[{stamp}] retried: {name}: {ev.get('label')}: {ev.get('cause')} ({ev.get('detail')}); "
-                f"attempt {ev.get('attempt')} (outputs are unaffected)"]
-    if kind == "step_skipped" and ev.get("reason"):
-        return [f"[{stamp}] skipped: {name}: {ev['reason']}"]
-    counters = ev.get("counters") or {}
-    if kind == "step_succeeded" and counters.get("rejects"):
-        reasons = ", ".join(f"{k.split('/', 1)[1]} {v}" for k, v in sorted(counters.items())
-                            if k.startswith("rejects/") and v)
-        return [f"[{stamp}] rejected: {name}: {counters['rejects']} of {counters.get('records_in', '?')} records"
-                + (f" ({reasons})" if reasons else "") + "; see its outputs/rejects/ (file, line, reason)"]
-    return []
 
 
 @main.command()

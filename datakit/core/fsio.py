@@ -82,13 +82,26 @@ def discard(tmp: str) -> None:
         pass
 
 
+def stream_digest(f: IO[bytes], h, chunk_bytes: int = 1 << 20) -> str:
+    """Hex digest of what is left of an open binary file, read in chunks (``h``: a fresh hashlib or
+    xxhash object): one loop for every content hash the pipeline keeps."""
+    while chunk := f.read(chunk_bytes):
+        h.update(chunk)
+    return h.hexdigest()
+
+
 def sha256_file(path: str) -> str:
     """Hex sha256 of a file's bytes, streamed (local or any fsspec URL)."""
-    h = hashlib.sha256()
     with open_read(path) as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return stream_digest(f, hashlib.sha256())
+
+
+def xxh3_file(path: str) -> str:
+    """Hex xxh3-128 of a file's bytes, streamed: the fast checksum of outputs and token shards."""
+    import xxhash
+
+    with open_read(path) as f:
+        return stream_digest(f, xxhash.xxh3_128(), 4 << 20)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+
+from .config import PiiRules
 
 EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
                    r"[A-Za-z]{2,24}(?![\w-])")
@@ -25,16 +26,6 @@ PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\d{2,4}[
 _VERSION_WORD = re.compile(r"(?:\b(?:version|ver|release|rev|revision|build|python|kernel|firmware)\s*[:=]?\s*v?"
                            r"|\bv)$", re.IGNORECASE)
 _GLOBAL_V6 = ipaddress.ip_network("2000::/3")
-
-
-@dataclass(frozen=True)
-class PiiOptions:
-    emails: bool = True
-    ips: bool = True
-    phones: bool = False
-    email_placeholder: str = "<EMAIL_ADDRESS>"
-    ip_placeholder: str = "<IP_ADDRESS>"
-    phone_placeholder: str = "<PHONE_NUMBER>"
 
 
 def is_public_ip(text: str) -> bool:
@@ -77,7 +68,7 @@ def _ipv6(text: str, placeholder: str, counts: dict[str, int]) -> str:
     return IPV6.sub(sub, text) if ":" in text else text
 
 
-def redact(text: str, o: PiiOptions = PiiOptions()) -> tuple[str, dict[str, int]]:
+def redact(text: str, o: PiiRules = PiiRules()) -> tuple[str, dict[str, int]]:
     """(redacted text, counts by kind: email, ipv4, ipv6, phone). Emails go first, so an address
     inside an email (user@[1.2.3.4] aside) is never half-redacted."""
     counts = {"email": 0, "ipv4": 0, "ipv6": 0, "phone": 0}

@@ -45,6 +45,7 @@ from typing import Any
 import fsspec
 
 from datakit.manifest import SourceSpec
+from datakit.core.fsio import stream_digest
 from datakit.core.uris import USER_AGENT, RemoteFile, is_http, is_remote, list_files, local_path
 
 __all__ = [
@@ -435,11 +436,8 @@ class _Dest:
 
 
 def _sha256_of(dest: _Dest, path: str, chunk_size: int) -> str:
-    h = hashlib.sha256()
     with dest.open(path, "rb") as f:
-        while data := f.read(chunk_size):
-            h.update(data)
-    return h.hexdigest()
+        return stream_digest(f, hashlib.sha256(), chunk_size)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -598,11 +596,8 @@ def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) ->
         pin = _pin_for(spec, rf)
         digest = None
         if pin is not None:
-            h = hashlib.sha256()
             with open(path, "rb") as f:
-                while data := f.read(chunk_size):
-                    h.update(data)
-            digest = h.hexdigest()
+                digest = stream_digest(f, hashlib.sha256(), chunk_size)
             if digest != pin:
                 raise FetchError(f"{path}: sha256 mismatch: expected {pin}, got {digest}", url=path)
         out.append(FetchedFile(rf.name, path, rf.path, size, digest))

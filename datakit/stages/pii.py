@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from datakit.manifest import Section
 from datakit.quality.config import PiiConfig, PiiRules
-from datakit.quality.pii import PiiOptions, redact
+from datakit.quality.pii import redact
 from datakit.steps import StepContext
 
 from .contract import DOCUMENTS, Graph, Stage
@@ -32,19 +32,13 @@ from .transform import file_lists, run_per_file
 VERSION = "1"
 
 
-def options(rules: PiiRules) -> PiiOptions:
-    return PiiOptions(rules.emails, rules.ips, rules.phones, rules.email_placeholder, rules.ip_placeholder,
-                      rules.phone_placeholder)
-
-
 def redact_file(src: str, rules: PiiRules) -> tuple[pa.Table, list, dict[str, int]]:
     """One documents file with its PII replaced; ids, order and every other column as they were."""
     table = pq.read_table(src)
-    opts = options(rules)
     texts, changed = [], 0
     stats = {"docs_in": table.num_rows, "docs_out": table.num_rows, "removed": 0}
     for text in table.column("text").to_pylist():
-        new, counts = redact(text, opts)
+        new, counts = redact(text, rules)
         for kind, n in counts.items():
             if n:
                 stats[f"redacted/{kind}"] = stats.get(f"redacted/{kind}", 0) + n

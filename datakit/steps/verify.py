@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import xxhash
 
+from datakit.core.fsio import stream_digest
+
 from . import markers, storage
 from .lease import is_lease_name
 
@@ -86,11 +88,8 @@ def _walk(fs, step_dir: str) -> dict[str, int]:
 
 def file_hash(fs, path: str) -> str:
     """xxh3-128 of a file's bytes, streamed."""
-    h = xxhash.xxh3_128()
     with fs.open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return stream_digest(f, xxhash.xxh3_128(), _CHUNK)
 
 
 def build_manifest(fs, step_dir: str) -> list[OutputFile]:

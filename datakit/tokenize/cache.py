@@ -25,7 +25,6 @@ from typing import IO, Any
 
 import fsspec
 import numpy as np
-import xxhash
 
 from datakit.core.fsio import (
     atomic_write_bytes,
@@ -39,6 +38,7 @@ from datakit.core.fsio import (
     open_atomic,
     open_read,
     tmp_name,
+    xxh3_file,
 )
 from datakit.core.layout import TokenCacheDir
 
@@ -103,11 +103,7 @@ def shard_file_names(index: int, total: int) -> dict[str, str]:
 
 def file_xxh3(path: str) -> str:
     """xxh3-128 (hex) of a file's bytes, streamed: the per-shard checksum the ledger keeps."""
-    h = xxhash.xxh3_128()
-    with open_read(path) as f:
-        for chunk in iter(lambda: f.read(4 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return xxh3_file(path)
 
 
 def shard_checksums(split_dir: str, names: dict[str, str]) -> dict[str, str]:
