@@ -75,6 +75,9 @@ class Graph:
 
     documents: source name -> the step whose output is that source's current documents.
     attributes: steps writing attribute files that consolidate applies (exact, fuzzy, decontaminate).
+    weights: the training mixture's components (a source, or a part of one such as a quality tier) and
+             their manifest weights. Starts as the sources' `weight:`; a stage that splits a source into
+             components replaces its entry here and in `documents`, so tokenize and train follow.
     """
 
     manifest: Manifest
@@ -87,6 +90,11 @@ class Graph:
     tokenizer: Step | None = None
     tokens: dict[str, Step] = field(default_factory=dict)
     model: Step | None = None
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.weights:
+            self.weights = {s.name: s.weight for s in self.manifest.sources}
 
     def add(self, step: Step) -> Step:
         self.steps.append(step)

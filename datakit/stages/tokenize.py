@@ -26,8 +26,7 @@ def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg
 def build(graph: Graph) -> None:
     cfg: TokenizeConfig = graph.config(STAGE)
     assert graph.tokenizer is not None, "the tokenizer stage runs before tokenize"
-    for n in graph.source_names:
-        docs = graph.documents[n]
+    for n, docs in list(graph.documents.items()):
         step = Step(f"tokenize-{n}", partial(_tokenize, source=n, documents=docs.name,
                                              tokenizer=graph.tokenizer.name, cfg=cfg),
                     {"validation_fraction": cfg.validation_fraction, "bos": cfg.bos},

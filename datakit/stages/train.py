@@ -77,7 +77,7 @@ def build(graph: Graph) -> None:
     cfg: TrainConfig | None = graph.config(STAGE)
     if cfg is None:
         return
-    weights = {s.name: s.weight for s in graph.manifest.sources if s.weight > 0}
+    weights = {n: w for n, w in graph.weights.items() if w > 0}
     tokens = {n: graph.tokens[n].name for n in weights}
     step = Step("train", partial(_train, cfg=cfg, tokens=tokens, weights=weights),
                 {"train": cfg.to_dict(), "weights": weights},
