@@ -520,7 +520,9 @@ def _classify_pii(text: str, pm: dict | None) -> tuple[str, dict]:
                 continue
             if ip.is_global and (ip.is_multicast or ip.is_reserved):
                 return "pii_multicast_reserved", where
-        return "pii_ipv4_other", where
+        if re.search(r"[\w.]\d{1,3}(?:\.\d{1,3}){3}|\d{1,3}(?:\.\d{1,3}){3}(?:\w|\.\d)", line):
+            return "pii_ipv4_other", where
+        return "other", where
     return "other", {}
 
 

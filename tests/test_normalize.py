@@ -26,7 +26,7 @@ from datakit.normalize import (
     content_id, normalize_source,
 )
 from datakit.normalize.clean import CleanSpec
-from datakit.normalize.pipeline import common_root, file_refs, pack_shards
+from datakit.normalize.pipeline import common_root, file_refs, output_shards, pack_shards
 from datakit.shuffle import ExecConfig, FileInfo, list_files, route, encode_key
 from datakit.sources.readers import RawRecord, Reject
 
@@ -166,6 +166,12 @@ def test_planning_helpers():
     assert hidden == 2
     with pytest.raises(ValueError, match="not under the source root"):
         file_refs(files, root="/elsewhere")
+    # output shards: one per target of estimated text; compressed files count 4x their size, and
+    # the count never depends on the worker count (outputs are the same on every machine)
+    mib = 2**20
+    plain, zst = file_refs([FileInfo("/d/a.jsonl", 150 * mib)])[0], file_refs([FileInfo("/d/a.jsonl.zst", 40 * mib)])[0]
+    assert output_shards(plain, 64 * mib) == 3 and output_shards(zst, 64 * mib) == 3
+    assert output_shards(file_refs([FileInfo("/d/x.txt", 10)])[0], 64 * mib) == 1
     units = [(r, s) for r, s in zip(range(6), [10, 10, 10, 50, 1, 1])]
     assert pack_shards(units, 25, 100) == [[0, 1], [2], [3], [4, 5]]
     assert pack_shards(units, 1000, 2) == [[0, 1], [2, 3], [4, 5]]

@@ -29,7 +29,9 @@ class NormalizeConfig:
     reject_fraction: float = field(default=0.01, metadata={"min": 0, "max": 1})
     strict: bool = False
     html_main_content: bool = True
-    target_shard_bytes: int = field(default=256 * 2**20, metadata={"min": 1})
+    # Estimated text per output shard (compressed inputs count several times their size, see
+    # pipeline.output_shards): small enough that a few hundred MB feed every worker downstream.
+    target_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1})
     input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
     max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})
     raw_bytes_per_char: int = field(default=8, metadata={"min": 1})

@@ -155,6 +155,23 @@ def plan_parquet(refs: list[FileRef], text_field: str, id_field: str | None, bar
     return units, canonical_schema(pa.field(n, t) for n, (t, _) in types.items())
 
 
+# Text bytes per stored byte, by suffix: compressed inputs hold several times their size in text. An
+# estimate by name only (no read), so the shard count is known before any task runs and is the same
+# on every machine and for every worker count.
+EXPANSION = {".gz": 4, ".zst": 4, ".zstd": 4, ".bz2": 4, ".xz": 4, ".lz4": 3, ".parquet": 3}
+
+
+def output_shards(refs: Sequence[FileRef], target_bytes: int) -> int:
+    """How many output shards a source gets: one per `target_bytes` of estimated text.
+
+    Every later stage (minhash, fuzzy, consolidate, tokenize) runs a task per shard, so a source of
+    several hundred MB must not land in one shard that leaves all but one worker idle. The count
+    depends only on the inputs' names and sizes, never on the worker count: outputs stay identical
+    whatever the machine."""
+    text = sum(r.size * EXPANSION.get(os.path.splitext(r.path)[1].lower(), 1) for r in refs)
+    return max(1, math.ceil(text / target_bytes))
+
+
 def pack_shards(units: list[tuple[FileRef, int]], target_bytes: int, max_files: int) -> list[list[FileRef]]:
     """Consecutive units into read tasks of about `target_bytes` (input order is preserved, so the
     rejects come out in file order whatever the packing)."""
@@ -342,8 +359,7 @@ def normalize_source(
                              "dot-files or under dot-directories)")
     if planned is not None:
         refs = check_planned(name, fmt, refs, planned)
-    input_bytes = sum(r.size for r in refs)
-    nn = max(1, math.ceil(input_bytes / cfg.target_shard_bytes))
+    nn = output_shards(refs, cfg.target_shard_bytes)
 
     fixed: pa.Schema | None
     if fmt == "parquet":
@@ -428,7 +444,7 @@ def normalize_source(
     result = NormalizeResult(
         source=name, fmt=fmt, num_shards=nn, main_files=main_files, dups_files=dups_files,
         rejects_files=[rejects_rel], counters=counts, rejects_by_reason=rejects_by_reason,
-        columns=schema_to_dict(schema), num_files=len(refs), input_bytes=input_bytes,
+        columns=schema_to_dict(schema), num_files=len(refs), input_bytes=sum(r.size for r in refs),
     )
     if not result.check_counts():  # a bug, never bad data: say so loudly
         raise NormalizeError(f"normalize {name!r}: counts do not add up: {counts}", result)

@@ -21,7 +21,7 @@ from datakit.steps.fingerprint import fingerprint_files, relative_names
 
 from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, identity_fields
 
-VERSION = "1"
+VERSION = "2"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
 
