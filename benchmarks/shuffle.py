@@ -13,9 +13,10 @@ limit measured in the same run: pickle + zstd-3 compress, then decompress + unpi
 in 1k-record batches, on all worker cores at once (and, for information, the same with Arrow IPC). Each
 datakit run is paired with a limit measurement taken just before it; its fraction of the limit is
 that pair's ratio (per run and median reported), so load on a shared machine hits both sides.
-Both engines start their workers before the clock starts (Ray: `ray.init()`; datakit: one tiny pipeline
-that spawns its local pool). Each datakit run, the DuckDB query and the physical limits are best of
-`--repeat` (default 3); each Ray run is best of `--ray-repeat` (default 1: its runs take 10-40 s each).
+Both engines start their workers before the clock starts (Ray: `ray.init()` and one tiny Ray Data
+pipeline on every CPU, since Ray spawns workers at the first task; datakit: one tiny pipeline that spawns
+its local pool). Every contender is best of `--repeat` runs (default 3; `--ray-repeat` overrides it for
+Ray Data, whose runs take 10-40 s each).
 
 Peers: Ray Data runs in its own virtualenv so it never shapes ours:
     python3 -m venv .venv-bench && .venv-bench/bin/pip install 'ray[data]' numpy pyarrow
@@ -195,6 +196,9 @@ def run_ray(n: int, workload: str, workers: int, shards: int) -> dict:
     def per_group(df):
         return {"key": [int(df["key"][0])], "n": [len(df["key"])], "bytes": [sum(len(p) for p in df["payload"])]}
 
+    # warm, as datakit's pool is warmed: Ray starts its worker processes lazily, at the first task, so
+    # one tiny Ray Data pipeline on every CPU runs before the clock
+    ray.data.range(workers * 64, override_num_blocks=workers).map_batches(lambda b: b).materialize()
     t0 = time.perf_counter()
     ds = ray.data.range(n, override_num_blocks=shards).map_batches(gen, batch_format="numpy")  # returns Arrow
     if payload:
@@ -299,11 +303,13 @@ def main() -> None:
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--reduce-memory-mb", type=int, default=16, help="datakit's merge budget per reducer")
     ap.add_argument("--repeat", type=int, default=3, help="best of N for datakit, DuckDB and the limits")
-    ap.add_argument("--ray-repeat", type=int, default=1, help="best of N for Ray Data")
+    ap.add_argument("--ray-repeat", type=int, default=None, help="best of N for Ray Data (default: --repeat)")
     ap.add_argument("--plane", choices=["columnar", "records"], default=None, help="only this datakit plane")
     ap.add_argument("--peer-ray", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rss-probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ray_repeat is None:
+        args.ray_repeat = args.repeat
     if args.rss_probe:
         res = run_datakit(args.records, "payload", args.workers, args.shards, args.out, args.backend,
                           args.reduce_memory_mb, args.plane)
