@@ -23,18 +23,25 @@ Contenders, all with matched LSH parameters (word 5-grams, 14 bands x 8 rows = 1
                           default English word tokenizer (spaCy blank model), --workers processes
   datatrove_whitespace    the same with a whitespace word splitter (spaCy is most of its stage-1 time)
   datasketch              MinHash + MinHashLSH(params=(14, 8)), query-then-insert (one process)
-Each runs in its own subprocess; the parent samples the process tree's RSS every 50 ms (peak of the
-sum over all its processes, and the largest single process) and its CPU time (rusage of reaped
-processes, or the per-process sampled CPU times when larger: datatrove's forkserver workers are never
-reaped by the contender). Reported per contender: wall and per-stage seconds, docs/s per
-core (docs / wall / cores used), docs per CPU-second (robust on a shared machine), peak RSS,
-precision / recall / F1 of removed documents. One JSON object on stdout.
+Each runs in its own subprocess, once untimed (warm-up: page cache, bytecode, spaCy's files) and then
+--repeats times (default 3), the same for every contender; wall and CPU are the medians of the timed runs.
+The parent samples the process tree's RSS every 50 ms (peak of the sum over all its processes, and the
+largest single process) and its CPU time (rusage of reaped processes, or the per-process sampled CPU
+times when larger: datatrove's forkserver workers are never reaped by the contender). A contender that
+reads fewer documents than the corpus holds (0, say, from a broken environment) is an error, never a
+figure. Reported per contender: wall and per-stage seconds, docs/s per core (docs / wall / cores it
+was given), docs per CPU-second, peak RSS, precision / recall / F1 of removed documents, and recall of
+the planted copies by their true Jaccard to the original (bins of 0.1; below 0.8 they are not
+duplicates by this benchmark's truth, so catching them is by design for LSH-only tools and not for
+datakit, which verifies at 0.8). `ratios` gives BOTH speed ratios against the best peer (per core of
+wall time, and per CPU-second: on a loaded machine two workers rarely get two cores, so the two differ)
+for datakit with and without verification, and `ratios.quality` the F1 of every contender.
 
 Setup (datatrove 0.10 needs spaCy for its English tokenizer and xxhash<4, so it gets its own venv):
     python3 -m venv .venv-datatrove
-    .venv-datatrove/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex tokenizers pyarrow orjson psutil
+    .venv-datatrove/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex tokenizers pyarrow orjson psutil zstandard
     .venv/bin/python benchmarks/dedup.py                  # quick: 10k docs, all contenders
-    .venv/bin/python benchmarks/dedup.py --docs 50000     # the reported figures
+    .venv/bin/python benchmarks/dedup.py --docs 20000 --peer-python .venv-bench/bin/python   # the README figures
     .venv/bin/python benchmarks/dedup.py --only datakit,datasketch
 Without .venv-datatrove (or --peer-python) the datatrove entries say why they were skipped.
 """
@@ -85,7 +92,8 @@ def vocabulary(size: int = 4000) -> list[str]:
 
 
 def generate(n_docs: int, seed: int):
-    """Word-id arrays of n_docs documents with injected near-duplicates; returns (docs, kinds)."""
+    """Word-id arrays of n_docs documents with injected near-duplicates; returns (docs, kinds, origin):
+    origin[i] is the index of the original a planted copy (near, far, hard negative) was made from, else -1."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -111,11 +119,13 @@ def generate(n_docs: int, seed: int):
         crop_a, crop_b = int(rng.integers(0, 4)), int(rng.integers(0, 4))
         return d[crop_a : len(d) - crop_b]
 
-    docs, kinds = [], []
+    docs, kinds, origin = [], [], []
     while len(docs) < n_docs:
         r = rng.random()
         orig = fresh(int(rng.integers(300, 550)))
+        o = len(docs)
         docs.append(orig)
+        origin.append(-1)
         if r < 0.55:
             kinds.append("single")
             continue
@@ -123,16 +133,22 @@ def generate(n_docs: int, seed: int):
         for _ in range(int(rng.integers(1, 4))):
             docs.append(edit(orig, int(rng.integers(0, 11))))
             kinds.append("near_copy")
+            origin.append(o)
         if rng.random() < 0.35:
             docs.append(edit(orig, int(rng.integers(12, 41))))
             kinds.append("far_copy")
+            origin.append(o)
         if rng.random() < 0.25:
             half = len(orig) // 2
             docs.append(np.concatenate([orig[:half], fresh(len(orig) - half)]))
             kinds.append("hard_negative")
-    docs, kinds = docs[:n_docs], kinds[:n_docs]
+            origin.append(o)
+    docs, kinds, origin = docs[:n_docs], kinds[:n_docs], origin[:n_docs]
     order = rng.permutation(len(docs))
-    return [docs[i] for i in order], [kinds[i] for i in order]
+    new_index = np.empty(len(order), dtype=np.int64)
+    new_index[order] = np.arange(len(order))
+    return ([docs[i] for i in order], [kinds[i] for i in order],
+            [int(new_index[origin[i]]) if origin[i] >= 0 else -1 for i in order])
 
 
 def ngram_keys(doc):
@@ -189,6 +205,42 @@ def ground_truth(docs) -> dict:
     for j in jac.values():
         hist[f"{min(int(j * 10), 9) / 10:.1f}-{(min(int(j * 10), 9) + 1) / 10:.1f}"] += 1
     return {"clusters": list(clusters.values()), "pair_jaccard_histogram": hist}
+
+
+JACCARD_BINS = [(0.0, 0.5), (0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0001)]
+
+
+def planted_pairs(docs, origin) -> list[tuple[int, int, float]]:
+    """(original, copy, exact word-5-gram Jaccard) of every planted copy (near, far and hard negative)."""
+    import numpy as np
+
+    out = []
+    for c, o in enumerate(origin):
+        if o >= 0:
+            a, b = ngram_keys(docs[o]), ngram_keys(docs[c])
+            inter = len(np.intersect1d(a, b, assume_unique=True))
+            out.append((o, c, inter / (len(a) + len(b) - inter)))
+    return out
+
+
+def recall_by_bin(removed: set[int], plants: list[tuple[int, int, float]]) -> dict:
+    """Per true-Jaccard bin: planted copies caught / planted. A copy is caught when it was removed, or
+    when its original was removed and it is the most similar member of the family (the original's
+    copies) that was kept: then it is the survivor its original was removed for. Tools report removals
+    only, and which member survives is their own tie-break, so this counts every tool the same way.
+    Copies below the duplicate threshold (far copies, hard negatives) show what each tool does there
+    by design: LSH finds a share of them, verification drops them."""
+    family: dict[int, dict[int, float]] = {}
+    for o, c, j in plants:
+        family.setdefault(o, {})[c] = j
+    out = {}
+    for lo, hi in JACCARD_BINS:
+        sel = [(o, c, j) for o, c, j in plants if lo <= j < hi]
+        caught = sum(1 for o, c, j in sel if c in removed or (o in removed and all(
+            jo < j for m, jo in family[o].items() if m != c and m not in removed)))
+        out[f"{lo:.1f}-{min(hi, 1.0):.1f}"] = {"planted": len(sel), "caught": caught,
+                                                "recall": round(caught / len(sel), 4) if sel else None}
+    return out
 
 
 def score(removed: set[int], clusters: list[list[int]]) -> dict:
@@ -260,7 +312,7 @@ def role_datakit(src: str, work: str, workers: int, verify: bool) -> dict:
         return out
 
     mh_cfg = MinHashConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, num_perms=BANDS * ROWS)
-    timed("minhash", lambda: minhash_source("corpus", src, f"{work}/mh", mh_cfg, ex))
+    mh = timed("minhash", lambda: minhash_source("corpus", src, f"{work}/mh", mh_cfg, ex))
     fz = timed("fuzzy_dups", lambda: fuzzy_dups([("corpus", src, f"{work}/mh", 0)], f"{work}/fuzzy",
                                                 FuzzyConfig(verify=verify, verify_threshold=TRUE_THRESHOLD), ex))
     for k, v in fz.timings.items():
@@ -270,7 +322,7 @@ def role_datakit(src: str, work: str, workers: int, verify: bool) -> dict:
     for f in sorted(Path(work, "final/outputs/removed").glob("*.parquet")):
         removed.extend(pq.read_table(f, columns=["id"]).column("id").to_pylist())
     return {"stages": stages, "stages_cpu": {k: round(v, 2) for k, v in stages_cpu.items()},
-            "removed_ids": removed, "cores": workers,
+            "removed_ids": removed, "cores": workers, "docs_read": mh.counters["docs"],
             "counters": {k: v for k, v in fz.counters.items() if "/" not in k}}
 
 
@@ -304,7 +356,7 @@ def role_datasketch(src: str, work: str) -> dict:
         else:
             lsh.insert(i, m)
     stages["lsh_query_insert"] = time.perf_counter() - t
-    return {"stages": stages, "removed_ids": removed, "cores": 1}
+    return {"stages": stages, "removed_ids": removed, "cores": 1, "docs_read": len(ids)}
 
 
 def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
@@ -360,7 +412,8 @@ def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
     for f in sorted(Path(work, "removed").glob("*.jsonl")):
         for line in f.read_text().splitlines():
             removed.append(json.loads(line)["id"])
-    return {"stages": stages, "removed_ids": removed, "cores": workers}
+    kept = sum(len(f.read_text().splitlines()) for f in Path(work, "kept").glob("*.jsonl"))
+    return {"stages": stages, "removed_ids": removed, "cores": workers, "docs_read": kept + len(removed)}
 
 
 # ====================================================================== parent: run, monitor, score
@@ -429,12 +482,64 @@ def run_contender(python: str, role_args: list[str], result_file: Path, timeout:
     return res
 
 
+def measure(name: str, python: str, src: Path, work: Path, workers: int, repeats: int, warmup: bool,
+            timeout: float) -> dict:
+    """One warm-up run (discarded: page cache, bytecode, model files) then `repeats` timed runs, the same
+    for every contender. Wall and CPU are the medians of the timed runs, peak RSS their maximum, the
+    removed set that of the last run (and whether every run removed the same documents)."""
+    import statistics
+
+    runs = []
+    for i in range(int(warmup) + repeats):
+        out = work / name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        res = run_contender(python, ["--role", name, "--src", str(src), "--out", str(out), "--workers", str(workers)],
+                            work / f"{name}.json", timeout)
+        shutil.rmtree(out, ignore_errors=True)
+        if "error" in res:
+            return res
+        if i >= int(warmup):
+            runs.append(res)
+    res = dict(runs[-1])
+    res["wall_s"] = statistics.median(r["wall_s"] for r in runs)
+    res["cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
+    res["wall_s_runs"] = [round(r["wall_s"], 2) for r in runs]
+    res["peak_rss_tree_mb"] = max(r["peak_rss_tree_mb"] for r in runs)
+    res["peak_rss_largest_process_mb"] = max(r["peak_rss_largest_process_mb"] for r in runs)
+    res["same_removals_every_run"] = all(sorted(r["removed_ids"]) == sorted(res["removed_ids"]) for r in runs)
+    res["stages"] = {k: statistics.median(r["stages"][k] for r in runs) for k in res["stages"]}
+    return res
+
+
+def summarize(results: dict) -> dict:
+    """Both speed ratios (per core of wall time, per CPU-second) and the quality of every contender, with
+    and without datakit's verification, side by side: no single flattering figure."""
+    ok = {k: v for k, v in results.items() if "docs_per_s_per_core" in v}
+    peers = {k: v for k, v in ok.items() if not k.startswith("datakit")}
+    out: dict = {"quality": {k: {m: v[m] for m in ("precision", "recall", "f1")} for k, v in ok.items()}}
+    if not peers:
+        return out
+    best = max(peers, key=lambda k: peers[k]["docs_per_s_per_core"])
+    best_cpu = max(peers, key=lambda k: peers[k]["docs_per_cpu_s"])
+    out.update({"best_peer_docs_per_s_per_core": best, "best_peer_docs_per_cpu_s": best_cpu})
+    for ours in ("datakit", "datakit_1core", "datakit_noverify"):
+        if ours in ok:
+            out[f"{ours}_vs_best_peer_docs_per_s_per_core"] = round(
+                ok[ours]["docs_per_s_per_core"] / peers[best]["docs_per_s_per_core"], 2)
+            out[f"{ours}_vs_best_peer_docs_per_cpu_s"] = round(
+                ok[ours]["docs_per_cpu_s"] / peers[best_cpu]["docs_per_cpu_s"], 2)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--files", type=int, default=8, help="parquet files in the generated source")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per contender (after one warm-up run)")
+    ap.add_argument("--no-warmup", action="store_true", help="skip the discarded warm-up run of each contender")
     ap.add_argument("--only", default=",".join(ALL), help=f"comma list of {ALL}")
     ap.add_argument("--peer-python", default=str(REPO / ".venv-datatrove/bin/python"))
     ap.add_argument("--work", default=None, help="work dir (default: a temp dir, removed afterwards)")
@@ -466,11 +571,13 @@ def main() -> None:
     unknown = set(wanted) - set(ALL)
     if unknown:
         raise SystemExit(f"unknown contenders {sorted(unknown)}; choose from {ALL}")
+    if args.repeats < 1:
+        raise SystemExit("--repeats must be at least 1")
     work = Path(args.work or tempfile.mkdtemp(prefix="datakit-dedup-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     vocab = vocabulary()
-    docs, kinds = generate(args.docs, args.seed)
+    docs, kinds, origin = generate(args.docs, args.seed)
     src = work / "corpus"
     if src.exists():
         shutil.rmtree(src)
@@ -478,12 +585,13 @@ def main() -> None:
     gen_s = time.perf_counter() - t
     t = time.perf_counter()
     truth = ground_truth(docs)
+    plants = planted_pairs(docs, origin)
     truth_s = time.perf_counter() - t
     text_bytes = sum(len(" ".join(vocab[w] for w in d).encode()) for d in docs)
     report = {
         "corpus": {
-            "docs": len(docs), "files": args.files, "mb": round(text_bytes / 1e6, 1),
-            "avg_doc_bytes": round(text_bytes / len(docs)),
+            "docs": len(docs), "unique_texts": len(id_to_idx), "files": args.files,
+            "mb": round(text_bytes / 1e6, 1), "avg_doc_bytes": round(text_bytes / len(docs)),
             "kinds": {k: kinds.count(k) for k in sorted(set(kinds))},
             "true_clusters": len(truth["clusters"]),
             "true_duplicates_to_remove": sum(len(c) - 1 for c in truth["clusters"]),
@@ -491,47 +599,35 @@ def main() -> None:
             "generate_s": round(gen_s, 1), "ground_truth_s": round(truth_s, 1),
         },
         "params": {"ngram": f"word {NGRAM}", "bands": BANDS, "rows": ROWS, "num_perms": BANDS * ROWS,
-                   "true_duplicate_jaccard": TRUE_THRESHOLD, "workers": args.workers,
-                   "cpu_count": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
+                   "true_duplicate_jaccard": TRUE_THRESHOLD, "datakit_verify_threshold": TRUE_THRESHOLD,
+                   "workers": args.workers, "repeats": args.repeats, "warmup_runs": 0 if args.no_warmup else 1,
+                   "timing": "median of the timed runs", "cpu_count": os.cpu_count(),
+                   "load_avg_at_start": os.getloadavg()},
         "results": {},
     }
-    ours = sys.executable
     for name in wanted:
-        out = work / name
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
-        python = ours
+        python = sys.executable
         if name.startswith("datatrove"):
             python = args.peer_python
             if not Path(python).exists():
                 report["results"][name] = {"skipped": f"no peer python at {python} (see the docstring for setup)"}
                 continue
-        res = run_contender(python, ["--role", name, "--src", str(src), "--out", str(out),
-                                     "--workers", str(args.workers)], work / f"{name}.json", args.timeout)
+        res = measure(name, python, src, work, args.workers, args.repeats, not args.no_warmup, args.timeout)
+        if "error" not in res and res.get("docs_read") != len(id_to_idx):
+            res = {"error": f"{name} read {res.get('docs_read')} documents, the corpus has {len(id_to_idx)}: "
+                            "not a figure (is its environment complete? see the docstring)"}
         if "error" not in res:
             removed = {id_to_idx[i] for i in res.pop("removed_ids")}
             res.update(score(removed, truth["clusters"]))
+            res["planted_recall_by_jaccard"] = recall_by_bin(removed, plants)
             res["docs_per_s_per_core"] = round(len(docs) / res["wall_s"] / res["cores"], 1)
             res["docs_per_cpu_s"] = round(len(docs) / res["cpu_s"], 1)
             res["wall_s"] = round(res["wall_s"], 2)
             res["cpu_s"] = round(res["cpu_s"], 2)
             res["stages"] = {k: round(v, 2) for k, v in res["stages"].items()}
         report["results"][name] = res
-        shutil.rmtree(out, ignore_errors=True)
         print(f"{name}: {json.dumps(res)}", file=sys.stderr)
-    ok = {k: v for k, v in report["results"].items() if "docs_per_s_per_core" in v}
-    peers = {k: v for k, v in ok.items() if not k.startswith("datakit")}
-    if peers:
-        best = max(peers, key=lambda k: peers[k]["docs_per_s_per_core"])
-        best_cpu = max(peers, key=lambda k: peers[k]["docs_per_cpu_s"])
-        report["ratios"] = {"best_peer_docs_per_s_per_core": best, "best_peer_docs_per_cpu_s": best_cpu}
-        for ours in ("datakit", "datakit_1core"):
-            if ours in ok:
-                report["ratios"][f"{ours}_vs_best_peer_docs_per_s_per_core"] = round(
-                    ok[ours]["docs_per_s_per_core"] / peers[best]["docs_per_s_per_core"], 2)
-                report["ratios"][f"{ours}_vs_best_peer_docs_per_cpu_s"] = round(
-                    ok[ours]["docs_per_cpu_s"] / peers[best_cpu]["docs_per_cpu_s"], 2)
+    report["ratios"] = summarize(report["results"])
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(report, indent=1))

@@ -12,9 +12,17 @@ Measured, each single-process (one core); the reader measurements alternate ours
                 clean_record (blank drop, whitespace cap, xxh3-128 id)
          peer:  datatrove JsonlReader (orjson)
   warc   ours:  read_warc (FastWARC + Resiliparse main-content extraction) + clean_record
-         peer:  datatrove WarcReader (warcio) + Trafilatura extractor, as a datatrove user runs them
-                (one run: it is an order of magnitude slower); also the peer's reader alone, to show
-                where the time goes
+         peers, all datatrove WarcReader (warcio), each in its own process:
+                + a Resiliparse extractor (the same library and extract_plain_text options as ours:
+                  datatrove 0.10 ships none; this file writes the BaseExtractor subclass a datatrove
+                  user writes, as datatrove's main branch has it), run as users run extractors, through
+                  BaseExtractor.run's per-document timeout sandbox (a child process per worker, each
+                  document sent over a pipe and back)
+                + the same extractor without the sandbox (extract() called directly per document:
+                  faster, but a page that hangs the extractor hangs the worker)
+                + Trafilatura (datatrove's own extractor; another algorithm, an order of magnitude
+                  slower: one run)
+                and the reader alone, to show where the time goes
 and, for context, datakit's whole normalize step end to end (read, clean, exact-dedup shuffle, sorted
 zstd parquet) on the local backend with --workers workers.
 
@@ -23,10 +31,11 @@ ratios ours/peer. One JSON object on stdout.
 
 The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours does not):
     python3 -m venv .venv-bench
-    .venv-bench/bin/pip install 'datatrove==0.10.*' orjson warcio faust-cchardet python-magic \
-        trafilatura lxml_html_clean          # python-magic needs the system libmagic1
+    .venv-bench/bin/pip install 'datatrove==0.10.*' orjson zstandard warcio faust-cchardet python-magic \
+        resiliparse trafilatura lxml_html_clean    # python-magic needs the system libmagic1; without
+                                                   # zstandard datatrove reads 0 jsonl.zst documents
     .venv/bin/python benchmarks/normalize.py                       # defaults: ~40 MB jsonl, 1500 pages
-    .venv/bin/python benchmarks/normalize.py --jsonl-mb 200 --pages 5000 --repeat 3
+    .venv/bin/python benchmarks/normalize.py --jsonl-mb 200 --pages 5000 --repeat 3   # the README's figures
 Without .venv-bench the peer figures are null, with the reason.
 """
 
@@ -200,7 +209,8 @@ def ours_reader(dirpath: Path, fmt: str, repeat: int) -> dict:
     from collections import Counter
 
     from datakit.normalize.clean import CleanSpec, clean_record
-    from datakit.sources.readers import FileRef, RawRecord, ReaderOptions, read_file
+    from datakit.normalize.warc import read_file  # what the normalize stage reads with
+    from datakit.sources.readers import FileRef, RawRecord, ReaderOptions
 
     files = sorted(dirpath.iterdir())
     refs = [FileRef(i, str(p), p.name, p.stat().st_size) for i, p in enumerate(files)]
@@ -216,8 +226,15 @@ def ours_reader(dirpath: Path, fmt: str, repeat: int) -> dict:
                     n += 1
         return n
 
+    cpu0 = _cpu()
     wall, n = _best(run, repeat)
-    return {"wall_s": wall, "records": n}
+    return {"wall_s": wall, "records": n, "cpu_s": round((_cpu() - cpu0) / repeat, 3)}
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its reaped children (ours forks for big pages)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def ours_pipeline(dirpath: Path, fmt: str, workers: int) -> dict:
@@ -264,6 +281,24 @@ def peer_main(kind: str, dirpath: str) -> None:
 
         def run() -> int:
             return sum(1 for _ in WarcReader(dirpath, glob_pattern="*.warc.gz").run())
+    elif kind in ("warc-resiliparse", "warc-resiliparse-nosandbox"):
+        from datatrove.pipeline.readers import WarcReader
+
+        extractor = _resiliparse_extractor()
+        if kind == "warc-resiliparse":
+            def run() -> int:
+                reader = WarcReader(dirpath, glob_pattern="*.warc.gz")
+                return sum(1 for _ in extractor.run(reader.run()))
+        else:
+            def run() -> int:
+                n = 0
+                for doc in WarcReader(dirpath, glob_pattern="*.warc.gz").run():
+                    try:
+                        doc.text = extractor.extract(doc.text)
+                    except Exception:
+                        continue
+                    n += bool(doc.text)
+                return n
     else:
         from datatrove.pipeline.extractors import Trafilatura
         from datatrove.pipeline.readers import WarcReader
@@ -274,8 +309,37 @@ def peer_main(kind: str, dirpath: str) -> None:
             extractor = Trafilatura(favour_precision=True, timeout=10.0)
             return sum(1 for _ in extractor.run(reader.run()))
 
+    cpu0 = _cpu()
     wall, n = _best(run, 1)
-    print(json.dumps({"wall_s": wall, "records": n, "version": version("datatrove")}))
+    # cpu_s counts the sandbox's child processes too (reaped when the extractor's run ends)
+    print(json.dumps({"wall_s": wall, "records": n, "cpu_s": round(_cpu() - cpu0, 3),
+                      "version": version("datatrove")}))
+
+
+def _resiliparse_extractor():
+    """datatrove 0.10 has no Resiliparse extractor; this is the subclass a datatrove user writes (and
+    datatrove's main branch ships): `extract()` calls `extract_plain_text`, here with the options
+    datakit's reader passes (preserve_formatting, main_content, Resiliparse's defaults for the rest),
+    so both sides extract the same text from the same pages."""
+    from datatrove.pipeline.extractors.base import BaseExtractor
+
+    class Resiliparse(BaseExtractor):
+        name = "⛏ Resiliparse"
+        _requires_dependencies = ["resiliparse"]
+
+        def __init__(self, main_content: bool = True, preserve_formatting: bool = True, timeout: float = 10.0):
+            # timeout: generous, like the Trafilatura run's; the sandbox costs the same whatever its value
+            super().__init__(timeout)
+            self.main_content = main_content
+            self.preserve_formatting = preserve_formatting
+
+        def extract(self, text: str) -> str:
+            from resiliparse.extract.html2text import extract_plain_text
+
+            return extract_plain_text(text, preserve_formatting=self.preserve_formatting,
+                                      main_content=self.main_content)
+
+    return Resiliparse()
 
 
 def run_peer(kind: str, dirpath: Path) -> dict:
@@ -288,21 +352,22 @@ def run_peer(kind: str, dirpath: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def interleaved(ours, peer_kind: str, dirpath: Path, rounds: int) -> tuple[dict, dict]:
-    """Alternate ours and the peer, keeping each one's best round: on a shared machine the load drifts,
-    and alternating exposes both to the same drift."""
+def interleaved(ours, peer_kinds: list[str], dirpath: Path, rounds: int) -> tuple[dict, list[dict]]:
+    """Alternate ours and the peers, keeping each one's best round: on a shared machine the load drifts,
+    and alternating exposes all of them to the same drift."""
     best_ours: dict | None = None
-    best_peer: dict | None = None
+    best_peers: list[dict | None] = [None] * len(peer_kinds)
     for _ in range(rounds):
         o = ours()
         if best_ours is None or o["wall_s"] < best_ours["wall_s"]:
             best_ours = o
-        p = run_peer(peer_kind, dirpath)
-        if "error" in p:
-            best_peer = p
-        elif best_peer is None or p["wall_s"] < best_peer["wall_s"]:
-            best_peer = p
-    return best_ours, best_peer
+        for i, kind in enumerate(peer_kinds):
+            p = run_peer(kind, dirpath)
+            if "error" in p:
+                best_peers[i] = p
+            elif best_peers[i] is None or p["wall_s"] < best_peers[i]["wall_s"]:
+                best_peers[i] = p
+    return best_ours, best_peers
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -330,7 +395,8 @@ def main() -> None:
                     help="rounds (ours and peer alternating, best kept) for the reader measurements")
     ap.add_argument("--workers", type=int, default=2, help="workers for the end-to-end normalize run")
     ap.add_argument("--work-dir", default=None, help="where to generate inputs (default: a temp dir)")
-    ap.add_argument("--peer", choices=["jsonl", "warc-read", "warc-extract"], help=argparse.SUPPRESS)
+    ap.add_argument("--peer", choices=["jsonl", "warc-read", "warc-extract", "warc-resiliparse",
+                                       "warc-resiliparse-nosandbox"], help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.peer:
@@ -344,15 +410,17 @@ def main() -> None:
         result: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
                         "inputs": {"jsonl_zst": jinfo, "warc_gz": winfo}}
 
-        ours_j, peer_j = interleaved(lambda: ours_reader(work / "jsonl", "jsonl", 1), "jsonl", work / "jsonl",
-                                     args.repeat)
-        ours_w, peer_w_read = interleaved(lambda: ours_reader(work / "warc", "warc", 1), "warc-read",
-                                          work / "warc", args.repeat)
+        ours_j, (peer_j,) = interleaved(lambda: ours_reader(work / "jsonl", "jsonl", 1), ["jsonl"],
+                                        work / "jsonl", args.repeat)
+        ours_w, (peer_w_res, peer_w_nosb, peer_w_read) = interleaved(
+            lambda: ours_reader(work / "warc", "warc", 1),
+            ["warc-resiliparse", "warc-resiliparse-nosandbox", "warc-read"], work / "warc", args.repeat)
         peer_w_ext = run_peer("warc-extract", work / "warc")  # 20x+ slower: one run is plenty
         version = (peer_j or {}).get("version")
         ours_j, ours_w = _rates(ours_j, jinfo), _rates(ours_w, winfo)
         peer_j, peer_w_read, peer_w_ext = (_rates(peer_j, jinfo), _rates(peer_w_read, winfo),
                                            _rates(peer_w_ext, winfo))
+        peer_w_res, peer_w_nosb = _rates(peer_w_res, winfo), _rates(peer_w_nosb, winfo)
         result["jsonl_zst"] = {
             "ours_read_clean_1proc": ours_j,
             "datatrove_JsonlReader_1proc": peer_j,
@@ -360,10 +428,14 @@ def main() -> None:
             "ours_normalize_end_to_end": _rates(ours_pipeline(work / "jsonl", "jsonl", args.workers), jinfo),
         }
         result["warc_html"] = {
-            "ours_read_extract_clean_1proc": ours_w,
+            "ours_read_extract_clean_1proc": ours_w,  # FastWARC + Resiliparse, bounded per page
+            "datatrove_WarcReader_Resiliparse_sandbox_1proc": peer_w_res,
+            "datatrove_WarcReader_Resiliparse_nosandbox_1proc": peer_w_nosb,
             "datatrove_WarcReader_Trafilatura_1proc": peer_w_ext,
             "datatrove_WarcReader_only_1proc": peer_w_read,
-            "ratio_ours_over_peer": _ratio(ours_w, peer_w_ext),
+            "ratio_ours_over_resiliparse_sandbox": _ratio(ours_w, peer_w_res),
+            "ratio_ours_over_resiliparse_nosandbox": _ratio(ours_w, peer_w_nosb),
+            "ratio_ours_over_trafilatura": _ratio(ours_w, peer_w_ext),
             "ours_normalize_end_to_end": _rates(ours_pipeline(work / "warc", "warc", args.workers), winfo),
         }
         result["peer_version"] = {"datatrove": version}

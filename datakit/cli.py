@@ -315,6 +315,9 @@ def demo(out_dir: str, workers: int | None, backend: str) -> None:
 from datakit.ferry.cli import ferry  # noqa: E402  (the group registers below the main group)
 
 main.add_command(ferry)
+from datakit.mix.cli import mix  # noqa: E402  (`datakit mix show|search`)
+
+main.add_command(mix)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,3 +23,10 @@ def backend(request) -> str:
     if request.param == "ray":
         request.getfixturevalue("ray_cluster")
     return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    """The 3-node cluster tests (tests/test_cluster_s3.py) start their own Ray cluster in a subprocess;
+    with this session's local Ray already up (ray.init above) their driver was seen to fail to reach its
+    own GCS, so they run first, before any test starts the session's Ray. Otherwise the order is kept."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_cluster_s3.py") else 1)

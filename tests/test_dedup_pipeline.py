@@ -10,6 +10,7 @@ import re
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -489,3 +490,106 @@ def test_stale_metadata_is_removed_before_rewriting(tmp_path):
     with pytest.raises(ShardFailed, match="part-00001-of-00002.parquet"):
         minhash_source("s", d, str(out), MinHashConfig(), LOCAL2)
     assert not (out / "attributes/s/attrs.json").exists()  # the failed rerun left no valid-looking set
+
+
+# ---------------------------------------------------------------- verification reads, pairs per bucket, threshold
+def test_verification_texts_are_streamed_by_row_group(tmp_path):
+    """shingle_rows reads only the row groups holding wanted rows, a batch at a time, and gives the same
+    sets as shingling the whole column's rows at once."""
+    from datakit.dedup.fuzzy import shingle_rows, shingle_sets
+
+    texts = [text(40 + i % 50, 1000 + i) for i in range(700)]
+    path = tmp_path / "doc.parquet"
+    table = pa.table({"id": [doc_id(t) for t in texts], "text": texts})
+    pq.write_table(table, path, row_group_size=97)  # 8 row groups, the last one short
+    assert pq.ParquetFile(path).metadata.num_row_groups == 8
+    cfg = ShingleConfig()
+    rows = np.array(sorted(random.Random(0).sample(range(700), 150) + [0, 96, 97, 699]))
+    rows = np.unique(rows)
+    want = shingle_sets([texts[i] for i in rows], cfg)
+    got = shingle_rows(str(path), rows, cfg)
+    assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.values, want.values)
+    one = shingle_rows(str(path), np.array([500]), cfg)
+    assert np.array_equal(one.values, shingle_sets([texts[500]], cfg).values)
+    assert len(shingle_rows(str(path), np.array([], np.int64), cfg)) == 0
+    with pytest.raises(AttributeMismatch, match="row 700 wanted"):
+        shingle_rows(str(path), np.array([5, 700]), cfg)
+
+
+def test_large_buckets_pair_each_member_with_its_predecessors():
+    """A bucket of up to clique_max members gives its clique; a larger one clique_max - 1 pairs per member
+    (linear, not quadratic), a superset of the chain; clique_max 1 is the chain."""
+    from datakit.dedup.fuzzy import _bucket_pairs
+
+    key = np.array([7] * 5 + [9] * 40 + [3], dtype=np.uint64)
+    node = np.arange(len(key), dtype=np.int64)[::-1].copy()
+    b = {"key": key, "node": node}
+    pairs = _bucket_pairs(0, b, clique_max=8)
+    got = set(zip(pairs["u"].tolist(), pairs["v"].tolist()))
+    small = sorted(node[:5].tolist())
+    assert {(a, c) for i, a in enumerate(small) for c in small[i + 1:]} <= got  # the clique of 5
+    big = sorted(node[5:45].tolist())
+    big_pairs = {(a, c) for a, c in got if a in big}
+    assert big_pairs == {(big[i], big[j]) for j in range(40) for i in range(max(0, j - 7), j)}
+    assert len(got) == 10 + len(big_pairs) and len(big_pairs) == 7 * 40 - 28
+    chain = _bucket_pairs(0, b, clique_max=1)
+    assert set(zip(chain["u"].tolist(), chain["v"].tolist())) == (
+        {(small[i], small[i + 1]) for i in range(4)} | {(big[i], big[i + 1]) for i in range(39)})
+    assert _bucket_pairs(0, {"key": key[:1], "node": node[:1]}, clique_max=8) is None
+
+
+def test_one_false_neighbour_does_not_cut_a_member_off(tmp_path):
+    """Documents share a long boilerplate, so most buckets hold all of them; a pair of copies is adjacent
+    there only by chance. Verified at 0.9 (copies ~0.97, boilerplate siblings ~0.8), a chain loses the
+    copies that no small bucket links; pairing with several predecessors finds more, the clique all."""
+    boiler = text(300, 42)
+    base = [boiler + " " + text(30, 600 + i) for i in range(8)]
+    copies = [boiler + " " + mutate(t[len(boiler) + 1:], 1, 700 + i) for i, t in enumerate(base)]
+    d, labels = source(tmp_path, "s", base + copies, 1, [f"b{i}" for i in range(8)] + [f"c{i}" for i in range(8)])
+    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig(num_perms=4, bands=4, rows=1))
+    res = {}
+    for cm in (1, 4, 16):
+        out = tmp_path / f"fz{cm}"
+        fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(verify_threshold=0.9, clique_max=cm), LOCAL2)
+        res[cm] = groups_by_label(out, {"s": labels})
+    assert res[16] == [[f"b{i}", f"c{i}"] for i in range(8)]  # the full clique: every true pair
+    assert len(res[1]) < len(res[4]) <= 8
+    assert all(g in res[4] for g in res[1])
+
+
+def test_verify_threshold_follows_the_lsh_parameters(tmp_path):
+    from datakit.dedup.config import DedupConfig
+    from datakit.dedup.lsh_params import candidate_threshold
+
+    assert DedupConfig().fuzzy_config().verify_threshold is None
+    assert DedupConfig(threshold=0.8).fuzzy_config().verify_threshold == 0.8
+    assert DedupConfig(threshold=0.8, verify_threshold=0.6).fuzzy_config().verify_threshold == 0.6
+    d, _ = source(tmp_path, "s", [text(100, 1), mutate(text(100, 1), 3, 2), text(100, 3)], 1)
+    for bands, rows in ((14, 8), (20, 5)):
+        mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig(num_perms=bands * rows, bands=bands, rows=rows),
+                          tag=f"mh{bands}")
+        out = tmp_path / f"fz{bands}"
+        res = fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(), LOCAL1)
+        assert res.params["verify_threshold"] == round(candidate_threshold(bands, rows), 4)
+        assert res.counters["clusters"] == 1
+
+
+def test_verification_sends_each_set_once_per_partition_and_chunks_give_the_same_bytes(tmp_path, monkeypatch):
+    """A family of copies puts every member in many pairs; its sets still travel once per verification
+    partition, and merging pairs a small chunk at a time writes the same marks as one merge."""
+    import datakit.dedup.fuzzy as fz
+
+    base = text(150, 77)
+    texts = [base] + [mutate(base, 2, 800 + i) for i in range(30)] + [text(150, 900 + i) for i in range(20)]
+    d, _ = source(tmp_path, "s", texts, 2)
+    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig())
+    inline = ExecConfig(backend="inline")
+    one = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "one"), FuzzyConfig(num_partitions=1), inline)
+    c = one.counters
+    assert c["candidate_pairs"] > 3 * c["verify_texts_read"]  # many pairs per document
+    assert c["verify_sets_sent"] == c["verify_texts_read"]  # one partition: each set once
+    monkeypatch.setattr(fz, "VERIFY_CHUNK_FINGERPRINTS", 64)
+    small = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "small"), FuzzyConfig(num_partitions=1), inline)
+    assert small.counters == one.counters
+    assert _tree(tmp_path / "one" / "attributes") == _tree(tmp_path / "small" / "attributes")
+    assert one.counters["cluster_members"] == 31

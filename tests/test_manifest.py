@@ -68,7 +68,7 @@ def test_sources_only_manifest_is_valid_with_defaults(corpus: Path, tmp_path: Pa
     assert not src.remote
     assert m.prefix == str(corpus / "datakit-out")
     assert (m.backend, m.workers, m.mirror, m.train) == ("local", None, None, None)
-    assert m.normalize.max_whitespace_run == 128 and m.normalize.target_shard_bytes == 268435456
+    assert m.normalize.max_whitespace_run == 128 and m.normalize.target_shard_bytes == 64 << 20
     assert (m.dedup.num_perms, m.dedup.bands, m.dedup.rows, m.dedup.threshold) == (112, 14, 8, None)
     assert m.decontaminate.ngram == 13 and m.decontaminate.benchmarks == ()
     assert m.tokenize.tokenizer is None and m.tokenize.vocab_size == 8192
@@ -119,7 +119,8 @@ def test_full_manifest_typed_values(corpus: Path):
     # 'defaults' (an anchor holder) is not a manifest key; "x-" keys are free for anchors.
     assert messages(errors) == [
         f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, line_dedup, "
-        "mirror, normalize, pii, prefix, quality, sources, stages, tokenize, train, workers)"
+        "mirror, mixture, normalize, pii, prefix, quality, quality_classifier, sources, stages, tokenize, train, "
+        "workers)"
     ]
     path.write_text(path.read_text().replace("defaults: &common", "x-common: &common"))
     m = load_manifest(path)
@@ -756,7 +757,9 @@ def test_sections_are_the_stage_configs():
     """Every section of the example is the config object its stage runs with (no mirrored specs)."""
     from datakit.dedup.config import DedupConfig
     from datakit.dedup.decontaminate import DecontamConfig
+    from datakit.mix.config import MixtureConfig
     from datakit.normalize.config import NormalizeConfig
+    from datakit.classify.config import ClassifierConfig
     from datakit.quality.config import LineDedupConfig, PiiConfig, QualityConfig
     from datakit.stages.registry import sections
     from datakit.tokenize.config import TokenizeConfig
@@ -766,7 +769,7 @@ def test_sections_are_the_stage_configs():
     assert {s.key: s.config for s in sections()} == {
         "normalize": NormalizeConfig, "dedup": DedupConfig, "decontaminate": DecontamConfig,
         "tokenize": TokenizeConfig, "train": TrainConfig, "quality": QualityConfig, "line_dedup": LineDedupConfig,
-        "pii": PiiConfig}
+        "pii": PiiConfig, "mixture": MixtureConfig, "quality_classifier": ClassifierConfig}
     for s in sections():
         assert type(m.sections[s.key]) is s.config
     m.train.validate()

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from datakit.core.fsio import retrying
+
 
 __all__ = [
     "RemoteFile",
@@ -161,7 +163,7 @@ def list_files(
     triples: list[tuple[str, str, int | None]] = []
     roots: list[str] = []
     for u in uris:
-        files, root = _expand_one(u)
+        files, root = retrying("list", u, lambda: _expand_one(u)) if is_remote(u) and not is_http(u) else _expand_one(u)
         triples.extend(files)
         roots.append(root)
     if len(uris) == 1:

@@ -17,7 +17,11 @@ from .minhash import MinHashConfig
 @dataclass(frozen=True)
 class DedupConfig:
     """Exact and MinHash fuzzy dedup across sources. With ``threshold`` set, bands x rows are derived
-    from it (then bands/rows must not be given); otherwise bands x rows must fit in num_perms."""
+    from it (then bands/rows must not be given); otherwise bands x rows must fit in num_perms.
+
+    ``verify_threshold`` (unset by default) follows the LSH parameters, so candidates and verification
+    aim at the same similarity: ``threshold`` when given, else the similarity at which bands x rows
+    make a pair a candidate half the time (0.685 for 14 x 8). Set it to verify at another level."""
 
     exact: bool = True
     fuzzy: bool = True
@@ -30,7 +34,7 @@ class DedupConfig:
     seed: int = 42
     max_text_chars: int = field(default=500_000, metadata={"min": 1})
     verify: bool = True
-    verify_threshold: float = field(default=0.7, metadata={"min": 0, "max": 1})
+    verify_threshold: float | None = field(default=None, metadata={"min": 0, "max": 1})
 
     def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
         if self.threshold is not None:
@@ -54,5 +58,7 @@ class DedupConfig:
         return MinHashConfig(num_perms=self.num_perms, bands=self.bands, rows=self.rows, **kw)
 
     def fuzzy_config(self) -> FuzzyConfig:
-        """How the fuzzy step verifies candidate pairs."""
-        return FuzzyConfig(verify=self.verify, verify_threshold=self.verify_threshold)
+        """How the fuzzy step verifies candidate pairs (unset: at ``threshold``, else at the median of
+        the bands x rows S-curve, which fuzzy_dups reads from the minhash parameters)."""
+        vt = self.verify_threshold if self.verify_threshold is not None else self.threshold
+        return FuzzyConfig(verify=self.verify, verify_threshold=vt)

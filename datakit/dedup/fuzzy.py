@@ -1,14 +1,20 @@
 """Fuzzy dedup across sources: LSH buckets -> candidate pairs -> (true Jaccard) -> components -> marks.
 
 1. Buckets: every document with shingles contributes one (bucket key, node) per band. Members of a
-   bucket become candidate pairs: all pairs for small buckets (up to `clique_max`, when verifying, so a
-   rejected pair cannot hide a true one), a chain of n-1 pairs otherwise (a bucket of 10k boilerplate
-   pages stays 10k pairs, and without verification the components are the same as with a clique).
+   bucket, in node order, are each paired with the `clique_max - 1` before them (default 8): a small
+   bucket gives its clique (with verification, a rejected pair cannot hide a true one), a big one
+   (boilerplate, templates, a large family of copies) at most clique_max - 1 pairs per member, so the
+   work per bucket is linear in its size and one false neighbour does not cut a member off. Without
+   verification a chain (clique_max 1) gives the same components as a clique.
 2. Verification (on by default): each candidate pair's true Jaccard similarity is computed on the full
    shingle sets, re-derived from the normalized text with the same shingle parameters the minhashes
    used (as 32-bit fingerprints: exact up to a ~1e-4 chance per pair of one spurious shared shingle).
-   Pairs below `verify_threshold` are LSH false positives and are dropped. Texts are read once per
-   file, only for documents that are in some candidate pair.
+   Pairs below the verification threshold are LSH false positives and are dropped; by default it is
+   where the minhashes' bands x rows make a pair a candidate half the time (0.685 for 14 x 8), so
+   verification keeps what the LSH was built to find. Texts are streamed from each file by row group,
+   only for documents in some candidate pair; each verification partition gets a document's set once,
+   however many of its pairs it is in, and merges a bounded chunk of pairs at a time: memory follows
+   the documents in pairs, not the file sizes or the number of pairs.
 3. Connected components of the (verified) pair graph, on the engine (components.py).
 4. Canonical per cluster: the member from the highest-priority source, then the lowest id. It does not
    depend on worker counts or partitioning. Every member of a non-singleton cluster gets a row in its
@@ -59,16 +65,19 @@ from .layout import (
     check_same_params,
     file_table,
     invalidate,
+    open_parquet,
     parquet_num_rows,
     per_file_tasks,
     rank_bases,
     read_columns,
     read_meta,
     remove_tree,
+    require_columns,
     resolve_attr_dir,
     write_meta,
     write_parquet_atomic,
 )
+from .lsh_params import candidate_threshold
 from .minhash import text_batches
 from .shingles import ShingleConfig, shingle_hashes
 
@@ -86,26 +95,36 @@ FUZZY_SCHEMA = pa.schema([
 @dataclass(frozen=True)
 class FuzzyConfig:
     """verify: check candidate pairs by true Jaccard >= verify_threshold (drops LSH false positives).
+    verify_threshold: None (default) follows the LSH parameters the minhashes were made with: the
+    similarity at which their bands x rows make a pair a candidate half the time (0.685 for 14 x 8).
     num_partitions: reducers per internal shuffle (default: the number of input files, at most 512);
     it changes speed and memory, never the result. clique_max: with verification, buckets up to this
-    size contribute all their pairs, larger ones a chain."""
+    size contribute all their pairs; in larger ones each member is paired with the clique_max - 1
+    before it (node order), so work per bucket stays linear in its size."""
 
     verify: bool = True
-    verify_threshold: float = 0.7
+    verify_threshold: float | None = None
     num_partitions: int | None = None
     max_rounds: int = 100
-    clique_max: int = 16
+    clique_max: int = 8
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.verify_threshold <= 1.0:
+        if self.verify_threshold is not None and not 0.0 <= self.verify_threshold <= 1.0:
             raise ValueError(f"verify_threshold must be in [0, 1], got {self.verify_threshold}")
         if self.clique_max < 1:
             raise ValueError(f"clique_max must be >= 1, got {self.clique_max}")
 
-    def params(self) -> dict:
+    def threshold_for(self, minhash_params: dict) -> float:
+        """The verification threshold: the one given, else the median of the minhashes' LSH S-curve."""
+        if self.verify_threshold is not None:
+            return self.verify_threshold
+        return round(candidate_threshold(minhash_params["bands"], minhash_params["rows"]), 4)
+
+    def params(self, minhash_params: dict) -> dict:
         if not self.verify:
             return {"verify": False}
-        return {"verify": True, "verify_threshold": self.verify_threshold, "clique_max": self.clique_max}
+        return {"verify": True, "verify_threshold": self.threshold_for(minhash_params),
+                "clique_max": self.clique_max}
 
 
 @dataclass(frozen=True)
@@ -157,25 +176,25 @@ def _bucket_items(job: tuple[FileEntry, str], parts: int):
 def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int):
     """Candidate pairs of each bucket, de-duplicated within the partition.
 
-    Buckets of up to `clique_max` members give all their pairs: verification may reject some pairs,
-    and a chain would then lose true pairs that only the clique contains. Larger buckets (boilerplate,
-    templates) are linked in a chain, so a bucket of n documents costs n-1 pairs, not n^2/2.
+    Members of a bucket, in node order, are each paired with the `clique_max - 1` members before them.
+    So a bucket of up to `clique_max` members gives all its pairs (verification may reject some, and
+    a sparser graph would then lose true pairs that only the clique holds), and a larger one (boilerplate,
+    templates, a big family of copies) costs at most clique_max - 1 pairs per member, not n^2/2: work
+    per bucket is linear in its size. Each member is tried against several neighbours, so one rejected
+    pair (an LSH false positive next to it) does not cut it off, as it did when large buckets were
+    linked as a chain. Without verification clique_max is 1: a chain, which gives the same components.
     """
     order = np.lexsort((b["node"], b["key"]))
     key, node = b["key"][order], b["node"][order]
-    starts = np.flatnonzero(np.diff(key, prepend=key[:1] - 1) != 0) if len(key) else np.empty(0, np.int64)
-    sizes = np.diff(np.append(starts, len(key)))
     us, vs = [], []
-    for size in np.unique(sizes[(sizes >= 2) & (sizes <= clique_max)]).tolist():
-        iu, iv = np.triu_indices(size, 1)
-        base = starts[sizes == size][:, None]
-        us.append(node[(base + iu[None, :]).ravel()])
-        vs.append(node[(base + iv[None, :]).ravel()])
-    big = np.repeat(sizes > clique_max, sizes)
-    chain = big[1:] & big[:-1] & (key[1:] == key[:-1])
-    us.append(node[:-1][chain])
-    vs.append(node[1:][chain])
-    u, v = np.concatenate(us), np.concatenate(vs)
+    for d in range(1, max(1, clique_max - 1) + 1):
+        same = key[d:] == key[:-d]  # sorted by key: equal keys d apart are in one bucket
+        if not same.any():
+            break  # no bucket has more than d members
+        us.append(node[:-d][same])
+        vs.append(node[d:][same])
+    u = np.concatenate(us) if us else node[:0]
+    v = np.concatenate(vs) if vs else node[:0]
     u, v = np.minimum(u, v), np.maximum(u, v)
     mask = u != v  # the same document twice in one bucket (cannot happen, but never a self-edge)
     u, v = u[mask], v[mask]
@@ -212,23 +231,78 @@ def _edge_part(u: np.ndarray, v: np.ndarray, parts: int) -> np.ndarray:
 
 
 def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], shingles: ShingleConfig, parts: int):
-    """Read the texts this file must supply, once each; attach their shingle sets to each pair side."""
+    """Read the texts this file must supply, once each, and send each verification partition what it needs.
+
+    A pair (u, v) is verified in partition _edge_part(u, v). Each partition gets every node of this file
+    that it needs ONCE, as a set row {node, sh}, however many of its pairs the node is in (a member of a
+    big bucket is in up to (clique_max - 1) x bands pairs: sending its set per pair made verification
+    memory grow with the pairs, not the documents); and each pair as a pair row {u, v}, sent from u's file
+    only. Rows of the other kind carry -1 and an empty set.
+    """
     order = np.lexsort((b["v"], b["u"], b["node"]))
     node, u, v = b["node"][order], b["u"][order], b["v"][order]
     keep = np.ones(len(node), dtype=bool)
     keep[1:] = (node[1:] != node[:-1]) | (u[1:] != u[:-1]) | (v[1:] != v[:-1])
     node, u, v = node[keep], u[keep], v[keep]
-    rows = node_row(node)
-    uniq, inverse = np.unique(rows, return_inverse=True)
-    entry = entries[gidx]
-    texts = read_columns(entry.path, ["text"]).column("text").take(pa.array(uniq)).to_pylist()
-    sets = shingle_sets(texts, shingles)
-    counters.increment("verify_texts_read", len(uniq))
     part = _edge_part(u, v, parts)
-    order = np.argsort(part, kind="stable")
-    # one gather, already in partition order; the per-partition batches are then views of it
-    out = {"u": u[order], "v": v[order], "side": (node == v)[order], "sh": batches.take_ragged(sets, inverse[order])}
-    return batches.split_sorted(out, part[order])
+    by_part = np.lexsort((node, part))
+    first = np.ones(len(by_part), dtype=bool)
+    first[1:] = (part[by_part][1:] != part[by_part][:-1]) | (node[by_part][1:] != node[by_part][:-1])
+    set_node, set_part = node[by_part][first], part[by_part][first]
+    uniq, inverse = np.unique(node_row(set_node), return_inverse=True)
+    sets = shingle_rows(entries[gidx].path, uniq, shingles)
+    counters.increment("verify_texts_read", len(uniq))
+    counters.increment("verify_sets_sent", len(set_node))
+    is_u = node == u
+    pair_u, pair_v, pair_part = u[is_u], v[is_u], part[is_u]
+    n_sets, n_pairs = len(set_node), len(pair_u)
+    none = np.full(n_pairs, -1, dtype=np.int64)
+    all_part = np.concatenate([set_part, pair_part])
+    order = np.argsort(all_part, kind="stable")
+    sh = batches.take_ragged(sets, inverse)  # one set per (partition, node)
+    empty = np.zeros(n_pairs, dtype=np.int64)
+    sh = Ragged(sh.values, np.concatenate([sh.offsets, sh.offsets[-1] + empty]))
+    out = {"node": np.concatenate([set_node, none])[order], "u": np.concatenate([np.full(n_sets, -1, np.int64), pair_u])[order],
+           "v": np.concatenate([np.full(n_sets, -1, np.int64), pair_v])[order],
+           "sh": batches.take_ragged(sh, order)}
+    return batches.split_sorted(out, all_part[order])
+
+
+VERIFY_READ_ROWS = 1024  # rows decoded at a time when fetching texts for verification
+
+
+def shingle_rows(path: str, rows: np.ndarray, shingles: ShingleConfig) -> Ragged:
+    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order.
+
+    Streamed: only the row groups holding a wanted row are read, `VERIFY_READ_ROWS` rows of the `text`
+    column at a time, and only the wanted rows become Python strings. So memory is bounded by one such
+    batch of texts (plus the column chunk pyarrow buffers for its row group) and the sets returned,
+    never by the file: reading the whole column made a 256 MB shard cost ~1 GB in one worker. Sets are
+    per document, so shingling batch by batch gives the same bytes as shingling all texts at once.
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    parts: list[Ragged] = []
+    with open_parquet(path) as pf:
+        require_columns(path, pf.schema_arrow, ["text"])
+        meta = pf.metadata
+        if len(rows) and rows[-1] >= meta.num_rows:
+            raise AttributeMismatch(f"{path}: row {int(rows[-1])} wanted, the file has {meta.num_rows} rows; "
+                                    "the source changed after its minhash step ran (rerun it)")
+        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
+        for g in np.unique(np.searchsorted(ends, rows, side="right")).tolist():
+            start = int(ends[g - 1]) if g else 0
+            try:
+                for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"]):
+                    lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
+                    if hi > lo:
+                        texts = rb.column(0).take(pa.array(rows[lo:hi] - start)).to_pylist()
+                        parts.append(shingle_sets(texts, shingles))
+                    start += rb.num_rows
+            except (pa.ArrowException, OSError) as e:
+                raise DedupInputError(f"{path}: cannot read parquet: {e}") from None
+    if not parts:
+        return Ragged(np.empty(0, np.uint32), np.zeros(1, np.int64))
+    return batches.concat([{"sh": r} for r in parts])["sh"]
 
 
 def shingle_sets(texts: list, shingles: ShingleConfig) -> Ragged:
@@ -260,42 +334,64 @@ def _explode(item):
     return item[1]
 
 
-def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
-    """Exact Jaccard of every pair in this partition, vectorized.
+VERIFY_CHUNK_FINGERPRINTS = 1 << 23  # per merge step: 64 MB of uint64 keys, whatever the partition's size
 
-    Each pair has two rows (side u, side v) holding sorted fingerprint sets. Keys (pair << 32 | fp) of
-    all u sides form one sorted run, those of the v sides another; a stable sort of the two runs is a
-    linear merge, and equal neighbours are exactly the shared fingerprints of a pair.
+
+def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
+    """Exact Jaccard of every pair in this partition, vectorized, a bounded chunk of pairs at a time.
+
+    The partition holds one set row per node it needs and one row per pair (see _shingle_sides). For a
+    chunk of pairs, keys (pair << 32 | fp) of all u sides form one sorted run, those of the v sides
+    another; a stable sort of the two runs is a linear merge, and equal neighbours are exactly the
+    shared fingerprints of a pair.
     """
-    order = np.lexsort((b["side"], b["v"], b["u"]))
-    u, v, side = b["u"][order], b["v"][order], b["side"][order]
-    n = len(u)
-    if n % 2 or side[0::2].any() or not side[1::2].all() or not (
-            np.array_equal(u[0::2], u[1::2]) and np.array_equal(v[0::2], v[1::2])):
-        raise RuntimeError(f"verification partition {part}: pair sides do not match up (internal error)")
-    n_edges = n // 2
-    a = batches.take_ragged(b["sh"], order[0::2])
-    c = batches.take_ragged(b["sh"], order[1::2])
+    is_set = b["node"] >= 0
+    set_rows = np.flatnonzero(is_set)
+    set_rows = set_rows[np.argsort(b["node"][set_rows], kind="stable")]
+    nodes = b["node"][set_rows]
+    pair_rows = np.flatnonzero(~is_set)
+    u, v = b["u"][pair_rows], b["v"][pair_rows]
+    order = np.lexsort((v, u))
+    u, v = u[order], v[order]
+    iu, iv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
+    if (len(nodes) and len(np.unique(nodes)) != len(nodes)) or (len(u) and (
+            iu.max() >= len(nodes) or iv.max() >= len(nodes)
+            or not (np.array_equal(nodes[iu], u) and np.array_equal(nodes[iv], v)))):
+        raise RuntimeError(f"verification partition {part}: pairs and shingle sets do not match up (internal error)")
+    sizes = np.diff(b["sh"].offsets)
+    work = np.cumsum(sizes[set_rows[iu]] + sizes[set_rows[iv]])
+    jac = np.empty(len(u), dtype=np.float64)
+    start = 0
+    while start < len(u):
+        stop = max(start + 1, int(np.searchsorted(work, (work[start - 1] if start else 0) + VERIFY_CHUNK_FINGERPRINTS,
+                                                  side="right")))
+        jac[start:stop] = _pair_jaccard(batches.take_ragged(b["sh"], set_rows[iu[start:stop]]),
+                                        batches.take_ragged(b["sh"], set_rows[iv[start:stop]]))
+        start = stop
+    ok = jac >= threshold
+    counters.increment("candidate_pairs", len(u))
+    counters.increment("verified_pairs", int(ok.sum()))
+    counters.increment("rejected_pairs", int(len(u) - ok.sum()))
+    u, v = u[ok], v[ok]
+    if not len(u):
+        return None
+    return write_edges(f"{out_dir}/{work_part_name(part)}", u, v)
+
+
+def _pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
+    """Jaccard of a[i] and c[i] (sorted unique fingerprints) for every i, by one merge of sorted runs."""
+    n = len(a)
     size_a, size_b = np.diff(a.offsets), np.diff(c.offsets)
-    pair = np.arange(n_edges, dtype=U64)
+    pair = np.arange(n, dtype=U64)
     keys = np.concatenate([
         (np.repeat(pair, size_a) << U64(32)) | a.values.astype(U64),
         (np.repeat(pair, size_b) << U64(32)) | c.values.astype(U64),
     ])
     keys.sort(kind="stable")
     shared = keys[1:][keys[1:] == keys[:-1]]
-    inter = np.bincount((shared >> U64(32)).astype(np.int64), minlength=n_edges)
+    inter = np.bincount((shared >> U64(32)).astype(np.int64), minlength=n)
     union = size_a + size_b - inter
-    jac = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
-    u, v = u[0::2], v[0::2]
-    ok = jac >= threshold
-    counters.increment("candidate_pairs", n_edges)
-    counters.increment("verified_pairs", int(ok.sum()))
-    counters.increment("rejected_pairs", int(n_edges - ok.sum()))
-    u, v = u[ok], v[ok]
-    if not len(u):
-        return None
-    return write_edges(f"{out_dir}/{work_part_name(part)}", u, v)
+    return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
 
 
 # ---------------------------------------------------------------- 4. canonical members and marks
@@ -380,6 +476,63 @@ def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> 
     return check_same_params(metas, "minhash attribute sets"), mh_dirs
 
 
+def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_params: dict,
+                     shingles: ShingleConfig, cfg: FuzzyConfig, parts: int, bases: np.ndarray, edges_dir: str,
+                     exec_config: ExecConfig | None) -> tuple[list[str], dict[str, int]]:
+    """Steps 1 + 2: LSH candidate pairs, verified by exact shingle Jaccard (one engine run, up to three
+    shuffles); the edge files and the run's counters."""
+    file_parts = max(1, min(len(entries), parts))
+    jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
+    ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
+    clique_max = cfg.clique_max if cfg.verify else 1
+    ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
+    if not cfg.verify:
+        run = ds.map(partial(_write_candidates, out_dir=edges_dir)).run(exec_config)
+        return sorted(run.items), run.counters
+    ds = ds.flat_map(partial(_request_sides, bases=bases))
+    ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, shingles=shingles, parts=parts), file_parts)
+    ds = ds.flat_map(_explode)
+    threshold = cfg.threshold_for(mh_params)
+    ds = batches.shuffle(ds, partial(_verify_pairs, threshold=threshold, out_dir=edges_dir), parts)
+    run = ds.run(exec_config)
+    return sorted(p for _, p in run.items if p), run.counters
+
+
+def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: str, names: Sequence[str],
+                   params: dict, parts: int, graph_parts: int, bases: np.ndarray,
+                   exec_config: ExecConfig | None) -> tuple[dict[str, int], int]:
+    """Step 4: the canonical member of each cluster, and marks per source file (an empty marks file for
+    a file with no cluster member); the run's counters and the largest cluster."""
+    file_parts = max(1, min(len(entries), parts))
+    written: set[int] = set()
+    max_cluster = 0
+    counters: dict[str, int] = {}
+    if cc_files:
+        meta_params = {"kind": "fuzzy", "params": params}
+        ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=bases))
+        mark_parts = min(file_parts, graph_parts)
+        ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=bases), graph_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_write_marks, entries=entries, out_dir=out_dir,
+                                                            names=names, meta=meta_params), mark_parts)
+        run = ds.run(exec_config)
+        counters = run.counters
+        for gidx, r in run.items:
+            written.add(gidx)
+            max_cluster = max(max_cluster, r["max_cluster"])
+    empty = FUZZY_SCHEMA.empty_table()
+    for e in entries:
+        if e.gidx not in written:
+            write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
+                                 {"kind": "fuzzy", "params": params})
+    return counters, max_cluster
+
+
+def _add(total: dict[str, int], counters: dict[str, int]) -> None:
+    for k, v in counters.items():
+        total[k] = total.get(k, 0) + v
+
+
 def fuzzy_dups(
     sources: Sequence[FuzzySource | tuple],
     out_dir: str,
@@ -405,38 +558,21 @@ def fuzzy_dups(
     mh_params, mh_dirs = _check_inputs(srcs, entries)
     for s in srcs:
         invalidate(attr_dir(out_dir, s.name))
-    shingles = ShingleConfig(mh_params["ngram"], mh_params["ngram_unit"], mh_params["max_text_chars"])
-    params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params, **cfg.params(),
+    # attribute sets from before `punctuation` existed deleted punctuation
+    shingles = ShingleConfig(mh_params["ngram"], mh_params["ngram_unit"], mh_params["max_text_chars"],
+                             mh_params.get("punctuation", "drop"))
+    params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params, **cfg.params(mh_params),
               "sources": names}
     parts = cfg.num_partitions or max(1, min(len(entries), 512))
-    file_parts = max(1, min(len(entries), parts))
     bases = rank_bases(entries)
     work = f"{out_dir.rstrip('/')}/work"
-    edges_dir = f"{work}/edges"
     total: dict[str, int] = {}
-
-    def add(c: dict) -> None:
-        for k, v in c.items():
-            total[k] = total.get(k, 0) + v
-
     timings: dict[str, float] = {}
+
     t0 = time.perf_counter()
-    # 1 + 2: candidate pairs, verified (one engine run, up to three shuffles)
-    jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
-    ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
-    clique_max = cfg.clique_max if cfg.verify else 1
-    ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
-    if cfg.verify:
-        ds = ds.flat_map(partial(_request_sides, bases=bases))
-        ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, shingles=shingles, parts=parts), file_parts)
-        ds = ds.flat_map(_explode)
-        ds = batches.shuffle(ds, partial(_verify_pairs, threshold=cfg.verify_threshold, out_dir=edges_dir), parts)
-        run = ds.run(exec_config)
-        edge_files = sorted(p for _, p in run.items if p)
-    else:
-        run = ds.map(partial(_write_candidates, out_dir=edges_dir)).run(exec_config)
-        edge_files = sorted(run.items)
-    add(run.counters)
+    edge_files, counters = _candidate_edges(entries, mh_dirs, mh_params, shingles, cfg, parts, bases,
+                                            f"{work}/edges", exec_config)
+    _add(total, counters)
     timings["candidates"] = time.perf_counter() - t0
 
     # 3: connected components. The pair graph is usually far smaller than the corpus, so its shuffles
@@ -446,29 +582,11 @@ def fuzzy_dups(
     t0 = time.perf_counter()
     cc = connected_components(edge_files, f"{work}/cc", graph_parts, exec_config, cfg.max_rounds)
     timings["components"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
 
-    # 4: canonical per cluster, marks per source file
-    written: set[int] = set()
-    max_cluster = 0
-    if cc.files:
-        meta_params = {"kind": "fuzzy", "params": params}
-        ds = Dataset.from_items(cc.files, num_shards=len(cc.files)).flat_map(partial(_members, bases=bases))
-        mark_parts = min(file_parts, graph_parts)
-        ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
-        ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=bases), graph_parts)
-        ds = batches.shuffle(ds.flat_map(_explode), partial(_write_marks, entries=entries, out_dir=out_dir,
-                                                            names=names, meta=meta_params), mark_parts)
-        run = ds.run(exec_config)
-        add(run.counters)
-        for gidx, r in run.items:
-            written.add(gidx)
-            max_cluster = max(max_cluster, r["max_cluster"])
-    empty = FUZZY_SCHEMA.empty_table()
-    for e in entries:
-        if e.gidx not in written:
-            write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
-                                 {"kind": "fuzzy", "params": params})
+    t0 = time.perf_counter()
+    counters, max_cluster = _cluster_marks(cc.files, entries, out_dir, names, params, parts, graph_parts, bases,
+                                           exec_config)
+    _add(total, counters)
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster
     total["cc_rounds"] = cc.rounds

@@ -15,6 +15,18 @@ def candidate_probability(similarity: float, bands: int, rows: int) -> float:
     return 1.0 - (1.0 - similarity**rows) ** bands
 
 
+def candidate_threshold(bands: int, rows: int, probability: float = 0.5) -> float:
+    """The similarity at which a pair becomes a candidate with this probability (the inverse S-curve).
+
+    At 0.5 it is the S-curve's median: 0.685 for 14 x 8. Fuzzy verification uses it as its default
+    threshold, so it keeps what these bands are more likely than not to find (verifying higher would
+    throw away pairs the LSH was built to catch; lower, pairs it only found by luck).
+    """
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"probability must be in (0, 1), got {probability}")
+    return (1.0 - (1.0 - probability) ** (1.0 / bands)) ** (1.0 / rows)
+
+
 def effective_threshold(bands: int, rows: int) -> float:
     """The similarity where the candidate curve is steepest (its usual 'threshold')."""
     return (1.0 / bands) ** (1.0 / rows)

@@ -51,7 +51,9 @@ class MinHashConfig:
     """Parameters of the minhash step. Only bands * rows permutations are computed.
 
     Defaults: word 5-grams, 14 bands x 8 rows = 112 permutations (effective threshold ~0.72), seed 42,
-    documents capped at 500k characters. `MinHashConfig.for_threshold(0.8)` derives bands x rows.
+    documents capped at 500k characters, punctuation separating words (as datatrove's MinHash does;
+    "drop" was the first format's behaviour, see shingles.py). `MinHashConfig.for_threshold(0.8)`
+    derives bands x rows.
     """
 
     ngram: int = 5
@@ -61,9 +63,10 @@ class MinHashConfig:
     rows: int = 8
     seed: int = 42
     max_text_chars: int = 500_000
+    punctuation: str = "split"
 
     def __post_init__(self) -> None:
-        ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars)  # validates those fields
+        ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars, self.punctuation)  # validates them
         for name in ("num_perms", "bands", "rows"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
@@ -83,7 +86,7 @@ class MinHashConfig:
 
     @property
     def shingles(self) -> ShingleConfig:
-        return ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars)
+        return ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars, self.punctuation)
 
     @property
     def threshold(self) -> float:

@@ -83,3 +83,37 @@ def lines(series: dict[str, Sequence[tuple[float, float]]], xlabel: str, ylabel:
     ax.grid(True, color="#e0e0e0")
     ax.legend(fontsize=8)
     return _svg(fig, chart_id)
+
+
+def proxy_scatter(proxies: Sequence[dict], chart_id: str) -> str:
+    """The mixture search: each proxy's weight of each component (x) against its measured target bits
+    per byte (y), one colour per component; proxy 0 (the proportional baseline) is ringed."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    names = sorted(proxies[0]["weights"]) if proxies else []
+    for i, name in enumerate(names):
+        xs = [float(p["weights"].get(name, 0.0)) for p in proxies]
+        ys = [float(p["measured_bpb"]) for p in proxies]
+        ax.scatter(xs, ys, color=_PALETTE[i % len(_PALETTE)], label=name, s=28)
+        ax.scatter(xs[:1], ys[:1], facecolors="none", edgecolors="black", s=90)
+    ax.set_xlabel("component weight in the proxy's mixture (ringed: proportional)")
+    ax.set_ylabel("target bits per byte")
+    ax.grid(True, color="#e0e0e0")
+    ax.legend(fontsize=8)
+    return _svg(fig, chart_id)
+
+
+def mixture_pair(baseline: dict[str, float], chosen: dict[str, float], labels: tuple[str, str], chart_id: str) -> str:
+    """Two mixtures side by side per component (the chosen one beside proportional)."""
+    names = sorted(set(baseline) | set(chosen))
+    fig = _figure(7.6, 0.8 + 0.45 * max(len(names), 1))
+    ax = fig.add_subplot()
+    ys = list(range(len(names)))
+    ax.barh([y - 0.2 for y in ys], [baseline.get(n, 0.0) for n in names], height=0.4, color="#7f7f7f",
+            label=labels[0])
+    ax.barh([y + 0.2 for y in ys], [chosen.get(n, 0.0) for n in names], height=0.4, color="#1f77b4", label=labels[1])
+    ax.set_yticks(ys, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("weight")
+    ax.legend(fontsize=8, loc="lower right")
+    return _svg(fig, chart_id)

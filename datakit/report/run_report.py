@@ -23,6 +23,7 @@ from datakit.core.layout import DocumentsDir, TrainDir
 from . import charts
 from .html import esc, num, page, section, table
 from .summary import StepView, data_summary, removal_labels
+from .text import classifier_line
 
 _STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
 SAMPLES_PER_REASON = 3
@@ -161,6 +162,8 @@ def _funnel_section(steps: list[BuiltStep], prefix: str) -> str:
     rows = [[name, f.get("docs_in"), *(f.get("removed", {}).get(k) for k in labels), f.get("docs_out"), f.get("tokens")]
             for name, f in sources.items()]
     warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])
+    classifier = classifier_line(data.get("classifier") or {})
+    warn += f"<p>{esc(classifier)}</p>" if classifier else ""
     body = (charts.funnel(sources) + table(["source", "docs in", *labels, "docs out", "tokens"], rows, cls="funnel")
             + warn)
     return section("funnel", "Documents per source", body)
@@ -242,6 +245,9 @@ def _mixture_section(steps: list[BuiltStep]) -> str:
               for s in steps if s.view.stage == "tokenize" and s.view.source}
     train = next((s for s in steps if s.view.stage == "train"), None)
     weights = (train.artifact.get("config") or {}).get("weights") if train else None
+    resolved = ((train.view.result or {}).get("mixture") or {}).get("phases") if train else None
+    if resolved:  # a `mixture:` section: the weights the run trained on (first phase), not the manifest's
+        weights = resolved[0]["weights"]
     if not tokens:
         return section("mixture", "Tokens and mixture", "<p class=muted>No token caches.</p>")
     total_t = sum(tokens.values()) or 1
@@ -251,6 +257,33 @@ def _mixture_section(steps: list[BuiltStep]) -> str:
     body = charts.bars(list(tokens), list(tokens.values()), "tokens", "tokens-chart") + table(
         ["source", "tokens", "token share", "mixture weight"], rows, cls="mixture")
     return section("mixture", "Tokens and mixture", body)
+
+
+def _search_section(steps: list[BuiltStep]) -> str:
+    """The mixture search: every proxy's weights against its target loss; the chosen mixture beside
+    proportional, with their measured (and predicted) target bits per byte. Empty without a search."""
+    search = next((s for s in steps if s.view.name == "mix-search"), None)
+    res = (search.view.result or {}) if search else {}
+    if not res.get("proxies"):
+        return ""
+    base, chosen = res["baseline"], res["chosen"]
+    facts = table(["mixture", "weights", "predicted bpb", "measured bpb"],
+                  [["proportional", _weights_text(base["weights"]), base.get("predicted_bpb"),
+                    base.get("measured_bpb")],
+                   ["chosen", _weights_text(chosen["weights"]), chosen.get("predicted_bpb"),
+                    chosen.get("measured_bpb")]], left=2)
+    fit = res.get("fit") or {}
+    note = (f"<p class=muted>fit: {esc(fit.get('formula', ''))}; R² {num(fit.get('r2'), 3)}, leave-one-out RMSE "
+            f"{num(fit.get('loo_rmse'), 4)} bpb over {len(res['proxies'])} proxies; mixture file: "
+            f"{esc(search.view.name)}/{esc(res.get('file', ''))}</p>")
+    body = (charts.proxy_scatter(res["proxies"], "mix-proxies-chart")
+            + charts.mixture_pair(base["weights"], chosen["weights"], ("proportional", "chosen"), "mix-choice-chart")
+            + facts + note)
+    return section("mixture-search", "Mixture search", body)
+
+
+def _weights_text(weights: dict) -> str:
+    return ", ".join(f"{n} {float(w):.3f}" for n, w in weights.items())
 
 
 def _loss_section(steps: list[BuiltStep]) -> str:
@@ -281,7 +314,8 @@ def render_run_report(prefix: str, dirnames: Iterable[str] | None = None, title:
     steps = load_steps(prefix, dirnames)
     con = duckdb.connect()
     sections = [_funnel_section(steps, prefix), _removals_section(con, steps), _histograms_section(con, steps),
-                _mixture_section(steps), _loss_section(steps), _time_section(steps)]
+                _mixture_section(steps), _search_section(steps), _loss_section(steps), _time_section(steps)]
+    sections = [s for s in sections if s]
     return page(title, f"{prefix} · {len(steps)} built steps", sections)
 
 

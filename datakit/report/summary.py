@@ -38,6 +38,7 @@ class DataSummary:
     tokenizer: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     contamination: dict[str, dict[str, int]] = field(default_factory=dict)  # benchmark -> source -> docs flagged
+    classifier: dict[str, Any] = field(default_factory=dict)  # quality classifier: held-out metrics, examples
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +169,8 @@ def data_summary(steps: Iterable[StepView], prefix: str) -> DataSummary:
                 out.warnings.append(warning)
         elif step.stage == "decontaminate":
             out.contamination = contamination(step.counters)
+        elif step.stage == "quality_classifier":
+            out.classifier = {"metrics": step.result.get("metrics"), **step.counters}
         elif step.stage == "tokenizer":
             out.tokenizer = {"vocab_size": step.result.get("vocab_size") or
                              (step.result.get("identity") or {}).get("vocab_size")}

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import zstandard
 
-from datakit.core.fsio import atomic_write_bytes, commit, discard, open_atomic, open_read
+from datakit.core.fsio import atomic_write_bytes, commit, discard, open_atomic, open_range, read_bytes
 
 SUB_BATCH_ROWS = 1024
 ZSTD_LEVEL = 3
@@ -175,8 +175,7 @@ def publish_map_output(file: Any, tmp: Any, data_path: str, index_path: str,
 
 
 def read_sidecar_runs(index_path: str, target: int) -> list[RunRef]:
-    with open_read(index_path) as f:
-        sidecar = json.loads(f.read())
+    sidecar = json.loads(read_bytes(index_path))  # one GET per sidecar per reducer
     ranges = sidecar["targets"].get(str(target))
     if not ranges:
         return []
@@ -185,30 +184,12 @@ def read_sidecar_runs(index_path: str, target: int) -> list[RunRef]:
     return [RunRef(data, o, n, rows, raw, fmt, items) for o, n, rows, raw in ranges]
 
 
-class _RangeReader:
-    """A file object view limited to [offset, offset+length)."""
-
-    def __init__(self, path: str, offset: int, length: int) -> None:
-        self._f = open_read(path)
-        self._f.seek(offset)
-        self._left = length
-
-    def read(self, n: int = -1) -> bytes:
-        if self._left <= 0:
-            return b""
-        if n < 0 or n > self._left:
-            n = self._left
-        data = self._f.read(n)
-        self._left -= len(data)
-        return data
-
-    def close(self) -> None:
-        self._f.close()
-
-
 def iter_frame_bodies(path: str, offset: int, length: int) -> Iterator[bytes]:
-    """Stream the length-prefixed sub-batch bodies of one frame (both data planes share this layout)."""
-    src = _RangeReader(path, offset, length)
+    """Stream the length-prefixed sub-batch bodies of one frame (both data planes share this layout).
+
+    Only the frame's byte range is opened (`open_range`): on an object store a reducer GETs exactly its
+    ranges of each map output, never a whole shuffle file."""
+    src = open_range(path, offset, length)
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(src, read_size=1 << 16)
         while True:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from datakit.core.fsio import commit, discard, is_local, open_atomic, open_read
+from datakit.core.fsio import commit, discard, is_local, open_atomic, open_read, retrying
 from datakit.core.json_exact import loads
 
 _GLOB_CHARS = "*?["
@@ -66,7 +66,7 @@ def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = ()) -> li
         patterns = [patterns]
     found: dict[str, int] = {}
     for pattern in patterns:
-        found.update(_listing(pattern))
+        found.update(_listing(pattern) if is_local(pattern) else retrying("list", pattern, lambda: _listing(pattern)))
     files = [
         FileInfo(p, s)
         for p, s in sorted(found.items())

@@ -11,6 +11,7 @@ instead of Ray retrying it, and a worker or node death is told apart and retried
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Any
 
 import ray
@@ -18,13 +19,19 @@ from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from .backends import Backend, Event, backend_capabilities, error_info, execute_payload
 
+# Finished attempts per Ray node id in this driver process: operators (and the cluster tests) read it to
+# see that work really spread over the nodes.
+TASKS_PER_NODE: Counter = Counter()
 
-def _run_attempt(payload: bytes) -> tuple[str, Any]:
-    """Executed on a Ray worker: user errors come back as data, so only a dead worker raises."""
+
+def _run_attempt(payload: bytes) -> tuple[str, Any, str]:
+    """Executed on a Ray worker: user errors come back as data, so only a dead worker raises. The node
+    id rides along so the driver can count where attempts ran."""
+    node = ray.get_runtime_context().get_node_id()
     try:
-        return "ok", execute_payload(payload)
+        return "ok", execute_payload(payload), node
     except Exception as e:
-        return "error", error_info(e)
+        return "error", error_info(e), node
 
 
 class RayBackend(Backend):
@@ -60,7 +67,8 @@ class RayBackend(Backend):
         for ref in ready:
             key = self._inflight.pop(ref)
             try:
-                status, value = ray.get(ref)
+                status, value, node = ray.get(ref)
+                TASKS_PER_NODE[node] += 1
                 events.append((key, status, value))
             except RayTaskError as e:  # raised outside user code (e.g. unpickling the payload)
                 events.append((key, "error", error_info(e)))

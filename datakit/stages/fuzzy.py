@@ -13,7 +13,7 @@ from datakit.steps import Step, StepContext
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
 from .dedup_common import documents_of, require_one_row_per_id
 
-VERSION = "1"
+VERSION = "2"
 
 
 def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) -> dict:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datakit.manifest import Section
 
-from . import (consolidate, decontaminate, download, exact, fuzzy, linededup, normalize, pii, quality, tokenize,
-               tokenizer, train, user)
+from . import (consolidate, decontaminate, download, exact, fuzzy, linededup, mixture, normalize, pii, quality,
+               quality_classifier, tokenize, tokenizer, train, user)
 from .contract import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -24,8 +24,10 @@ STAGES: tuple[Stage, ...] = (
     user.AFTER_CONSOLIDATE,
     linededup.STAGE,
     pii.STAGE,
+    quality_classifier.STAGE,
     tokenizer.STAGE,
     tokenize.STAGE,
+    mixture.STAGE,
     train.STAGE,
 )
 

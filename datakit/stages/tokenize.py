@@ -19,7 +19,8 @@ def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg
     from datakit.tokenize.tokenize_step import tokenize_source
 
     res = tokenize_source(source, ctx.deps[documents].output, ctx.output, ctx.deps[tokenizer].path(TOKENIZER_FILE),
-                          validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config)
+                          validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config,
+                          engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces)
     return counters_only(res.to_dict())
 
 
@@ -37,6 +38,6 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="tokenize", version=VERSION, build=build, section=Section("tokenize", TokenizeConfig),
               consumes=(DOCUMENTS, TOKENIZER), produces=(TOKENS,),
               code=("datakit.tokenize.tokenize_step", "datakit.tokenize.cache", "datakit.tokenize.encode",
-                    "datakit.stages.tokenize"),
+                    "datakit.tokenize.engine", "datakit.stages.tokenize"),
               checks="datakit.ferry.checks_tokens:check_tokenize",
               version_source="datakit/tokenize/tokenize_step.py: VERSION")

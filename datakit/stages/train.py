@@ -1,5 +1,7 @@
 """The train stage: a JAX language model on the token caches, mixed by the sources' weights; resumable
-from its newest checkpoint. Runs only when the manifest has a `train:` section."""
+from its newest checkpoint. Runs only when the manifest has a `train:` section. With a `mixture:`
+section (datakit.mix) the weights are resolved in the step from the caches' exact token counts
+(proportional, explicit, staged, capped) and recorded in its result under `mixture`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import posixpath
 from functools import partial
 
 from datakit.manifest import Section
+from datakit.mix.config import MixtureConfig
 from datakit.steps import Step, StepContext
 from datakit.train.config import TrainConfig
 
@@ -55,27 +58,88 @@ def progress_message(record: dict, steps: int) -> str | None:
     return f"step {record['step']}/{steps}: loss {record['loss_window_mean']:.4f}{rate}{eta}"
 
 
-def _train(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: dict[str, float]) -> dict:
+def _mixture_plan(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: dict[str, float],
+                  mixture: MixtureConfig, file_weights: dict | None, search: str | None):
+    """The `mixture:` section resolved on this run's exact token counts (caps held, phases exact)."""
+    from datakit.mix.resolve import plan_mixture
+
+    counts = {n: int(ctx.deps[tokens[n]].result["splits"]["train"].get("tokens") or 0) for n in tokens}
+    searched = ctx.deps[search].result["chosen"]["weights"] if search else None
+    plan = plan_mixture(mixture, counts, weights, steps=cfg.steps, batch_size=cfg.batch_size,
+                        seq_len=cfg.seq_len, seed=cfg.data_seed, searched=searched, file_weights=file_weights)
+    for n, e in plan.epochs.items():
+        if e > mixture.warn_epochs:
+            ctx.log(f"warning: component {n} is repeated {e:.1f} epochs (warn_epochs {mixture.warn_epochs:g})",
+                    component=n, epochs=e)
+    return plan
+
+
+def _train(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: dict[str, float],
+           mixture: MixtureConfig | None = None, file_weights: dict | None = None, search: str | None = None) -> dict:
+    from datakit.tokenize.mixture import schedule_names
     from datakit.train.stage import train_model
 
-    weights, skipped = _with_tokens(ctx, tokens, weights)
-    train = {n: _split(ctx, tokens[n], "train") for n in weights}
-    val = {n: _split(ctx, tokens[n], "validation") for n in weights if _has_validation(ctx, tokens[n])}
+    plan = None
+    if mixture is None:
+        schedule, skipped = _with_tokens(ctx, tokens, weights)
+    else:
+        plan = _mixture_plan(ctx, cfg, tokens, weights, mixture, file_weights, search)
+        schedule = plan.schedule()
+        skipped = sorted(n for n in tokens if weights.get(n, 0) > 0
+                         and not ctx.deps[tokens[n]].result["splits"]["train"].get("tokens"))
+    names = schedule_names(schedule)
+    train = {n: _split(ctx, tokens[n], "train") for n in names}
+    val = {n: _split(ctx, tokens[n], "validation") for n in names if _has_validation(ctx, tokens[n])}
 
     def on_log(record: dict) -> None:
         message = progress_message(record, cfg.steps)
         if message:
             ctx.log(message, kind="train_progress")
 
-    res = train_model(cfg, train, weights, val, ctx.output, on_log=on_log).to_dict()
+    res = train_model(cfg, train, schedule, val, ctx.output, on_log=on_log).to_dict()
     res["skipped_sources"] = skipped
+    if plan is not None:
+        res["mixture"] = plan.to_dict()
     res["counters"] = {"steps": res["steps"], "skipped_steps": res["skipped_steps"]}
     return res
+
+
+def _default_mixture(mix: MixtureConfig) -> bool:
+    """A section that changes nothing (manifest weights, no caps, no phases, no file): the plain path,
+    with the same step identity as a manifest without the section."""
+    return mix.weights == "manifest" and not mix.max_epochs and not mix.schedule and not mix.file
+
+
+def _mixture_step(graph: Graph, cfg: TrainConfig, mix: MixtureConfig) -> Step:
+    """The train step under a `mixture:` section: every component's cache is a dependency (proportional
+    weights need their counts), the section's weights settings are in the identity, and so are a
+    mixture file's weights (its content, not its path) and the search step (as a dependency)."""
+    from datakit.mix.file import read_mixture_file
+    from datakit.mix.search_steps import SEARCH_STEP
+
+    weights = dict(graph.weights)
+    tokens = {n: graph.tokens[n].name for n in weights if n in graph.tokens}
+    file_weights = read_mixture_file(mix.file)["weights"] if mix.file else None
+    search = next((s for s in graph.steps if s.name == SEARCH_STEP), None) if mix.uses_search else None
+    if mix.uses_search and search is None:
+        raise ValueError("mixture: weights: search, but no search step was built (give mixture.search)")
+    config = {"train": cfg.to_dict(), "weights": weights,
+              "mixture": {"weights": mix.weights, "temperature": mix.temperature, "max_epochs": mix.max_epochs,
+                          "schedule": [{"start": p.start, "weights": p.weights} for p in mix.schedule],
+                          "file_weights": file_weights}}
+    deps = tuple(graph.tokens[n] for n in sorted(graph.tokens)) + ((search,) if search else ())
+    fn = partial(_train, cfg=cfg, tokens=tokens, weights=weights, mixture=mix, file_weights=file_weights,
+                 search=search.name if search else None)
+    return Step("train", fn, config, deps=deps, version=VERSION, resumable=True, stage=STAGE.name)
 
 
 def build(graph: Graph) -> None:
     cfg: TrainConfig | None = graph.config(STAGE)
     if cfg is None:
+        return
+    mix: MixtureConfig | None = graph.manifest.sections.get("mixture")
+    if mix is not None and not _default_mixture(mix):
+        graph.model = graph.add(_mixture_step(graph, cfg, mix))
         return
     weights = {n: w for n, w in graph.weights.items() if w > 0}
     tokens = {n: graph.tokens[n].name for n in weights}
@@ -89,5 +153,6 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="train", version=VERSION, build=build, section=Section("train", TrainConfig, optional=True),
               consumes=(TOKENS,), produces=(MODEL,), code=("datakit.train", "datakit.tokenize.reader",
                                                            "datakit.tokenize.feistel", "datakit.tokenize.mixture",
-                                                           "datakit.stages.train"),
+                                                           "datakit.stages.train", "datakit.mix.plan",
+                                                           "datakit.mix.resolve"),
               checks="datakit.ferry.checks_tokens:check_train")

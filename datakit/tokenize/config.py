@@ -4,6 +4,7 @@ tokenize stage (encode every source into a token cache)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from datakit.manifest.checks import probe_tokenizer
 
@@ -11,7 +12,13 @@ from datakit.manifest.checks import probe_tokenizer
 @dataclass(frozen=True)
 class TokenizeConfig:
     """``tokenizer``: path or URL of a tokenizer.json; null trains a byte-level BPE on the corpus with
-    ``vocab_size`` from at most ``train_tokenizer_bytes`` of text (``seed`` picks the sample)."""
+    ``vocab_size`` from at most ``train_tokenizer_bytes`` of text (``seed`` picks the sample).
+
+    ``engine``: what encodes documents. auto runs tiktoken when the tokenizer converts to it exactly (a
+    byte-level BPE, see datakit.tokenize.engine) and HF tokenizers otherwise; hf always runs HF; tiktoken
+    fails if the tokenizer does not convert. Every chunk is also checked against HF on a sample (at least
+    ``engine_check_pieces`` pieces per worker, plus 1% of each chunk), falling back to HF on a mismatch,
+    so the cache bytes never depend on this setting: it is no part of the step identity."""
 
     tokenizer: str | None = field(default=None, metadata={"path": True, "probe": probe_tokenizer})
     vocab_size: int = field(default=8192, metadata={"min": 256})
@@ -19,3 +26,5 @@ class TokenizeConfig:
     validation_fraction: float = field(default=0.01, metadata={"min": 0, "lt": 1})
     bos: bool = False
     seed: int = 0
+    engine: Literal["auto", "hf", "tiktoken"] = "auto"
+    engine_check_pieces: int = field(default=64, metadata={"min": 1})

@@ -69,14 +69,16 @@ def assemble(
     dtype: np.dtype | str = "<u2",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Encoded pieces -> (flat tokens, per-document token counts): each document's pieces concatenated,
-    wrapped as [BOS] + tokens + [EOS] (BOS only if ``bos_id`` is given)."""
+    wrapped as [BOS] + tokens + [EOS] (BOS only if ``bos_id`` is given). ``encodings`` holds HF
+    Encodings or plain id lists (what the tiktoken engine returns, see :mod:`datakit.tokenize.engine`)."""
     dtype = np.dtype(dtype)
     n_docs = len(piece_counts)
     if n_docs == 0:
         return np.empty(0, dtype=dtype), np.empty(0, dtype=np.int64)
     piece_lens = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
     content = np.fromiter(
-        itertools.chain.from_iterable(e.ids for e in encodings), dtype=dtype, count=int(piece_lens.sum())
+        itertools.chain.from_iterable(getattr(e, "ids", e) for e in encodings), dtype=dtype,
+        count=int(piece_lens.sum()),
     )
     first_piece = np.concatenate([[0], np.cumsum(piece_counts)[:-1]])
     doc_content = np.add.reduceat(piece_lens, first_piece)

@@ -21,7 +21,7 @@ import numpy as np
 
 from datakit.tokenize.cache import CacheNotReady, TokenCache, open_cache
 from datakit.tokenize.feistel import derive_key, permute
-from datakit.tokenize.mixture import BlockMixture
+from datakit.tokenize.mixture import mixture_for, schedule_names
 
 __all__ = ["CacheNotReady", "TokenCache", "open_cache", "TrainBatches", "DEFAULT_BLOCK_SIZE"]
 
@@ -32,13 +32,15 @@ class TrainBatches:
     """Batches of ``batch_size`` windows of ``seq_len + 1`` tokens (int32), mixed by ``weights``.
 
     caches: source name -> split directory; weights: source name -> weight (normalised; sources with
-    weight 0 are never drawn). block_size: sequences per mixture block (default max(1024, batch_size));
-    larger blocks follow the weights more finely. permutation: "feistel" (default) or "lcg" (baseline)."""
+    weight 0 are never drawn), or a schedule: a list of (start step, weights) from step 0, each phase
+    mixing from its step on (``datakit.tokenize.mixture.StagedMixture``). block_size: sequences per
+    mixture block (default max(1024, batch_size)); larger blocks follow the weights more finely.
+    permutation: "feistel" (default) or "lcg" (baseline)."""
 
     def __init__(
         self,
         caches: dict[str, str],
-        weights: dict[str, float],
+        weights: dict[str, float] | list[tuple[int, dict[str, float]]],
         seq_len: int,
         batch_size: int,
         seed: int,
@@ -49,16 +51,17 @@ class TrainBatches:
             raise ValueError(f"seq_len and batch_size must be >= 1, got {seq_len} and {batch_size}")
         if permutation not in ("feistel", "lcg"):
             raise ValueError(f"permutation must be 'feistel' or 'lcg', got {permutation!r}")
-        missing = sorted(set(weights) - set(caches))
+        named = schedule_names(weights)
+        missing = sorted(set(named) - set(caches))
         if missing:
             raise ValueError(f"mixture weights name source(s) {missing} that have no cache (caches: {sorted(caches)})")
-        unweighted = sorted(set(caches) - set(weights))
+        unweighted = sorted(set(caches) - set(named))
         if unweighted:
             raise ValueError(f"cache(s) {unweighted} have no mixture weight; give them a weight (0 to exclude)")
         self.seq_len, self.batch_size, self.seed = int(seq_len), int(batch_size), int(seed)
         self.permutation = permutation
         self.block_size = int(block_size) if block_size is not None else max(DEFAULT_BLOCK_SIZE, self.batch_size)
-        self.mixture = BlockMixture.from_weights(dict(weights), self.block_size, self.seed)
+        self.mixture = mixture_for(weights, self.block_size, self.seed, self.batch_size)
         self.sources: list[str] = self.mixture.names
         self.caches: dict[str, TokenCache] = {name: open_cache(caches[name]) for name in self.sources}
         vocab = {name: c.vocab_size for name, c in self.caches.items()}

@@ -1,8 +1,9 @@
 """The tokenize stage: one consolidated source (parquet parts) -> a train and a validation token cache.
 
 One engine task per input part: it reads the part in chunks of about ``batch_bytes`` of text, encodes
-each chunk with ONE ``encode_batch_fast`` call (the tokenizer's Rust threads do the parallel work; long
-texts are cut at whitespace first) on a helper thread while the task's own thread reads the next chunk
+each chunk in one call (tiktoken or HF ``encode_batch_fast``, see :mod:`datakit.tokenize.engine`: the same
+ids either way, checked on a sample of every chunk; long texts are cut at whitespace first) on a helper
+thread while the task's own thread reads the next chunk
 and converts/writes the previous one, appends EOS (and optionally BOS) per document, routes each
 document to train or validation by a hash of its id, and streams tokens straight into the split's .npy
 files. Output shard i of each split comes from input part i only, so the result is byte-identical for
@@ -16,6 +17,7 @@ the rest; the ledger (the commit point) is written last, once every shard is don
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -33,9 +35,12 @@ from datakit.core.fsio import copy_file
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
+from datakit.tokenize.engine import EngineChoice, ShardEncoder, choose
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
+
+logger = logging.getLogger(__name__)
 
 # Bump when the cache contents for the same inputs change (stage implementation version).
 # 2: the ledger and each shard's marker record xxh3-128 checksums of the shard's files.
@@ -66,6 +71,8 @@ class _ShardSpec:
     batch_bytes: int
     threads: int | None
     dtype: str
+    engine: str = "auto"
+    engine_check_pieces: int = 64
 
 
 @dataclass
@@ -85,6 +92,10 @@ class TokenizeResult:
     bad_records: int
     bad_samples: list[dict] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    engine: str = "hf"
+    engine_reason: str = ""
+    engine_checked_pieces: int = 0
+    engine_mismatches: int = 0
 
     def split_dir(self, split: str) -> str:
         return C.join(self.out_dir, self.splits[split]["path"])
@@ -114,6 +125,24 @@ def _tokenizer_for(spec: _ShardSpec):
             )
         _TOKENIZERS[key] = tok
     return _TOKENIZERS[key]
+
+
+_ENGINES: dict[tuple[str, str, str], EngineChoice] = {}
+
+
+def _engine_for(spec: _ShardSpec) -> EngineChoice:
+    """One engine choice per worker process and step: a failed equality check then keeps the rest of the
+    step in this process on HF, and the tiktoken conversion is built once."""
+    key = (spec.tokenizer_path, spec.identity["sha256"], spec.engine)
+    if key not in _ENGINES:
+        _ENGINES[key] = choose(_tokenizer_for(spec), spec.engine, where=spec.tokenizer_path)
+    return _ENGINES[key]
+
+
+def _encoder_threads(spec: _ShardSpec) -> int:
+    """tiktoken threads: one fewer than the tokenizer's share of the CPUs, since the task's own thread
+    reads, assembles and writes meanwhile (one tiktoken thread gives the most tokens per CPU-second)."""
+    return max(1, (spec.threads or 1) - 1)
 
 
 def _fingerprint(spec: _ShardSpec, file: FileInfo) -> dict:
@@ -207,7 +236,7 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
                 "bad_samples": done["train"].get("bad_samples", []),
                 "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
 
-    tok = _tokenizer_for(spec)
+    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces)
     dtype = np.dtype(spec.dtype)
     eos, bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
@@ -257,11 +286,11 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     # GIL), this thread reads and splits batch k+1 and converts + writes batch k-1, so the Rust threads
     # always have the next batch queued and never wait on Python. Two to three batches are in memory.
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as encoder:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
             previous = None
             for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
                 pieces, piece_counts, val_mask, doc_bytes = prepare(first_row, ids, texts)
-                encoded = encoder.submit(tok.encode_batch_fast, pieces, add_special_tokens=False)
+                encoded = pool.submit(encoder.encode, pieces)
                 del ids, texts, pieces
                 if previous is not None:
                     write(*previous)
@@ -292,7 +321,7 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
         counters.increment("tokenize/bad_records", n_bad)
     return {"index": index, "input": fp["input"], "reused": False, "splits": counts, "bad": n_bad,
             "bad_samples": bad_samples,
-            "checksums": sums}
+            "checksums": sums, "engine": encoder.record()}
 
 
 def _shard_task(spec: _ShardSpec):
@@ -372,6 +401,8 @@ def tokenize_source(
     threads: int | None = None,
     batch_bytes: int | None = None,
     max_chars: int = MAX_PIECE_CHARS,
+    engine: str = "auto",
+    engine_check_pieces: int = 64,
 ) -> TokenizeResult:
     """Tokenize consolidated source ``name`` (its main documents, ``<input_dir>/outputs/main/*.parquet``)
     into the train and validation split dirs of ``TokenCacheDir(out_dir)`` (see
@@ -381,12 +412,16 @@ def tokenize_source(
     batch_bytes: text per encode call; default 512 KiB per tokenizer thread, within [1, 8] MiB. Smaller
     batches leave the tokenizer idle less at the start and end of each shard (those steps cannot overlap
     with encoding); larger ones balance many threads better.
+    engine: auto | hf | tiktoken, see :mod:`datakit.tokenize.engine`; the cache bytes are the same
+    whichever runs. engine_check_pieces: pieces per worker process that HF re-encodes at least, besides
+    1% of every chunk, to prove tiktoken's ids equal HF's.
     Resumes a crashed build from its finished shards; the result equals a clean build."""
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     if max_chars < 16:
         raise ValueError(f"max_chars must be >= 16, got {max_chars}")
-    _, identity = load_tokenizer(tokenizer_path)
+    tok, identity = load_tokenizer(tokenizer_path)
+    planned = choose(tok, engine, where=str(tokenizer_path))  # forced tiktoken fails here, before any work
     if bos and identity.bos_id is None:
         raise ValueError(f"bos=True but tokenizer {tokenizer_path} has no BOS token")
     files = find_source_files(input_dir)
@@ -405,7 +440,7 @@ def tokenize_source(
         name=name, out_dir=out_dir, tokenizer_path=tok_copy, identity=identity.to_dict(),
         validation_fraction=float(validation_fraction), bos=bool(bos), max_chars=int(max_chars),
         batch_bytes=int(batch_bytes), threads=threads,
-        dtype=token_dtype(identity.vocab_size).str,
+        dtype=token_dtype(identity.vocab_size).str, engine=engine, engine_check_pieces=int(engine_check_pieces),
     )
     for s in SPLITS:
         # Un-finish first: from here on the directory is being (re)built and must not be loaded.
@@ -426,11 +461,34 @@ def tokenize_source(
         splits[s] = {"path": TokenCacheDir.split_rel(s), "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
                      "bytes": ledger["total_bytes"], "shards": total}
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
+    engine_record = _engine_summary(name, planned, results)
     return TokenizeResult(
         name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
         reused_shards=sum(1 for r in results if r["reused"]), bad_records=sum(r["bad"] for r in results),
-        bad_samples=bad_samples, counters=dict(run.counters),
+        bad_samples=bad_samples, counters=dict(run.counters), **engine_record,
     )
+
+
+def _engine_summary(name: str, planned: EngineChoice, results: list[dict]) -> dict:
+    """The step's engine record from its shards': tiktoken only if every encoded shard ran it to the end;
+    a fallback's reason wins over the plan's. Logged, since a fallback costs speed but never bytes."""
+    shards = [r["engine"] for r in results if "engine" in r]
+    if not shards:
+        engine = "tiktoken" if planned.encoding is not None else "hf"
+        record = {"engine": engine, "engine_reason": f"{planned.reason} (no shard encoded: all reused)",
+                  "engine_checked_pieces": 0, "engine_mismatches": 0}
+    else:
+        fell_back = [s for s in shards if s["engine_mismatches"]]
+        record = {
+            "engine": "tiktoken" if all(s["engine"] == "tiktoken" for s in shards) else "hf",
+            "engine_reason": (fell_back or shards)[0]["engine_reason"],
+            "engine_checked_pieces": sum(s["engine_checked_pieces"] for s in shards),
+            "engine_mismatches": sum(s["engine_mismatches"] for s in shards),
+        }
+    log = logger.warning if record["engine_mismatches"] else logger.info
+    log("tokenize %s: engine %s (%s); %d pieces checked against HF, %d mismatched", name, record["engine"],
+        record["engine_reason"], record["engine_checked_pieces"], record["engine_mismatches"])
+    return record
 
 
 def _tokenizer_file(path_or_url: str) -> str:

@@ -79,13 +79,19 @@ def cache_eval_set(
     return EvalSet(name, batches, bytes_for)
 
 
+def _weights_blob(weights: dict[str, float] | list[tuple[int, dict[str, float]]]) -> object:
+    if isinstance(weights, dict):
+        return {k: float(v) for k, v in sorted(weights.items())}
+    return [[int(s), {k: float(v) for k, v in sorted(w.items())}] for s, w in weights]
+
+
 def _data_fingerprint(
-    identity: dict, train: dict[str, TokenCache], weights: dict[str, float], data_seed: int
+    identity: dict, train: dict[str, TokenCache], weights: dict[str, float] | list, data_seed: int
 ) -> str:
     """What the batches depend on, without absolute paths (a moved cache is the same data)."""
     blob = {
         "tokenizer": identity.get("sha256"),
-        "weights": {k: float(v) for k, v in sorted(weights.items())},
+        "weights": _weights_blob(weights),
         "data_seed": data_seed,
         "sources": {
             n: [c.total_tokens, c.total_docs, c.total_bytes, c.num_shards] for n, c in sorted(train.items())
@@ -97,7 +103,7 @@ def _data_fingerprint(
 def train_model(
     cfg: TrainConfig,
     train_caches: dict[str, str],
-    weights: dict[str, float],
+    weights: dict[str, float] | list[tuple[int, dict[str, float]]],
     validation_caches: dict[str, str],
     out_dir: str,
     *,
@@ -105,8 +111,9 @@ def train_model(
     stop_at: int | None = None,
     on_log: Callable[[dict], None] | None = None,
 ) -> TrainResult:
-    """Train ``cfg`` on the mixture of ``train_caches`` (source -> split dir) by ``weights``,
-    evaluating on ``validation_caches``; write metrics.jsonl, loss.png, checkpoints/, result.json
+    """Train ``cfg`` on the mixture of ``train_caches`` (source -> split dir) by ``weights`` (a dict, or
+    a schedule of (start step, weights) phases: see TrainBatches), evaluating on
+    ``validation_caches``; write metrics.jsonl, loss.png, checkpoints/, result.json
     under ``out_dir`` (``TrainDir``; the result names them relative to ``out_dir``, for a remote
     out_dir too). Resumes from the latest checkpoint there. See run_training for the hooks."""
     cfg.validate()
@@ -135,7 +142,8 @@ def train_model(
                 )
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=model_vocab))
 
-    batches = TrainBatches(dict(train_caches), dict(weights), cfg.seq_len, cfg.batch_size, cfg.data_seed)
+    weights = dict(weights) if isinstance(weights, dict) else [(int(s), dict(w)) for s, w in weights]
+    batches = TrainBatches(dict(train_caches), weights, cfg.seq_len, cfg.batch_size, cfg.data_seed)
     eval_bs = cfg.eval_batch_size or cfg.batch_size
     eval_sets = [cache_eval_set(n, c, cfg.seq_len, eval_bs, cfg.eval_max_tokens) for n, c in val.items()]
     identity = next(iter(train.values())).tokenizer_identity
@@ -143,7 +151,8 @@ def train_model(
         "tokenizer": identity,
         "train_sources": {
             n: {"path": c.path, "tokens": c.total_tokens, "docs": c.total_docs, "bytes": c.total_bytes,
-                "windows": batches.num_windows.get(n), "weight": weights.get(n)}
+                "windows": batches.num_windows.get(n),
+                "weight": (weights if isinstance(weights, dict) else weights[0][1]).get(n)}
             for n, c in train.items()
         },
         "validation_sources": {
@@ -151,6 +160,8 @@ def train_model(
             for n, c in val.items()
         },
     }
+    if not isinstance(weights, dict):
+        run_info["schedule"] = _weights_blob(weights)
     kwargs = dict(data_fingerprint=_data_fingerprint(identity, train, weights, cfg.data_seed),
                   run_info=run_info, inject_nan_steps=inject_nan_steps, stop_at=stop_at, on_log=on_log)
     if is_local(out_dir):

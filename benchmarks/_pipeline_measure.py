@@ -1,0 +1,122 @@
+"""Process-tree sampling for benchmarks/pipeline.py: one timeline per run, cut into stages afterwards.
+
+Why a timeline: both pipelines run as one command (``datakit run``; one peer process running its blocks
+one after another), and each reports when its stages started and ended (datakit's events.jsonl, the
+peer's own timestamps). Sampling the whole process tree every 50 ms and cutting the timeline at those
+times gives every stage its wall time, CPU-seconds and peak RSS by the same method on both sides, with
+no extra process starts (running datakit's steps one by one with ``--only`` would add an interpreter
+start, imports and fingerprinting to each). A stage's CPU is the growth of the tree's cumulative CPU
+between its start and end samples; cumulative CPU counts every process ever seen, at its last sample,
+so workers that exit still count (each one's final < 50 ms may be missed). Time outside every stage
+(interpreter start, planning, summaries) is reported as ``outside_stages``.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+INTERVAL_S = 0.05
+
+
+@dataclass
+class Sample:
+    t: float          # time.time()
+    cpu_s: float      # cumulative CPU of every process of the tree seen so far
+    rss: int          # sum of RSS over the tree now
+    largest: int      # largest single process RSS now
+
+
+@dataclass
+class Timeline:
+    samples: list[Sample] = field(default_factory=list)
+    start: float = 0.0
+    end: float = 0.0
+    returncode: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    reaped_cpu_s: float = 0.0  # rusage of reaped descendants: misses processes nobody waits for
+
+
+def _sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0, 0
+    total = largest = 0
+    for q in procs:
+        try:
+            with q.oneshot():
+                rss = q.memory_info().rss
+                t = q.cpu_times()
+                cpu_seen[(q.pid, q.create_time())] = t.user + t.system
+        except psutil.NoSuchProcess:
+            continue
+        total += rss
+        largest = max(largest, rss)
+    return total, largest
+
+
+def _sampler(proc: subprocess.Popen, tl: Timeline, stop: threading.Event) -> None:
+    cpu_seen: dict = {}
+    while True:
+        rss, big = _sample(proc.pid, cpu_seen)
+        tl.samples.append(Sample(time.time(), sum(cpu_seen.values()), rss, big))
+        if stop.wait(INTERVAL_S):
+            return
+
+
+def run_sampled(cmd: list[str], env: dict, cwd: str, timeout: float) -> Timeline:
+    """Run ``cmd`` to completion while sampling its process tree; the timeline plus its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tl = Timeline(start=time.time())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    stop = threading.Event()
+    th = threading.Thread(target=_sampler, args=(proc, tl, stop), daemon=True)
+    th.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        err += f"\ntimed out after {timeout}s".encode()
+    finally:
+        stop.set()
+        th.join()
+    tl.end, tl.returncode = time.time(), proc.returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tl.reaped_cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    tl.stdout, tl.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    return tl
+
+
+def window(tl: Timeline, start: float, end: float) -> dict:
+    """Wall, CPU-seconds, cores used and peak RSS (tree sum, largest process) between two times."""
+    before = [s for s in tl.samples if s.t <= start]
+    after = [s for s in tl.samples if s.t >= end]
+    # a stage shorter than the interval may hold no sample: its RSS is the nearest samples' on each side
+    inside = [s for s in tl.samples if start <= s.t <= end] or before[-1:] + after[:1]
+    c0 = before[-1].cpu_s if before else 0.0
+    c1 = after[0].cpu_s if after else (tl.samples[-1].cpu_s if tl.samples else 0.0)
+    wall = max(end - start, 1e-9)
+    return {"wall_s": round(end - start, 2), "cpu_s": round(c1 - c0, 2), "cores_used": round((c1 - c0) / wall, 2),
+            "peak_rss_tree_mb": round(max((s.rss for s in inside), default=0) / 2**20, 1),
+            "peak_rss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1)}
+
+
+def per_stage(tl: Timeline, stages: list[tuple[str, float, float]]) -> dict:
+    """Each stage's window, the whole run's, and what fell outside every stage."""
+    out = {name: window(tl, s, e) for name, s, e in stages}
+    total = window(tl, tl.start, tl.end)
+    total["cpu_s_reaped_rusage"] = round(tl.reaped_cpu_s, 2)
+    inside_wall = sum(e - s for _, s, e in stages)
+    inside_cpu = sum(v["cpu_s"] for v in out.values())
+    out["outside_stages"] = {"wall_s": round(total["wall_s"] - inside_wall, 2),
+                             "cpu_s": round(total["cpu_s"] - inside_cpu, 2)}
+    return {"stages": out, "total": total}

@@ -1,0 +1,109 @@
+"""`datakit mix`: show a manifest's mixture, and search for a better one with proxy models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import click
+
+
+@click.group()
+def mix() -> None:
+    """Data mixtures: counts, weights and epochs per component; a proxy-model mixture search."""
+
+
+@mix.command()
+@click.argument("manifest")
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--warn-epochs", type=float, help="Warn above this many epochs (default: mixture.warn_epochs, 4).")
+@click.option("--json", "as_json", is_flag=True)
+def show(manifest, prefix, warn_epochs, as_json) -> None:
+    """Per component of MANIFEST's training mixture: documents, tokens, proportional and manifest
+    weights, the weight and epochs for the training budget. Reads the built token caches."""
+    from datakit.cli import EXIT_BAD_INPUT, _load, _resolve_prefix
+    from datakit.mix.show import format_view, mix_view
+
+    m = _load(manifest, check_uris=False)
+    out = _resolve_prefix(m, prefix)
+    try:
+        view = mix_view(m, out, warn_epochs=warn_epochs)
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if as_json:
+        click.echo(json.dumps(view.to_dict()))
+    else:
+        click.echo("\n".join(format_view(view, manifest)))
+    sys.exit(EXIT_BAD_INPUT if view.missing else 0)
+
+
+def _with_search(m, proxies: int | None, seed: int | None, target: tuple[str, ...]):
+    """The manifest with its mixture.search, the options applied (a search section made from them when
+    the manifest has none)."""
+    from datakit.mix.config import MixtureConfig, SearchConfig, TargetSpec
+
+    mixcfg = m.sections.get("mixture") or MixtureConfig()
+    search = mixcfg.search
+    if search is None:
+        if not target:
+            raise click.UsageError("the manifest has no mixture.search: give --target COMPONENT (a validation split)")
+        search = SearchConfig(target=TargetSpec(validation=tuple(target)))
+    elif target:
+        search = dataclasses.replace(search, target=TargetSpec(validation=tuple(target)))
+    if proxies is not None:
+        search = dataclasses.replace(search, proxies=proxies)
+    if seed is not None:
+        search = dataclasses.replace(search, seed=seed)
+    mixcfg = dataclasses.replace(mixcfg, search=search)
+    return dataclasses.replace(m, sections={**m.sections, "mixture": mixcfg})
+
+
+@mix.command()
+@click.argument("manifest")
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--proxies", type=int, help="Proxy runs (default: mixture.search.proxies, 8).")
+@click.option("--seed", type=int, help="Sampling seed (default: mixture.search.seed).")
+@click.option("--target", multiple=True, help="Target component (its validation split); repeatable.")
+@click.option("--out", "out_file", help="Also write the mixture file here (include it: mixture: {file: PATH}).")
+@click.option("--backend", type=click.Choice(["local", "ray", "inline"]), help="Execution backend.")
+@click.option("--workers", type=int)
+def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) -> None:
+    """Search MANIFEST's mixture: proxies around token-proportional, a fit, the best mixture within the
+    caps; builds the token caches first if needed. Finished proxies are reused on a rerun."""
+    from datakit import pipeline
+    from datakit.cli import EXIT_BAD_INPUT, EXIT_FAILED, _load, _resolve_prefix
+    from datakit.core import fsio
+    from datakit.mix.search_steps import MIXTURE_FILE, SEARCH_STEP
+    from datakit.report.events import event_lines
+    from datakit.steps.runner import collect_steps
+
+    m = _with_search(_load(manifest), proxies, seed, target)
+    out = _resolve_prefix(m, prefix)
+    try:
+        steps = pipeline.build_steps(m, out)
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    wanted = collect_steps([s for s in steps if s.name == SEARCH_STEP])
+    by_name = {s.name: s for s in wanted}
+    summary = pipeline.run(m, prefix=out, steps=wanted, backend=backend, workers=workers,
+                           on_event=lambda ev: [click.echo(line, err=True) for line in event_lines(ev, by_name)])
+    if not summary.ok:
+        click.echo(f"error: the search failed: {json.dumps(summary.to_dict()['steps'][-1].get('error'))}", err=True)
+        sys.exit(EXIT_FAILED)
+    rec = summary.records[SEARCH_STEP]
+    text = fsio.open_read(rec.path(MIXTURE_FILE)).read().decode()
+    if out_file:
+        fsio.atomic_write_bytes(out_file, text.encode())
+    res = rec.result
+    click.echo(f"mixture file: {out_file or rec.path(MIXTURE_FILE)}")
+    base, chosen = res["baseline"], res["chosen"]
+    click.echo(f"proportional: {_ws(base['weights'])}  measured {base['measured_bpb']:.4f} bpb")
+    measured = f"measured {chosen['measured_bpb']:.4f}" if chosen.get("measured_bpb") is not None else "not verified"
+    click.echo(f"chosen:       {_ws(chosen['weights'])}  predicted {chosen['predicted_bpb']:.4f}, {measured} bpb")
+
+
+def _ws(weights: dict) -> str:
+    return ", ".join(f"{n} {w:.3f}" for n, w in weights.items())

@@ -1,0 +1,155 @@
+"""`datakit mix show`: per component, documents and tokens (the token caches' `.stats.json`), the
+token-proportional weight, the manifest weight, the weight training will use and the epochs it will see
+for the training budget (steps x batch x seq_len), with warnings. Works on a built prefix; when caches
+are missing it says which and what to run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from datakit.core import fsio
+from datakit.core.layout import TokenCacheDir
+from datakit.mix.config import MixtureConfig
+from datakit.mix.plan import MixtureError, proportional, windows_of
+from datakit.mix.resolve import plan_mixture
+
+
+@dataclass
+class MixView:
+    """What `mix show` prints (also its --json)."""
+
+    rows: list[dict]
+    budget: dict | None
+    phases: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    mode: str = "manifest"
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "budget": self.budget, "phases": self.phases, "warnings": self.warnings,
+                "missing": self.missing, "mode": self.mode}
+
+
+def build_graph(manifest, prefix: str):
+    """The manifest's step graph (as `build_steps` makes it), kept: its components and token steps."""
+    from datakit.pipeline import check_manifest
+    from datakit.stages.contract import Graph
+    from datakit.stages.registry import STAGES
+
+    check_manifest(manifest)
+    graph = Graph(manifest, prefix, write_cache=False)
+    for stage in STAGES:
+        stage.build(graph)
+    return graph
+
+
+def _built(graph, prefix: str, name: str) -> str | None:
+    from datakit.steps import step_status
+
+    step = next((s for s in graph.steps if s.name == name), None)
+    if step is None:
+        return None
+    row = step_status([step], prefix)[-1]
+    return row["path"] if row["state"] == "SUCCESS" else None
+
+
+def _stats(path: str) -> dict:
+    with fsio.open_read(TokenCacheDir(path).stats("train")) as f:
+        return json.loads(f.read())
+
+
+def _search_weights(graph, prefix: str) -> dict | None:
+    from datakit.mix.search_steps import SEARCH_STEP
+
+    path = _built(graph, prefix, SEARCH_STEP)
+    if path is None:
+        return None
+    with fsio.open_read(f"{path}/artifact.json") as f:
+        return json.loads(f.read())["result"]["chosen"]["weights"]
+
+
+def mix_view(manifest, prefix: str, *, warn_epochs: float | None = None) -> MixView:
+    """The table for MANIFEST's components over the token caches built under ``prefix``."""
+    graph = build_graph(manifest, prefix)
+    mix: MixtureConfig = manifest.sections.get("mixture") or MixtureConfig()
+    warn = warn_epochs if warn_epochs is not None else mix.warn_epochs
+    weights = dict(graph.weights)
+    stats, missing = {}, []
+    for n in weights:
+        path = _built(graph, prefix, graph.tokens[n].name) if n in graph.tokens else None
+        if path is None:
+            missing.append(n)
+        else:
+            stats[n] = _stats(path)
+    train = manifest.sections.get("train")
+    budget = None if train is None else {"steps": train.steps, "batch_size": train.batch_size,
+                                         "seq_len": train.seq_len,
+                                         "tokens": train.steps * train.batch_size * train.seq_len}
+    view = MixView([], budget, missing=missing, mode=mix.weights if isinstance(mix.weights, str) else "explicit")
+    if missing:
+        return view
+    tokens = {n: int(s["total_tokens"]) for n, s in stats.items()}
+    prop = proportional({n: t for n, t in tokens.items() if weights[n] > 0} or tokens, mix.temperature)
+    plan = _plan(view, mix, tokens, weights, train, graph, prefix)
+    windows = windows_of(tokens, train.seq_len) if train else {}
+    for n in sorted(weights):
+        row = {"component": n, "documents": int(stats[n]["total_docs"]), "tokens": tokens[n],
+               "proportional": prop.get(n, 0.0), "manifest": weights[n],
+               "weight": plan.weights.get(n, 0.0) if plan else None,
+               "epochs": plan.epochs.get(n, 0.0) if plan else None, "windows": windows.get(n),
+               "capped": bool(plan and n in plan.capped)}
+        view.rows.append(row)
+        if row["epochs"] is not None and row["epochs"] > warn:
+            view.warnings.append(f"{n} is repeated {row['epochs']:.1f} epochs over the training budget "
+                                 f"(more than {warn:g}); lower its weight or set mixture.max_epochs")
+    if plan is not None:
+        view.phases = [{"start": s, "weights": {n: c / plan.block_size for n, c in counts.items()}}
+                       for s, counts in plan.phases]
+    return view
+
+
+def _plan(view: MixView, mix: MixtureConfig, tokens, weights, train, graph, prefix):
+    if train is None:
+        view.warnings.append("no train: section, so no training budget: epochs are not computed")
+        return None
+    searched = None
+    if mix.uses_search:
+        searched = _search_weights(graph, prefix)
+        if searched is None:
+            view.warnings.append("weights: search, but the search has not run: run `datakit mix search MANIFEST`")
+            return None
+    file_weights = None
+    if mix.file:
+        from datakit.mix.file import read_mixture_file
+
+        file_weights = read_mixture_file(mix.file)["weights"]
+    try:
+        return plan_mixture(mix, tokens, weights, steps=train.steps, batch_size=train.batch_size,
+                            seq_len=train.seq_len, seed=train.data_seed, searched=searched, file_weights=file_weights)
+    except MixtureError as e:
+        view.warnings.append(f"the mixture cannot be built: {e}")
+        return None
+
+
+def format_view(view: MixView, manifest_path: str) -> list[str]:
+    """The text table and its warnings."""
+    if view.missing:
+        return [f"token caches are not built for: {', '.join(view.missing)}.",
+                f"Build them first: datakit run {manifest_path}   (tokenize writes the caches; `mix show` reads "
+                "their .stats.json)"]
+    head = f"{'component':<16} {'documents':>10} {'tokens':>12} {'proportional':>12} {'manifest':>9} " \
+           f"{'weight':>8} {'epochs':>8}"
+    lines = [f"weights: {view.mode}" + (f"; budget {view.budget['steps']} steps x {view.budget['batch_size']} x "
+                                        f"{view.budget['seq_len']} = {view.budget['tokens']:,} tokens"
+                                        if view.budget else ""), head]
+    for r in view.rows:
+        w = "-" if r["weight"] is None else f"{r['weight']:.4f}"
+        e = "-" if r["epochs"] is None else f"{r['epochs']:.2f}" + (" cap" if r["capped"] else "")
+        lines.append(f"{r['component']:<16} {r['documents']:>10,} {r['tokens']:>12,} {r['proportional']:>12.4f} "
+                     f"{r['manifest']:>9g} {w:>8} {e:>8}")
+    for p in view.phases[1:]:
+        ws = ", ".join(f"{n} {w:.4f}" for n, w in p["weights"].items())
+        lines.append(f"from step {p['start']}: {ws}")
+    lines += [f"warning: {w}" for w in view.warnings]
+    return lines

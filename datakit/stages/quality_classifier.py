@@ -1,0 +1,223 @@
+"""The quality_classifier stage: a fastText quality classifier trained on the run's own documents, every
+document of the scored sources scored (`quality_score`), and selection by threshold, exact top fraction
+or quality tiers (`datakit.classify`). After pii, before the tokenizer: documents are final,
+so the negatives are a uniform sample of the deduplicated corpus and every score is of the trained text.
+
+Steps:
+- ``quality-classifier-train``: the model file (``model.bin``, the step's artifact, a fastText model usable
+  anywhere; its identity is the config plus the identities of the documents it learned from, and a
+  labels/positive file's sha256), its compact scoring form (``scoring.bin``: the same probabilities with
+  dimension 1, ``datakit.classify.model.compact_model``) and held-out ``metrics`` (precision, recall, F1,
+  AUC) in its result; the run summary shows them.
+- ``qscore-<source>``: every document with a ``quality_score`` column (nothing removed), scored from the
+  compact model by ``datakit.classify.compact`` (fastText's probabilities within ~1e-6, vectorised over
+  the file). The model loads once per worker process (cached by path and sha256).
+- ``qselect-<source>`` (threshold, top_fraction): the kept documents; ``outputs/removed/`` holds the others
+  with reason ``quality_classifier``, the rule as detail and the score as value.
+- ``qselect-<source>.<tier>`` (tiers): one step per tier, each a training-mixture component
+  ``<source>.<tier>`` with weight ``tier.weight x source weight``; the lowest tier's removed/ records the
+  documents below every tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datakit.core.fsio import atomic_write_bytes, is_local, local_path, sha256_file
+from datakit.core.layout import DocumentsDir, join
+from datakit.manifest import Manifest, Section
+from datakit.classify import model as clf
+from datakit.classify import select as sel
+from datakit.classify.config import ClassifierConfig
+from datakit.shuffle import Dataset
+from datakit.steps import Step, StepContext
+
+from .contract import DOCUMENTS, Graph, Stage, identity_fields
+from .transform import file_lists, input_names, run_per_file
+
+VERSION = "1"
+TRAIN_STEP = "quality-classifier-train"
+MODEL_FILE = "model.bin"
+SCORING_FILE = "scoring.bin"
+
+
+def _dirs(ctx: StepContext, steps: list[str]) -> list[str]:
+    return [local_path(ctx.deps[s].output) for s in steps]
+
+
+def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negatives: list[str]) -> dict:
+    if cfg.labels is not None:  # every line checked before anything is trained
+        labels = clf.read_labels(cfg.labels, cfg.label_threshold)
+        examples = clf.examples_from_labels(cfg, labels, _dirs(ctx, negatives))
+    else:
+        examples = clf.examples_from_corpus(cfg, _dirs(ctx, positives), _dirs(ctx, negatives))
+    train, heldout = clf.split(examples, cfg.holdout, cfg.seed)
+    clf.check_classes(train, "the training split")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, MODEL_FILE)
+        clf.train_model(train, cfg, path)
+        compact = os.path.join(tmp, SCORING_FILE)
+        clf.compact_model(path, compact)
+        scores = clf.load_scorer(compact, sha256_file(compact)).score([e.text for e in heldout], cfg.max_chars)
+        with open(path, "rb") as fh:
+            blob = fh.read()
+        with open(compact, "rb") as fh:
+            compact_blob = fh.read()
+        sha, compact_sha = sha256_file(path), sha256_file(compact)
+    metrics = clf.metrics([e.positive for e in heldout], scores)
+    atomic_write_bytes(join(ctx.output, MODEL_FILE), blob)
+    atomic_write_bytes(join(ctx.output, SCORING_FILE), compact_blob)
+    atomic_write_bytes(join(ctx.output, "metrics.json"), json.dumps(metrics, indent=1).encode())
+    npos = sum(e.positive for e in examples)
+    return {"stage": STAGE.name, "model": MODEL_FILE, "model_sha256": sha, "scoring_model": SCORING_FILE,
+            "scoring_sha256": compact_sha, "metrics": metrics,
+            "counters": {"examples": len(examples), "positives": npos, "negatives": len(examples) - npos,
+                         "train_docs": len(train), "heldout_docs": len(heldout)}}
+
+
+def score_file(src: str, model_path: str, sha: str, max_chars: int) -> tuple[pa.Table, list, dict[str, int]]:
+    """One documents file with a ``quality_score`` column (same rows, same order), scored with the compact
+    model at ``model_path`` (``clf.compact_model``) straight from the file's Arrow text column."""
+    table = pq.read_table(src)
+    scores = clf.load_scorer(model_path, sha).score(table.column("text"), max_chars)
+    if sel.SCORE in table.column_names:
+        table = table.drop([sel.SCORE])
+    table = table.append_column(sel.SCORE, pa.array(scores, pa.float64()))
+    n = table.num_rows
+    return table, [], {"docs_in": n, "docs_out": n, "removed": 0}
+
+
+def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: ClassifierConfig) -> dict:
+    rec = ctx.deps[model]
+    if not is_local(rec.output):
+        raise ValueError(f"{rec.output}: the quality classifier scores with a local model file; run with a local "
+                         "prefix (or a mirror) for this stage")
+    fn = partial(score_file, model_path=local_path(rec.path(SCORING_FILE)), sha=rec.result["scoring_sha256"],
+                 max_chars=cfg.max_chars)
+    names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}")
+    return {"stage": STAGE.name, "source": source, **file_lists(names), "counters": totals}
+
+
+def select_file(src: str, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
+                record_removed: bool) -> tuple[pa.Table, list, dict[str, int]]:
+    table = pq.read_table(src)
+    mask = sel.keep_mask(table, cfg, cut, tier)
+    kept = table.filter(pa.array(mask))
+    stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows}
+    scores, ids = table.column(sel.SCORE).to_pylist(), table.column("id").to_pylist()
+    below = [i for i, keep in enumerate(mask) if not keep and
+             (cfg.select != "tiers" or sel.tier_of(scores[i], cfg.tiers) is None)]
+    removed = [(ids[i], sel.REASON, sel.removal_detail(cfg, cut), scores[i]) for i in below] if record_removed else []
+    stats[f"removed/{sel.REASON}"] = len(removed)
+    other = table.num_rows - kept.num_rows - len(removed)
+    if other:
+        stats["removed/other tiers"] = other
+    return kept, removed, stats
+
+
+def _cut(ctx: StepContext, documents: str, cfg: ClassifierConfig) -> tuple[sel.Key | None, int]:
+    """The exact top-fraction cut over every file of the source: (cut key, documents kept)."""
+    src, names = input_names(ctx, documents, "qselect")
+    paths = [join(src.main, n) for n in names]
+    n = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    k = round(cfg.top_fraction * n)
+    per_file = (Dataset.from_items(paths, num_shards=len(paths))
+                .map(partial(sel.top_keys, k=k)).collect(ctx.exec_config))
+    return sel.cut_key(per_file, k), k
+
+
+def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig, tier: str | None) -> dict:
+    cut = _cut(ctx, documents, cfg)[0] if cfg.select == "top_fraction" else None
+    lowest = cfg.select != "tiers" or tier == cfg.tiers[-1].name
+    fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest)
+    names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", with_value=True)
+    totals.setdefault(f"removed/{sel.REASON}", 0)
+    return {"stage": STAGE.name, "source": source, "tier": tier, **file_lists(names), "counters": totals}
+
+
+def _identity(cfg: ClassifierConfig) -> dict:
+    out = identity_fields(cfg)
+    out["positive_files"] = [sha256_file(p) for p in cfg.positive_files]
+    out["labels"] = None if cfg.labels is None else sha256_file(cfg.labels)
+    return out
+
+
+def _train_step(graph: Graph, cfg: ClassifierConfig) -> Step:
+    names = graph.source_names
+    positives = [graph.documents[n] for n in names if n in cfg.positives]
+    pool = names if cfg.labels is not None else cfg.negative_pool(names)
+    negatives = [graph.documents[n] for n in pool if n not in cfg.positives or cfg.labels is not None]
+    fn = partial(_train, cfg=cfg, positives=[s.name for s in positives], negatives=[s.name for s in negatives])
+    return graph.add(Step(TRAIN_STEP, fn, {"config": _identity(cfg)}, deps=tuple(positives + negatives),
+                          version=VERSION, stage=STAGE.name))
+
+
+def build(graph: Graph) -> None:
+    cfg: ClassifierConfig | None = graph.config(STAGE)
+    if cfg is None or not cfg.enabled:
+        return
+    model = _train_step(graph, cfg)
+    for n in cfg.scored_sources(graph.source_names):
+        docs = graph.documents[n]
+        scored = graph.add(Step(f"qscore-{n}", partial(_score, source=n, documents=docs.name, model=model.name,
+                                                          cfg=cfg), {"max_chars": cfg.max_chars},
+                                deps=(docs, model), version=VERSION, stage=STAGE.name, source=n))
+        graph.documents[n] = scored
+        if cfg.select == "none":
+            continue
+        sel_config = {k: v for k, v in identity_fields(cfg).items()
+                      if k in ("select", "threshold", "top_fraction", "tiers")}
+        if cfg.select != "tiers":
+            graph.documents[n] = graph.add(Step(
+                f"qselect-{n}", partial(_select, source=n, documents=scored.name, cfg=cfg, tier=None), sel_config,
+                deps=(scored,), version=VERSION, stage=STAGE.name, source=n))
+            continue
+        _add_tiers(graph, cfg, n, scored, sel_config)
+
+
+def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, sel_config: dict) -> None:
+    """One step per tier; the source's mixture component is replaced by one per tier."""
+    del graph.documents[source]
+    weight = graph.weights.pop(source, 1.0)
+    for tier in cfg.tiers:
+        component = f"{source}.{tier.name}"
+        step = graph.add(Step(f"qselect-{component}", partial(_select, source=source, documents=scored.name,
+                                                                cfg=cfg, tier=tier.name),
+                              {**sel_config, "tier": tier.name}, deps=(scored,), version=VERSION,
+                              stage=STAGE.name, source=component))
+        graph.documents[component] = step
+        graph.weights[component] = tier.weight * weight
+
+
+def check(manifest: Manifest) -> None:
+    """Source names the section gives must exist; a tier component must not be a source's name."""
+    cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
+    if cfg is None or not cfg.enabled:
+        return
+    names = [s.name for s in manifest.sources]
+    for key in ("positives", "negative_sources", "apply_to"):
+        unknown = [n for n in getattr(cfg, key) if n not in names]
+        if unknown:
+            raise ValueError(f"quality_classifier.{key}: no source named {', '.join(unknown)}; "
+                             f"sources: {', '.join(names)}")
+    if cfg.select == "tiers":
+        for n in cfg.scored_sources(names):
+            clash = [f"{n}.{t.name}" for t in cfg.tiers if f"{n}.{t.name}" in names]
+            if clash:
+                raise ValueError(f"quality_classifier.tiers: component {clash[0]} (source {n}, tier) is also a "
+                                 "source's name; rename the tier or the source")
+    if cfg.labels is None and not cfg.negative_pool(names):
+        raise ValueError("quality_classifier: no source left to sample negatives from; give negative_sources")
+
+
+STAGE = Stage(name="quality_classifier", version=VERSION, build=build,
+              section=Section("quality_classifier", ClassifierConfig, optional=True),
+              consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
+              code=("datakit.classify", "datakit.stages.quality_classifier", "datakit.stages.transform"),
+              checks="datakit.ferry.checks_classifier:check_quality_classifier", check=check)

@@ -1,0 +1,316 @@
+"""Choosing and running the encoding engine of the tokenize stage: HF `tokenizers` or tiktoken.
+
+Why two engines: encoding is most of the pipeline's CPU time, and tiktoken's rank-based byte-level BPE
+runs several times faster than ``Tokenizer.encode_batch_fast`` while giving the very same ids for a
+byte-level BPE whose vocabulary ids follow its merge order (what our trainer writes, and what GPT-2 /
+tiktoken-derived tokenizers look like). ``convert`` checks those conditions statically and builds the
+``tiktoken.Encoding``; anything it cannot prove keeps the HF engine, with a reason.
+
+Why a check on every run: rank-based BPE (merge the adjacent pair whose concatenation has the lowest id)
+equals merge-list BPE for such vocabularies in practice, not by construction, and the two regex engines
+(oniguruma in HF, fancy-regex in tiktoken) could disagree on exotic text. So every chunk also encodes a
+deterministic sample of its pieces with HF and compares; on any mismatch the chunk is re-encoded with HF
+and the rest of the step (in this process) stays on HF. The cache bytes are therefore always HF's.
+
+Special tokens: datakit's tokenizers encode special-token spellings found in documents as plain text
+(``encode_special_tokens = True``, see ``load_tokenizer``), which is tiktoken's ``encode_ordinary``. A
+Tokenizer with ``encode_special_tokens = False`` matches them in raw text instead, which maps to
+``allowed_special="all"`` (only when no special token is a substring of another: tiktoken's
+alternation would then pick one arbitrarily, HF the longest).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+from tokenizers import Tokenizer
+
+__all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
+           "sample_indices", "GPT2_PATTERN"]
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["auto", "hf", "tiktoken"]
+ENGINES: tuple[str, ...] = ("auto", "hf", "tiktoken")
+
+# What HF's ByteLevel pre-tokenizer splits with when use_regex is true (tiktoken's "gpt2" pattern).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+# Share of each chunk's characters that HF re-encodes to prove equality, and how many non-ASCII pieces
+# (up to _NON_ASCII_MAX_CHARS long) are added so every chunk's check sees some non-Latin text.
+CHECK_FRACTION = 0.01
+_NON_ASCII_EXTRA = 2
+_NON_ASCII_MAX_CHARS = 4096
+_BPE_OPTIONS_UNSUPPORTED = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix")
+
+
+class EngineError(ValueError):
+    """The requested engine cannot be used for this tokenizer; the message says why and what to do."""
+
+
+# ------------------------------------------------------------------------------------------ conversion
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which byte-level BPE vocabularies are spelled in."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    table = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + n)
+            n += 1
+    return table
+
+
+_BYTE_OF_CHAR = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _token_bytes(token: str) -> bytes | None:
+    """A vocabulary token's raw bytes, or None if it has a character outside the byte-level alphabet."""
+    try:
+        return bytes(_BYTE_OF_CHAR[c] for c in token)
+    except KeyError:
+        return None
+
+
+def _load_json(tokenizer: str | os.PathLike | Tokenizer) -> tuple[dict, bool]:
+    """(tokenizer.json as a dict, whether special-token spellings in text are encoded as plain text).
+    A path is read the way the tokenize stage loads it: specials in text are plain text."""
+    if isinstance(tokenizer, Tokenizer):
+        return json.loads(tokenizer.to_str()), bool(tokenizer.encode_special_tokens)
+    from datakit.tokenize.tokenizer import _read_tokenizer_bytes
+
+    data, _ = _read_tokenizer_bytes(os.fspath(tokenizer))
+    return json.loads(data.decode("utf-8")), True
+
+
+def _normalizer_problem(j: dict) -> str | None:
+    norm = j.get("normalizer")
+    if norm is None or (norm.get("type") == "Sequence" and not norm.get("normalizers")):
+        return None
+    return f"it has a {norm.get('type')} normalizer, which rewrites text before encoding"
+
+
+def _pattern(j: dict) -> tuple[str | None, str]:
+    """The one regex tiktoken must split with, or (None, why not)."""
+    pre = j.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    byte_level = [s for s in steps if s.get("type") == "ByteLevel"]
+    splits = [s for s in steps if s.get("type") == "Split"]
+    others = sorted({str(s.get("type")) for s in steps} - {"ByteLevel", "Split"})
+    if len(byte_level) != 1:
+        return None, "its pre-tokenizer is not byte-level (no single ByteLevel step)"
+    if others:
+        return None, f"its pre-tokenizer has {', '.join(others)} steps tiktoken cannot run"
+    bl = byte_level[0]
+    if bl.get("add_prefix_space"):
+        return None, "its ByteLevel pre-tokenizer adds a prefix space"
+    regexes = [s for s in splits] + ([bl] if bl.get("use_regex", True) else [])
+    if len(regexes) != 1:
+        return None, f"its pre-tokenizer splits with {len(regexes)} regexes; tiktoken runs exactly one"
+    if not splits:
+        return GPT2_PATTERN, ""
+    split = splits[0]
+    if steps.index(split) > steps.index(bl):
+        return None, "its Split step runs after the byte-level mapping"
+    regex = (split.get("pattern") or {}).get("Regex")
+    if regex is None or split.get("behavior") != "Isolated" or split.get("invert"):
+        return None, "its Split step is not an isolating regex split (pattern Regex, Isolated, not inverted)"
+    return regex, ""
+
+
+def _model_problem(j: dict) -> str | None:
+    model = j.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"its model is {model.get('type')}, not BPE"
+    bad = [k for k in _BPE_OPTIONS_UNSUPPORTED if model.get(k) not in (None, "")]
+    if bad:
+        return f"its BPE model sets {', '.join(bad)}"
+    return None
+
+
+def _merge_pairs(merges: list) -> list[tuple[str, str]]:
+    """Merges as pairs: tokenizers >= 0.20 writes [a, b], older versions "a b"."""
+    return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in merges]
+
+
+def _ranks(model: dict) -> tuple[dict[bytes, int] | None, str]:
+    """mergeable_ranks (token bytes -> HF id) for the 256 bytes and every merge result, provided the
+    ids grow with merge order (then "lowest id first" is "earliest merge first")."""
+    vocab: dict[str, int] = model["vocab"]
+    ranks: dict[bytes, int] = {}
+    for b, ch in _bytes_to_unicode().items():
+        if ch not in vocab:
+            return None, f"its vocabulary lacks the byte-level token for byte {b:#04x}"
+        ranks[bytes([b])] = vocab[ch]
+    last = max(ranks.values())
+    for i, (a, b) in enumerate(_merge_pairs(model.get("merges") or [])):
+        merged = a + b
+        tid, raw = vocab.get(merged), _token_bytes(merged)
+        if tid is None or raw is None or a not in vocab or b not in vocab:
+            return None, f"merge {i} ({a!r}, {b!r}) names tokens missing from its byte-level vocabulary"
+        if tid <= last:
+            return None, (f"its ids do not follow merge order (merge {i} ({a!r}, {b!r}) gives id {tid}, "
+                          f"not above {last})")
+        ranks[raw] = last = tid
+    return ranks, ""
+
+
+def _specials(j: dict, ranks: dict[bytes, int], as_text: bool) -> tuple[dict[str, int] | None, str]:
+    """Added tokens -> tiktoken special tokens. Non-special added tokens are matched in raw text by HF
+    even when specials are not, with options tiktoken has no notion of: not convertible."""
+    specials: dict[str, int] = {}
+    used = set(ranks.values())
+    for t in j.get("added_tokens") or []:
+        if not t.get("special"):
+            return None, f"it has a non-special added token {t.get('content')!r}"
+        if t["id"] in used:
+            return None, f"special token {t.get('content')!r} shares id {t['id']} with a BPE token"
+        specials[t["content"]] = t["id"]
+    if not as_text:
+        nested = [a for a in specials for b in specials if a != b and a in b]
+        if nested:
+            return None, f"special token {nested[0]!r} is part of another special token"
+        stripping = [t["content"] for t in j.get("added_tokens") or []
+                     if t.get("lstrip") or t.get("rstrip") or t.get("single_word")]
+        if stripping:
+            return None, f"special token {stripping[0]!r} is matched with lstrip/rstrip/single_word"
+    return specials, ""
+
+
+def convert(tokenizer: str | os.PathLike | Tokenizer) -> tuple[Any | None, str]:
+    """(tiktoken.Encoding, "") that reproduces ``tokenizer``'s ids, or (None, why it cannot).
+
+    The reason is user-facing: it names what is not convertible and says the HF engine is used."""
+    import tiktoken
+
+    j, as_text = _load_json(tokenizer)
+    problem = _normalizer_problem(j) or _model_problem(j)
+    pattern = ranks = specials = None
+    if problem is None:
+        pattern, problem = _pattern(j)
+    if not problem:
+        ranks, problem = _ranks(j["model"])
+    if not problem:
+        specials, problem = _specials(j, ranks, as_text)
+    if problem:
+        return None, f"tokenizer not convertible to tiktoken: {problem}; the HF tokenizers engine is used"
+    try:
+        enc = tiktoken.Encoding("datakit-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+    except Exception as e:  # a pattern fancy-regex cannot compile, duplicate ids, ...
+        return None, f"tokenizer not convertible to tiktoken: {type(e).__name__}: {e}; the HF tokenizers engine is used"
+    return enc, ""
+
+
+# --------------------------------------------------------------------------------------------- running
+
+
+@dataclass
+class EngineChoice:
+    """The engine of one step in one process: the HF tokenizer, the converted encoding when tiktoken is
+    to run, and once a check failed, why the rest of the step runs on HF."""
+
+    setting: str
+    hf: Tokenizer
+    encoding: Any | None
+    reason: str
+    specials_as_text: bool = True  # the HF tokenizer's encode_special_tokens
+    failed: str = ""
+    checked: int = 0  # pieces compared so far in this process (the minimum sample counts these)
+
+
+def choose(tok: Tokenizer, setting: str, *, where: str = "tokenizer") -> EngineChoice:
+    """The engine for ``setting`` (auto | hf | tiktoken). Forcing tiktoken on a tokenizer it cannot
+    reproduce raises EngineError naming why; auto then quietly keeps HF."""
+    if setting not in ENGINES:
+        raise EngineError(f"tokenize.engine must be one of {', '.join(ENGINES)}, got {setting!r}")
+    if setting == "hf":
+        return EngineChoice(setting, tok, None, "engine hf: set in tokenize.engine", tok.encode_special_tokens)
+    enc, reason = convert(tok)
+    if enc is None and setting == "tiktoken":
+        raise EngineError(f"{where}: tokenize.engine is tiktoken, but the {reason.split(';')[0]}. "
+                          "Set tokenize.engine to auto (or hf) to encode with HF tokenizers.")
+    reason = reason or f"engine {setting}: the tokenizer converts to tiktoken; each chunk is checked against HF"
+    return EngineChoice(setting, tok, enc, reason, tok.encode_special_tokens)
+
+
+def hf_ids(tok: Tokenizer, pieces: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in tok.encode_batch_fast(list(pieces), add_special_tokens=False)] if pieces else []
+
+
+def tiktoken_ids(enc: Any, pieces: Sequence[str], threads: int, specials_as_text: bool = True) -> list[list[int]]:
+    """Pieces in ``threads`` contiguous slices, one Rust call per piece (each releases the GIL)."""
+    if specials_as_text:
+        one = enc.encode_ordinary
+    else:
+        def one(text: str) -> list[int]:
+            return enc.encode(text, allowed_special="all")
+    if threads <= 1 or len(pieces) < 2 * threads:
+        return [one(p) for p in pieces]
+    from concurrent.futures import ThreadPoolExecutor
+
+    step = math.ceil(len(pieces) / threads)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = pool.map(lambda s: [one(p) for p in pieces[s:s + step]], range(0, len(pieces), step))
+        return [ids for part in parts for ids in part]
+
+
+def sample_indices(pieces: Sequence[str], fraction: float, min_pieces: int) -> list[int]:
+    """Which pieces a chunk's check compares: the first ones, until they hold ``fraction`` of the chunk's
+    characters (and at least ``min_pieces``), plus the first few short non-ASCII pieces after them."""
+    budget = fraction * sum(len(p) for p in pieces)
+    n = used = 0
+    while n < len(pieces) and (n < max(1, min_pieces) or used < budget):
+        used += len(pieces[n])
+        n += 1
+    extra = [i for i in range(n, len(pieces))
+             if len(pieces[i]) <= _NON_ASCII_MAX_CHARS and not pieces[i].isascii()][:_NON_ASCII_EXTRA]
+    return list(range(n)) + extra
+
+
+@dataclass
+class ShardEncoder:
+    """Encodes one shard's chunks with the chosen engine, checking each chunk against HF (see module
+    docstring); ``record()`` is what the shard reports."""
+
+    choice: EngineChoice
+    threads: int = 1
+    min_pieces: int = 64
+    fraction: float = CHECK_FRACTION
+    checked: int = 0
+    mismatches: int = 0
+    engines: set = field(default_factory=set)
+
+    def encode(self, pieces: Sequence[str]) -> list[list[int]]:
+        c = self.choice
+        if c.encoding is None or c.failed:
+            self.engines.add("hf")
+            return hf_ids(c.hf, pieces)
+        ids = tiktoken_ids(c.encoding, pieces, self.threads, c.specials_as_text)
+        idx = sample_indices(pieces, self.fraction, self.min_pieces - c.checked)
+        expected = hf_ids(c.hf, [pieces[i] for i in idx])
+        bad = [i for i, e in zip(idx, expected) if ids[i] != e]
+        self.checked += len(idx)
+        c.checked += len(idx)
+        if not bad:
+            self.engines.add("tiktoken")
+            return ids
+        self.mismatches += len(bad)
+        c.failed = (f"tiktoken gave different ids than HF on {len(bad)} of {len(idx)} checked pieces "
+                    f"(first: piece {bad[0]} of a chunk, {pieces[bad[0]][:60]!r}); HF encodes the rest")
+        log.warning("tokenize engine: %s", c.failed)
+        self.engines.add("hf")
+        return hf_ids(c.hf, pieces)
+
+    def record(self) -> dict:
+        """engine ("tiktoken" only if every chunk of this shard was tiktoken's), reason, check counts."""
+        engine = "tiktoken" if self.engines == {"tiktoken"} else "hf"
+        reason = self.choice.failed or self.choice.reason
+        return {"engine": engine, "engine_reason": reason, "engine_checked_pieces": self.checked,
+                "engine_mismatches": self.mismatches}

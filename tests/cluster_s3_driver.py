@@ -1,0 +1,160 @@
+"""The driver of the cluster tests, run as its own process: a 3-node Ray cluster, then one `datakit run`.
+
+Why a subprocess: the test session already holds a single-node Ray (tests/conftest.py `ray_cluster`),
+and one Python process can be connected to one Ray cluster only. A separate driver process owns its
+cluster from start to shutdown, can be SIGKILLed mid-run like a lost laptop (its process group takes
+the raylets with it), and leaves the session's Ray untouched.
+
+The cluster is `ray.cluster_utils.Cluster`: a head and two worker nodes, each a real raylet with its
+own CPU and a custom resource naming it (`node_head`, `node_a`, `node_b`). Each node has 1 CPU, so the
+3 attempts the backend keeps in flight can only run by spreading over all three nodes.
+
+    python tests/cluster_s3_driver.py CONFIG.json
+
+CONFIG: {"manifest": {...}, "prefix": "s3://...", "result": "out.json", "ray_temp": "/tmp/rc-xx",
+         "kill_node_after": "<glob of store objects>" | null}
+With ``kill_node_after`` a thread waits until an object matching the glob exists (e.g. the first map
+output of a shuffle) and SIGKILLs worker node A's raylet by pid: mid-shuffle node loss.
+The result file gets the run summary, attempts per node name, retry events and what was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(temp_dir: str):
+    """Head + 2 worker nodes, each with its own raylet, CPU and named resource."""
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(3):  # a loaded 2-core CI machine was seen to miss Ray's GCS start-up timeout once
+        try:
+            # its own GCS port: the test session's local Ray (tests/conftest.py) may hold the default one
+            cluster = Cluster(initialize_head=True, head_node_args={
+                **NODE_ARGS, "resources": {"node_head": 1}, "include_dashboard": False, "temp_dir": temp_dir,
+                "gcs_server_port": _free_port()})
+            break
+        except RuntimeError as e:
+            if attempt == 2 or "Timed out" not in str(e):
+                raise
+            print(f"ray head did not start ({e}); retrying", flush=True)
+    workers = [cluster.add_node(**NODE_ARGS, resources={name: 1}) for name in ("node_a", "node_b")]
+    cluster.wait_for_nodes()
+    return cluster, workers
+
+
+def node_names() -> dict[str, str]:
+    """Ray node id -> our name for it (from each node's custom resource)."""
+    import ray
+
+    names = {}
+    for n in ray.nodes():
+        tag = next((r for r in n["Resources"] if r.startswith("node_") and r != "node_id" and ":" not in r), None)
+        names[n["NodeID"]] = tag or n["NodeID"][:8]
+    return names
+
+
+def raylet_pid(node) -> int:
+    from ray._private import ray_constants
+
+    return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+
+
+def running_attempts(raylet: int) -> int:
+    """Attempts running on a node now: its raylet's worker processes titled after our Ray task."""
+    import psutil
+
+    try:
+        procs = psutil.Process(raylet).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    count = 0
+    for p in procs:
+        try:
+            count += any("_run_attempt" in part for part in p.cmdline())
+        except psutil.Error:
+            pass
+    return count
+
+
+def kill_when(pattern: str, pid: int, killed: dict) -> None:
+    """Once `pattern` matches an object in the store (a shuffle has started writing) and the node runs
+    an attempt, SIGKILL `pid` (the node's raylet; its workers die with it): node loss mid-shuffle."""
+    import fsspec
+    import psutil
+
+    fs = fsspec.filesystem("s3", use_listings_cache=False, skip_instance_cache=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            found = fs.glob(pattern)
+        except OSError:
+            found = []
+        if found and running_attempts(pid):
+            # A lost machine takes its raylet and the workers under it at once: SIGKILL each by pid
+            # (killing only the raylet would let a running attempt finish and report to the driver).
+            workers = psutil.Process(pid).children(recursive=True)
+            os.kill(pid, signal.SIGKILL)
+            for w in workers:
+                try:
+                    w.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            gone, alive = psutil.wait_procs([psutil.Process(pid), *workers] if psutil.pid_exists(pid) else workers,
+                                            timeout=30)
+            killed.update({"pid": pid, "workers": [w.pid for w in workers], "after": found[0],
+                           "raylet_gone": not psutil.pid_exists(pid) and not alive})
+            return
+        time.sleep(0.05)
+
+
+def main(config_path: str) -> None:
+    import ray
+
+    import datakit
+    from datakit import pipeline
+    from datakit.shuffle import ray_backend
+
+    cfg = json.load(open(config_path))
+    cluster, workers = start_cluster(cfg["ray_temp"])
+    ray.init(address=cluster.address, log_to_driver=False)
+    killed: dict = {}
+    if cfg.get("kill_node_after"):
+        threading.Thread(target=kill_when, args=(cfg["kill_node_after"], raylet_pid(workers[0]), killed),
+                         daemon=True).start()
+    events: list[dict] = []
+    names = node_names()
+    manifest = datakit.manifest_from_dict(cfg["manifest"])
+    summary = pipeline.run(manifest, prefix=cfg["prefix"], backend="ray", on_event=events.append,
+                           backend_options={"address": cluster.address})
+    alive = sum(1 for n in ray.nodes() if n["Alive"])
+    result = {
+        "summary": summary.to_dict(),
+        "tasks_per_node": {names.get(k, k): v for k, v in ray_backend.TASKS_PER_NODE.items()},
+        "retries": [e for e in events if e.get("event") == "step_worker_retried"],
+        "killed": killed,
+        "alive_nodes": alive,
+    }
+    with open(cfg["result"], "w") as f:
+        json.dump(result, f, default=str)
+    ray.shutdown()
+    cluster.shutdown()
+    sys.exit(0 if summary.ok else 1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,140 @@
+"""datakit.normalize.warc: the normalize stage's faster WARC/HTML reader with per-page bounded extraction.
+
+It must give exactly what `datakit.sources.readers` gives (records, rejects with their offsets and
+details, counters) on every input, guarded or not, and a page whose extraction runs too long must
+become one reject with its file and record offset while the reading goes on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from datakit.normalize import NormalizeConfig, normalize_source
+from datakit.normalize import warc as W
+from datakit.shuffle import ExecConfig, list_files
+from datakit.sources import readers
+from datakit.sources.readers import FileRef, RawRecord, ReaderOptions, Reject
+
+from test_readers import html_page, sample_warc_records, warc_record
+
+# Resiliparse's main-content pass on many sibling chains just under the depth fallback (990 < 1000):
+# ~1 MB, ~2 s of native code that neither SIGALRM nor resiliparse's time_guard can interrupt.
+SLOW_PAGE = ("<html><body>" + ("<div>" * 990 + "hello world " + "</div>" * 990) * 100 + "</body></html>").encode()
+
+
+def _ref(path: Path, index: int = 0) -> FileRef:
+    return FileRef(index, str(path), path.name, path.stat().st_size)
+
+
+def _both(path: Path, fmt: str = "warc", opts: ReaderOptions = ReaderOptions()):
+    sa, sb = Counter(), Counter()
+    a = list(readers.read_file(_ref(path), fmt, opts, sa))
+    b = list(W.read_file(_ref(path), fmt, opts, sb))
+    return a, b, sa, sb
+
+
+def _deep(n: int) -> str:
+    return "<html><body>" + "<div>" * n + "deep text" + "</div>" * n + "</body></html>"
+
+
+def _pages() -> list[bytes]:
+    big = ("<html><head><title>Big</title><link rel=canonical href='https://c.example/big'></head><body>"
+           + "<nav>" + "<a href=/x>menu</a>" * 3000 + "</nav><article>"
+           + "".join(f"<p>paragraph {i} with some words in it</p>" for i in range(3000))
+           + "</article></body></html>").encode()
+    return [html_page(0), big, _deep(1200).encode(), _deep(990).encode(), _deep(3000).encode(),
+            ("<svg>" + "<g>" * 1500 + "</svg>").encode(), ("<table>" + "<tr><td><table>" * 2000).encode(),
+            b"<html><body><p>caf\xe9 cr\xe8me " * 200 + b"</p></body></html>"]
+
+
+@pytest.fixture
+def warc_dir(tmp_path) -> Path:
+    d = tmp_path / "crawl"
+    d.mkdir()
+    recs = sample_warc_records() + [warc_record(100 + i, p, ctype="text/html")
+                                    for i, p in enumerate(_pages())]
+    (d / "a.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in recs))
+    (d / "b.warc.zst").write_bytes(zstandard.ZstdCompressor().compress(b"".join(recs)))
+    (d / "c.warc").write_bytes(b"".join(recs))
+    data = b"".join(gzip.compress(r) for r in recs)
+    (d / "d.warc.gz").write_bytes(data[: len(data) - 3000])  # cut inside a record
+    (d / "e.warc.gz").write_bytes(data[:200] + b"\x00garbage" + data[200:])  # corrupt
+    return d
+
+
+@pytest.mark.parametrize("guard_all", [False, True])
+def test_same_records_rejects_and_counters_as_the_readers(warc_dir, monkeypatch, guard_all):
+    if guard_all:  # every page through the forked, time-limited path
+        monkeypatch.setattr(W, "GUARD_TAGS", -1)
+    for path in sorted(warc_dir.iterdir()):
+        a, b, sa, sb = _both(path)
+        assert a == b, path.name
+        assert sa == sb, path.name
+        assert any(type(r) is RawRecord for r in a) or path.name.startswith("e.")
+        assert any(type(r) is Reject for r in a) == (path.name[0] in "de")
+    # the deep pages took the fallback, through the C depth check
+    a, b, sa, sb = _both(warc_dir / "a.warc.gz")
+    assert sa["html_deep_fallback"] == sb["html_deep_fallback"] == 2  # those with > 5,000 tags
+
+
+@pytest.mark.parametrize("depth", [5, 997, 998, 999, 1000, 1001, 1500, 20000])
+def test_c_depth_check_agrees_with_the_tree_walk(depth):
+    from resiliparse.parse.html import HTMLTree
+
+    for html in (_deep(depth), "<svg>" + "<g>" * depth, "<template>" + "<div>" * depth,
+                 "<table>" + "<tr><td><table>" * (depth // 3 + 1), "<ul>" + "<li><ul>" * (depth // 2)):
+        tree = HTMLTree.parse(html)
+        assert W.deeper_than_limit(tree) == readers._deeper_than(tree.document, readers.MAX_MAIN_CONTENT_DEPTH)
+
+
+def test_html_files_read_the_same(tmp_path):
+    for i, page in enumerate(_pages()):
+        p = tmp_path / f"p{i}.html"
+        p.write_bytes(page)
+        a, b, sa, sb = _both(p, "html")
+        assert a == b and sa == sb
+
+
+def test_slow_page_is_a_reject_with_its_offset_and_reading_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 0.3)
+    recs = [warc_record(0, html_page(0)), warc_record(1, SLOW_PAGE), warc_record(2, html_page(2))]
+    path = tmp_path / "slow.warc.gz"
+    path.write_bytes(b"".join(gzip.compress(r) for r in recs))
+    t0 = time.perf_counter()
+    out = list(W.read_warc(_ref(path), ReaderOptions(), Counter()))
+    took = time.perf_counter() - t0
+    assert took < 1.5, took  # unguarded, the slow page alone takes ~2 s (more on a loaded machine)
+    assert [type(r) for r in out] == [RawRecord, Reject, RawRecord]
+    rej = out[1]
+    assert rej.reason == W.EXTRACT_TIMEOUT and rej.file == "slow.warc.gz"
+    assert rej.offset == rej.pos == len(recs[0])  # the record's start in the decompressed stream
+    assert "http://example.com/1" in rej.detail and "0.3 s" in rej.detail
+    assert [r.url for r in out if type(r) is RawRecord] == ["http://example.com/0", "http://example.com/2"]
+    # with time enough, the same page is extracted, in the child, as the readers extract it
+    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 120.0)
+    assert list(W.read_warc(_ref(path))) == list(readers.read_warc(_ref(path)))
+
+
+def test_normalize_step_records_the_timeout_and_keeps_going(tmp_path, monkeypatch):
+    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 0.3)
+    d = tmp_path / "crawl"
+    d.mkdir()
+    recs = [warc_record(i, html_page(i)) for i in range(200)] + [warc_record(999, SLOW_PAGE)]
+    (d / "x.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in recs))
+    out = tmp_path / "out"
+    # in-process engine: the monkeypatched timeout applies in the worker
+    res = normalize_source(name="cc", files=list_files(str(d)), fmt="warc", out_dir=str(out),
+                           cfg=NormalizeConfig(), exec_config=ExecConfig(backend="inline"))
+    assert res.counters["records_out"] == 200
+    assert res.rejects_by_reason == {W.EXTRACT_TIMEOUT: 1}
+    import pyarrow.parquet as pq
+
+    (row,) = pq.read_table(out / res.rejects_files[0]).to_pylist()
+    assert row["file"] == "x.warc.gz" and row["reason"] == W.EXTRACT_TIMEOUT
+    assert row["offset"] == sum(len(r) for r in recs[:200])

@@ -1,0 +1,322 @@
+"""The quality classifier stage end to end through `datakit.pipeline.run` on a real corpus whose quality
+is known by construction: positives are prose paragraphs of the Debian Reference (debian-reference-en,
+installed by .ci/run), negatives the same kind of real text degraded three ways (words shuffled,
+boilerplate repeated, keyword spam). Held-out F1 >= 0.9, exact selection counts, tiers as mixture
+components, a labels-file run, bad labels files failing before training naming the line, deterministic
+training and byte-identical scores for 1 and 2 workers and the inline backend."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import html.parser
+import json
+import os
+import random
+
+import duckdb
+import pytest
+
+from datakit import pipeline
+from datakit.classify import model as clf
+from datakit.classify.config import ClassifierConfig
+from datakit.stages.contract import Graph
+from datakit.stages import quality_classifier as qc
+
+REFERENCE = sorted(glob.glob("/usr/share/debian-reference/*.en.html"))
+pytestmark = pytest.mark.skipif(len(REFERENCE) < 10, reason="needs debian-reference-en (.ci/run installs it)")
+BOILERPLATE = "Home | Products | About us | Contact | Privacy policy | Terms of use | Cookie settings | Sitemap"
+SPAM = "cheap best free download online discount deal buy now top offer".split()
+
+
+class _Paragraphs(html.parser.HTMLParser):
+    """The text of every <p> element of a Debian Reference page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth, self.buf, self.out = 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "p":
+            self.depth += 1
+
+    def handle_endtag(self, tag):
+        if tag == "p" and self.depth:
+            self.depth -= 1
+            text = " ".join("".join(self.buf).split())
+            if len(text.split()) >= 12:
+                self.out.append(text)
+            self.buf = []
+
+    def handle_data(self, data):
+        if self.depth:
+            self.buf.append(data)
+
+
+def _prose_docs() -> list[str]:
+    """Documents of 2 consecutive real paragraphs each."""
+    docs = []
+    for path in REFERENCE:
+        p = _Paragraphs()
+        with open(path, encoding="utf-8") as f:
+            p.feed(f.read())
+        docs += ["\n".join(p.out[i:i + 2]) for i in range(0, len(p.out) - 1, 2)]
+    return docs
+
+
+def _degrade(text: str, kind: int, rng: random.Random, pool: list[str]) -> str:
+    """Real text made bad by construction. Shuffles draw from the words of many documents (``pool``): a
+    shuffle of one short paragraph keeps its bag of words, which a bag-of-bigrams model trained on a few
+    hundred examples separates only to F1 ~0.85."""
+    words = text.split()
+    if kind == 0:  # real words, shuffled across documents
+        return " ".join(rng.choice(pool) for _ in words)
+    if kind == 1:  # one real sentence drowned in repeated navigation boilerplate
+        return "\n".join([BOILERPLATE] * 6 + [" ".join(words[:15])] + [BOILERPLATE] * 6)
+    spam = [rng.choice(SPAM) if i % 2 else rng.choice(words) for i in range(len(words))]  # keyword spam
+    return " ".join(spam)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, str]:
+    """reference (prose), spam (degraded), web (prose and degraded; `good` says which) as JSONL files."""
+    rng = random.Random(7)
+    docs = _prose_docs()
+    rng.shuffle(docs)
+    ref, web_good, rest = docs[:300], docs[300:400], docs[400:]
+    pool = " ".join(rest).split()
+    spam = [_degrade(t, i % 3, rng, pool) for i, t in enumerate(rest[:300])]
+    web_bad = [_degrade(t, i % 3, rng, pool) for i, t in enumerate(rest[300:400])]
+    root = tmp_path_factory.mktemp("corpus")
+    out = {}
+    for name, rows in (("reference", [{"text": t} for t in ref]), ("spam", [{"text": t} for t in spam]),
+                       ("web", [{"text": t, "good": True} for t in web_good] +
+                               [{"text": t, "good": False} for t in web_bad])):
+        path = root / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        out[name] = str(path)
+    return out
+
+
+def _manifest(tmp_path, corpus, prefix: str = "out", **qc_cfg) -> dict:
+    section = {"positives": ["reference"], "negative_sources": ["spam"], "negatives": 250, "apply_to": ["web"],
+               **qc_cfg}
+    return {"prefix": str(tmp_path / prefix),
+            "sources": [{"name": n, "uri": corpus[n], "format": "jsonl"} for n in ("reference", "spam", "web")],
+            "dedup": {"fuzzy": False}, "tokenize": {"vocab_size": 300}, "quality_classifier": section}
+
+
+def _run(m, **kw):
+    steps = pipeline.build_steps(m)
+    s = pipeline.run(m, steps=steps, only=[st.name for st in steps if not st.name.startswith(("tokeni", "train"))],
+                     **kw)
+    return s
+
+
+def _step(summary, name: str) -> dict:
+    return next(s for s in summary.to_dict()["steps"] if s["name"] == name)
+
+
+def _out(prefix, step: str, kind: str = "main") -> str:
+    return glob.glob(f"{prefix}/{step}-*/outputs/{kind}/*.parquet")[0].rsplit("/", 1)[0] + "/*.parquet"
+
+
+def test_threshold_run_reports_heldout_f1_scores_every_document_and_removes_with_reason(tmp_path, corpus):
+    m = pipeline.manifest_from_dict(_manifest(tmp_path, corpus))
+    s = _run(m, workers=2)
+    assert s.ok, s.to_dict()
+    metrics = s.result(qc.TRAIN_STEP)["metrics"]
+    assert metrics["f1"] >= 0.9 and metrics["auc"] >= 0.9, metrics
+    assert metrics["heldout"] > 30
+    assert s.data["classifier"]["metrics"] == metrics
+    from datakit.report.text import format_summary
+    assert f"F1 {metrics['f1']:.4g}" in format_summary(s.to_dict(), str(tmp_path / "out"))
+    prefix = str(tmp_path / "out")
+    # Every web document scored; the good ones (real prose the model never saw) kept, the degraded removed.
+    rows = duckdb.execute(f"SELECT quality_score FROM '{_out(prefix, 'qscore-web')}'").fetchall()
+    n = _step(s, "qscore-web")["counters"]["docs_in"]
+    assert 195 <= n <= 200 and len(rows) == n and all(0.0 <= r[0] <= 1.0 for r in rows)
+    kept = _step(s, "qselect-web")["counters"]
+    removed = duckdb.execute(f"SELECT reason, detail, value FROM '{_out(prefix, 'qselect-web', 'removed')}'").fetchall()
+    assert kept["docs_out"] + len(removed) == n == kept["docs_in"]
+    assert kept["removed/quality_classifier"] == len(removed)
+    assert all(r[0] == "quality_classifier" and r[1] == "score < 0.5" and r[2] < 0.5 for r in removed)
+    assert 95 <= kept["docs_out"] <= 130  # 100 good by construction; word salads pass most often
+
+
+def test_top_fraction_keeps_exactly_round_fraction_times_n_best_documents(tmp_path, corpus):
+    m = pipeline.manifest_from_dict(_manifest(tmp_path, corpus, select="top_fraction", top_fraction=0.37))
+    s = _run(m, workers=2)
+    assert s.ok, s.to_dict()
+    prefix = str(tmp_path / "out")
+    kept = duckdb.execute(f"SELECT min(quality_score), count(*) FROM '{_out(prefix, 'qselect-web')}'").fetchone()
+    worst_removed = duckdb.execute(
+        f"SELECT max(value) FROM '{_out(prefix, 'qselect-web', 'removed')}'").fetchone()[0]
+    n = _step(s, "qscore-web")["counters"]["docs_in"]
+    assert kept[1] == round(0.37 * n) and n > 190
+    assert kept[0] >= worst_removed
+
+
+def test_tiers_become_mixture_components_with_their_weights_and_exact_counts(tmp_path, corpus):
+    tiers = [{"name": "high", "min_score": 0.8, "weight": 2.0}, {"name": "low", "min_score": 0.2, "weight": 0.5}]
+    m = pipeline.manifest_from_dict(_manifest(tmp_path, corpus, select="tiers", tiers=tiers))
+    graph = Graph(m, str(tmp_path / "out"))
+    from datakit.stages.registry import STAGES
+    for stage in STAGES[:STAGES.index(qc.STAGE) + 1]:
+        stage.build(graph)
+    assert graph.weights == {"reference": 1.0, "spam": 1.0, "web.high": 2.0, "web.low": 0.5}
+    assert set(graph.documents) == {"reference", "spam", "web.high", "web.low"}
+    s = _run(m, workers=1)
+    assert s.ok, [st["error"] for st in s.to_dict()["steps"] if st["status"] == "failed"]
+    prefix = str(tmp_path / "out")
+    scores = [r[0] for r in duckdb.execute(f"SELECT quality_score FROM '{_out(prefix, 'qscore-web')}'").fetchall()]
+    high, low = (_step(s, f"qselect-web.{t}")["counters"] for t in ("high", "low"))
+    assert high["docs_out"] == sum(x >= 0.8 for x in scores)
+    assert low["docs_out"] == sum(0.2 <= x < 0.8 for x in scores)
+    assert low["removed/quality_classifier"] == sum(x < 0.2 for x in scores)
+    assert high["removed/quality_classifier"] == 0
+
+
+def test_a_tier_component_named_like_a_source_is_refused(tmp_path, corpus):
+    d = _manifest(tmp_path, corpus, select="tiers", tiers=[{"name": "high", "min_score": 0.5}])
+    d["sources"].append({"name": "web.high", "uri": corpus["spam"], "format": "jsonl"})
+    with pytest.raises(ValueError, match="web.high"):
+        pipeline.build_steps(pipeline.manifest_from_dict(d))
+
+
+def test_labels_file_run_trains_on_the_labelled_documents(tmp_path, corpus):
+    m = pipeline.manifest_from_dict(_manifest(tmp_path, corpus, prefix="first"))
+    steps = pipeline.build_steps(m)
+    s = pipeline.run(m, steps=steps, only=[st.name for st in steps if st.name.startswith(("normalize", "exact",
+                                                                                            "consolidate"))])
+    assert s.ok
+    rows = []
+    for source, label in (("reference", "positive"), ("spam", 0.1)):
+        ids = duckdb.execute(f"SELECT id FROM '{_out(str(tmp_path / 'first'), 'consolidate-' + source)}' "
+                             "ORDER BY id").fetchall()
+        rows += [{"id": i[0], "label": label} for i in ids]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    d = _manifest(tmp_path, corpus, prefix="first", labels=str(labels))
+    for k in ("positives", "negative_sources", "negatives"):
+        d["quality_classifier"].pop(k)
+    s = _run(pipeline.manifest_from_dict(d), workers=2)
+    assert s.ok, s.to_dict()
+    train = _step(s, qc.TRAIN_STEP)["counters"]
+    assert train["positives"] + train["negatives"] == len(rows) > 580
+    assert train["positives"] == sum(r["label"] == "positive" for r in rows)
+    assert s.result(qc.TRAIN_STEP)["metrics"]["f1"] >= 0.8  # a different split of the same corpus; >= 0.9 above
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"id": "nope", "label": 1}, r"labels.jsonl:2: unknown id 'nope'"),
+    ({"id": "X", "label": "great"}, r"labels.jsonl:2: label 'great' is neither a number"),
+])
+def test_a_bad_labels_file_fails_before_training_naming_the_line(tmp_path, line, message):
+    path = tmp_path / "labels.jsonl"
+    path.write_text(json.dumps({"id": "X", "label": 0.9}) + "\n" + json.dumps(line) + "\n")
+    cfg = ClassifierConfig(labels=str(path))
+    with pytest.raises(ValueError, match=message):
+        labels = clf.read_labels(str(path), 0.5)
+        docs = tmp_path / "docs"
+        _write_docs(docs, {"X": "some text"})
+        clf.examples_from_labels(cfg, labels, [str(docs)])
+
+
+def test_an_empty_class_in_a_labels_file_fails_naming_it(tmp_path):
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "score": 0.9}) + "\n" for i in ("X", "Y")))
+    docs = tmp_path / "docs"
+    _write_docs(docs, {"X": "a text", "Y": "another text"})
+    with pytest.raises(ValueError, match="labels.jsonl: the negative class is empty"):
+        clf.examples_from_labels(ClassifierConfig(labels=str(path)), clf.read_labels(str(path), 0.5), [str(docs)])
+
+
+def test_a_bad_labels_file_fails_the_run_before_any_model_is_written(tmp_path, corpus):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"id": "abc", "label": "1"}) + "\n" + json.dumps({"id": "def", "label": "x"}) + "\n")
+    d = _manifest(tmp_path, corpus, labels=str(labels))
+    for k in ("positives", "negative_sources", "negatives"):
+        d["quality_classifier"].pop(k)
+    s = _run(pipeline.manifest_from_dict(d), workers=1)
+    assert not s.ok
+    assert "labels.jsonl:2: label 'x'" in json.dumps(s.to_dict())
+    assert not glob.glob(f"{tmp_path}/out/{qc.TRAIN_STEP}-*/model.bin")
+
+
+def _write_docs(root, docs: dict[str, str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(root / "outputs" / "main")
+    pq.write_table(pa.table({"id": list(docs), "text": list(docs.values())}),
+                   root / "outputs" / "main" / "part-00000-of-00001.parquet")
+
+
+def test_two_trainings_give_the_same_model_bytes(tmp_path):
+    docs = _prose_docs()[:200]
+    rng = random.Random(1)
+    examples = [clf.Example(f"p{i}", t, True) for i, t in enumerate(docs[:100])]
+    pool = " ".join(docs).split()
+    examples += [clf.Example(f"n{i}", _degrade(t, i % 3, rng, pool), False) for i, t in enumerate(docs[100:])]
+    cfg = ClassifierConfig(positives=("x",))
+    train, _ = clf.split(examples, 0.1, 0)
+    digests = []
+    for n in range(2):
+        path = str(tmp_path / f"m{n}.bin")
+        clf.train_model(train, cfg, path)
+        digests.append(hashlib.sha256(open(path, "rb").read()).hexdigest())
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.slow
+def test_scores_are_byte_identical_for_1_and_2_workers_and_inline(tmp_path, corpus):
+    runs = {}
+    for label, backend, workers in (("one", "local", 1), ("two", "local", 2), ("inline", "inline", 1)):
+        m = pipeline.manifest_from_dict(_manifest(tmp_path, corpus, prefix=label, select="top_fraction",
+                                                  top_fraction=0.5))
+        s = _run(m, backend=backend, workers=workers)
+        assert s.ok, s.to_dict()
+        runs[label] = {f.split("/" + label + "/", 1)[1].split("-", 1)[0] + "/" + "/".join(f.split("/")[-2:]):
+                       hashlib.sha256(open(f, "rb").read()).hexdigest()
+                       for f in sorted(glob.glob(f"{tmp_path / label}/q*/outputs/*/*.parquet")
+                                       + glob.glob(f"{tmp_path / label}/quality-classifier-train-*/model.bin"))}
+    assert len(runs["one"]) >= 5 and runs["one"] == runs["two"] == runs["inline"]
+
+
+def test_compact_scoring_model_gives_fasttexts_probabilities_and_decisions(tmp_path):
+    """The compact model (dimension 1, model.compact_model) scored by datakit.classify.compact gives the
+    original fastText model's predict probabilities on real held-out texts and on text that exercises
+    fastText's reading (unknown words, label-like and "</s>" tokens, NUL and control characters,
+    non-ASCII, long words, empty documents, truncation at max_chars)."""
+    from datakit.classify.compact import Scorer
+
+    docs = _prose_docs()
+    rng = random.Random(3)
+    pool = " ".join(docs).split()
+    examples = [clf.Example(f"p{i}", t, True) for i, t in enumerate(docs[:150])]
+    examples += [clf.Example(f"n{i}", _degrade(t, i % 3, rng, pool), False) for i, t in enumerate(docs[150:300])]
+    cfg = ClassifierConfig(positives=("x",))
+    train, _ = clf.split(examples, 0.1, 0)
+    path, compact = str(tmp_path / "m.bin"), str(tmp_path / "scoring.bin")
+    clf.train_model(train, cfg, path)
+    clf.compact_model(path, compact)
+    again = str(tmp_path / "again.bin")
+    clf.compact_model(path, again)
+    assert open(compact, "rb").read() == open(again, "rb").read()
+    held = docs[300:700] + [_degrade(t, i % 3, rng, pool) for i, t in enumerate(docs[700:1000])]
+    odd = ["", "\n", "unseenword anotherunseen zzqx", "__label__hq __label__lq " + docs[0], "__label__x " + docs[1],
+           docs[2][:200] + " </s> " + docs[3], "tab\tsep\x00nul\rcr\vvt\ffeed\x1cfs x", "naïve café 日本語 ünïcödé " * 20,
+           "x" * 1000 + " " + docs[4], docs[5] * 40, "  " + docs[6] + "  \n ", " \t "]
+    texts = held + odd
+    for max_chars in (20_000, 150):
+        want = clf.score(clf.load(path, "original"), texts, max_chars)
+        got = clf.load_scorer(compact, "compact").score(texts, max_chars)
+        assert float(abs(want - got).max()) < 2e-6
+        assert ((want >= 0.5) == (got >= 0.5)).all()
+        via_fasttext = clf.score(clf.load(compact, "compact-fasttext"), texts, max_chars)
+        assert float(abs(want - via_fasttext).max()) < 2e-6
+    assert 0.3 < (want[:len(held)] >= 0.5).mean() < 0.8  # a real classifier: both classes are scored
+    import pyarrow as pa
+    assert (Scorer(compact, clf.POSITIVE).score(pa.chunked_array([pa.array(texts[:5]), pa.array(texts[5:])]), 150)
+            == got).all()
