@@ -47,7 +47,11 @@ reads the .zst files; without zstandard datatrove reads 0 documents):
                                                # its fastest: whitespace words instead of spaCy's
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
-Measured (shared 2-core machine, load 4-8, 100 MB: 16,629 documents, 1,663 near and 831 exact plants):
+Measured (2-core machine, 2026-11-24, 100 MB: 15,932 documents, 1,593 near and 797 exact plants, the
+tiktoken tokenize engine): datakit 16.7-18.0 CPU-s (9.9-10.7 s wall; normalize 4.1, minhash 2.0, tokenize
+7.5), peak RSS 0.9 GB; datatrove 184 CPU-s (96 s) with spaCy words, 73 CPU-s (39 s) with whitespace words,
+peak RSS 4.6 GB; planted near copies caught 96.8% vs 97.2%, exact 100% on both sides.
+Earlier (HF tokenize engine, shared machine, load 4-8, 100 MB: 16,629 documents, 1,663 near and 831 exact plants):
 datakit 44-48 CPU-s (tokenize 32-38 of them), peak RSS 0.95 GB; datatrove 254 CPU-s with spaCy words
 (MinHash signatures 194), 84 CPU-s with whitespace words, peak RSS 4.5 GB (2.3 GB in one tokenizer
 worker); planted near copies caught 96.9% vs 97.7%, exact 100% on both sides.
