@@ -43,7 +43,9 @@ class Timeline:
     reaped_cpu_s: float = 0.0  # rusage of reaped descendants: misses processes nobody waits for
 
 
-def _sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
+def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
+    """(sum, max) of RSS over the process and all its descendants; records each one's CPU seconds in
+    ``cpu_seen`` (keyed by pid and start time, so a reused pid is another process)."""
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
@@ -66,7 +68,7 @@ def _sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
 def _sampler(proc: subprocess.Popen, tl: Timeline, stop: threading.Event) -> None:
     cpu_seen: dict = {}
     while True:
-        rss, big = _sample(proc.pid, cpu_seen)
+        rss, big = tree_sample(proc.pid, cpu_seen)
         tl.samples.append(Sample(time.time(), sum(cpu_seen.values()), rss, big))
         if stop.wait(INTERVAL_S):
             return

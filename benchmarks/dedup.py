@@ -56,6 +56,7 @@ if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/
     sys.path.pop(0)
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -371,22 +372,11 @@ def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
     from datatrove.pipeline.readers import ParquetReader
     from datatrove.pipeline.writers import JsonlWriter
     from datatrove.utils.hashing import HashConfig
-    from datatrove.utils.word_tokenizers import WordTokenizer
-
-    class WhitespaceTokenizer(WordTokenizer):
-        def word_tokenize(self, text):
-            return text.split()
-
-        def sent_tokenize(self, text):
-            return [text]
-
-        def span_tokenize(self, text):
-            return [(0, len(text))]
 
     files = len(list(Path(src, "outputs/main").glob("*.parquet")))
     cfg = MinhashConfig(n_grams=NGRAM, num_buckets=BANDS, hashes_per_bucket=ROWS, seed=1,
                         hash_config=HashConfig(precision=64))
-    lang = WhitespaceTokenizer("en") if tokenizer == "whitespace" else "en"
+    lang = _helper("_pipeline_peer")._word_tokenizer("whitespace" if tokenizer == "whitespace" else "spacy")
     main = f"{src}/outputs/main"
 
     def reader():
@@ -417,27 +407,20 @@ def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
 
 
 # ====================================================================== parent: run, monitor, score
-def _tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
-    """(sum, max) of RSS over the process and all its descendants; records each one's CPU seconds."""
-    import psutil
+@functools.lru_cache(maxsize=None)
+def _helper(name: str):
+    """A sibling helper module (benchmarks/<name>.py), loaded once, by path: this directory is off sys.path."""
+    import importlib.util
 
-    try:
-        p = psutil.Process(pid)
-        procs = [p] + p.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0, 0
-    total = largest = 0
-    for q in procs:
-        try:
-            with q.oneshot():
-                rss = q.memory_info().rss
-                t = q.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        cpu_seen[(q.pid, q.create_time())] = t.user + t.system
-        total += rss
-        largest = max(largest, rss)
-    return total, largest
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up while a class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
+    return _helper("_pipeline_measure").tree_sample(pid, cpu_seen)
 
 
 def run_contender(python: str, role_args: list[str], result_file: Path, timeout: float) -> dict:

@@ -209,7 +209,7 @@ def ours_reader(dirpath: Path, fmt: str, repeat: int) -> dict:
     from collections import Counter
 
     from datakit.normalize.clean import CleanSpec, clean_record
-    from datakit.normalize.warc import read_file  # what the normalize stage reads with
+    from datakit.sources.readers import read_file  # what the normalize stage reads with
     from datakit.sources.readers import FileRef, RawRecord, ReaderOptions
 
     files = sorted(dirpath.iterdir())

@@ -1,8 +1,9 @@
-"""datakit.normalize.warc: the normalize stage's faster WARC/HTML reader with per-page bounded extraction.
+"""WARC/HTML reading with per-page bounded extraction (datakit.sources.extract).
 
-It must give exactly what `datakit.sources.readers` gives (records, rejects with their offsets and
-details, counters) on every input, guarded or not, and a page whose extraction runs too long must
-become one reject with its file and record offset while the reading goes on.
+A page extracted in the forked, time-limited child must give exactly what inline extraction gives
+(records, rejects with their offsets and details, counters) on every input; the C depth check must
+agree with a walk of the tree; and a page whose extraction runs too long must become one reject with
+its file and record offset while the reading goes on.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import pytest
 import zstandard
 
 from datakit.normalize import NormalizeConfig, normalize_source
-from datakit.normalize import warc as W
 from datakit.shuffle import ExecConfig, list_files
+from datakit.sources import extract as X
 from datakit.sources import readers
 from datakit.sources.readers import FileRef, RawRecord, ReaderOptions, Reject
 
@@ -32,11 +33,32 @@ def _ref(path: Path, index: int = 0) -> FileRef:
     return FileRef(index, str(path), path.name, path.stat().st_size)
 
 
-def _both(path: Path, fmt: str = "warc", opts: ReaderOptions = ReaderOptions()):
+def _both(path: Path, monkeypatch, fmt: str = "warc", opts: ReaderOptions = ReaderOptions()):
+    """Read ``path`` with every page extracted inline, then with every page in the forked child."""
     sa, sb = Counter(), Counter()
-    a = list(readers.read_file(_ref(path), fmt, opts, sa))
-    b = list(W.read_file(_ref(path), fmt, opts, sb))
+    with monkeypatch.context() as m:
+        m.setattr(X, "GUARD_TAGS", 10**12)
+        m.setattr(X, "GUARD_CHARS", 10**12)
+        a = list(readers.read_file(_ref(path), fmt, opts, sa))
+    with monkeypatch.context() as m:
+        m.setattr(X, "GUARD_TAGS", -1)
+        b = list(readers.read_file(_ref(path), fmt, opts, sb))
     return a, b, sa, sb
+
+
+def _deeper_than(root, limit: int) -> bool:
+    """The reference: a Python walk of the element tree (what the C depth check replaced)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        child = node.first_child
+        while child is not None:
+            if child.type == 1:  # element
+                stack.append((child, depth + 1))
+            child = child.next
+    return False
 
 
 def _deep(n: int) -> str:
@@ -68,18 +90,15 @@ def warc_dir(tmp_path) -> Path:
     return d
 
 
-@pytest.mark.parametrize("guard_all", [False, True])
-def test_same_records_rejects_and_counters_as_the_readers(warc_dir, monkeypatch, guard_all):
-    if guard_all:  # every page through the forked, time-limited path
-        monkeypatch.setattr(W, "GUARD_TAGS", -1)
+def test_forked_extraction_gives_the_same_records_rejects_and_counters_as_inline(warc_dir, monkeypatch):
     for path in sorted(warc_dir.iterdir()):
-        a, b, sa, sb = _both(path)
+        a, b, sa, sb = _both(path, monkeypatch)
         assert a == b, path.name
         assert sa == sb, path.name
         assert any(type(r) is RawRecord for r in a) or path.name.startswith("e.")
         assert any(type(r) is Reject for r in a) == (path.name[0] in "de")
     # the deep pages took the fallback, through the C depth check
-    a, b, sa, sb = _both(warc_dir / "a.warc.gz")
+    a, b, sa, sb = _both(warc_dir / "a.warc.gz", monkeypatch)
     assert sa["html_deep_fallback"] == sb["html_deep_fallback"] == 2  # those with > 5,000 tags
 
 
@@ -90,39 +109,41 @@ def test_c_depth_check_agrees_with_the_tree_walk(depth):
     for html in (_deep(depth), "<svg>" + "<g>" * depth, "<template>" + "<div>" * depth,
                  "<table>" + "<tr><td><table>" * (depth // 3 + 1), "<ul>" + "<li><ul>" * (depth // 2)):
         tree = HTMLTree.parse(html)
-        assert W.deeper_than_limit(tree) == readers._deeper_than(tree.document, readers.MAX_MAIN_CONTENT_DEPTH)
+        assert X.deeper_than_limit(tree) == _deeper_than(tree.document, X.MAX_MAIN_CONTENT_DEPTH)
 
 
-def test_html_files_read_the_same(tmp_path):
+def test_html_files_read_the_same(tmp_path, monkeypatch):
     for i, page in enumerate(_pages()):
         p = tmp_path / f"p{i}.html"
         p.write_bytes(page)
-        a, b, sa, sb = _both(p, "html")
+        a, b, sa, sb = _both(p, monkeypatch, "html")
         assert a == b and sa == sb
 
 
 def test_slow_page_is_a_reject_with_its_offset_and_reading_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(X, "EXTRACT_TIMEOUT_S", 0.3)
     recs = [warc_record(0, html_page(0)), warc_record(1, SLOW_PAGE), warc_record(2, html_page(2))]
     path = tmp_path / "slow.warc.gz"
     path.write_bytes(b"".join(gzip.compress(r) for r in recs))
     t0 = time.perf_counter()
-    out = list(W.read_warc(_ref(path), ReaderOptions(), Counter()))
+    out = list(readers.read_warc(_ref(path), ReaderOptions(), Counter()))
     took = time.perf_counter() - t0
     assert took < 1.5, took  # unguarded, the slow page alone takes ~2 s (more on a loaded machine)
     assert [type(r) for r in out] == [RawRecord, Reject, RawRecord]
     rej = out[1]
-    assert rej.reason == W.EXTRACT_TIMEOUT and rej.file == "slow.warc.gz"
+    assert rej.reason == readers.EXTRACT_TIMEOUT and rej.file == "slow.warc.gz"
     assert rej.offset == rej.pos == len(recs[0])  # the record's start in the decompressed stream
     assert "http://example.com/1" in rej.detail and "0.3 s" in rej.detail
     assert [r.url for r in out if type(r) is RawRecord] == ["http://example.com/0", "http://example.com/2"]
-    # with time enough, the same page is extracted, in the child, as the readers extract it
-    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 120.0)
-    assert list(W.read_warc(_ref(path))) == list(readers.read_warc(_ref(path)))
+    # with time enough, the same page is extracted in the child as it is inline
+    monkeypatch.setattr(X, "EXTRACT_TIMEOUT_S", 120.0)
+    forked = list(readers.read_warc(_ref(path)))
+    monkeypatch.setattr(X, "GUARD_TAGS", 10**12)
+    assert forked == list(readers.read_warc(_ref(path)))
 
 
 def test_normalize_step_records_the_timeout_and_keeps_going(tmp_path, monkeypatch):
-    monkeypatch.setattr(W, "EXTRACT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(X, "EXTRACT_TIMEOUT_S", 0.3)
     d = tmp_path / "crawl"
     d.mkdir()
     recs = [warc_record(i, html_page(i)) for i in range(200)] + [warc_record(999, SLOW_PAGE)]
@@ -132,9 +153,9 @@ def test_normalize_step_records_the_timeout_and_keeps_going(tmp_path, monkeypatc
     res = normalize_source(name="cc", files=list_files(str(d)), fmt="warc", out_dir=str(out),
                            cfg=NormalizeConfig(), exec_config=ExecConfig(backend="inline"))
     assert res.counters["records_out"] == 200
-    assert res.rejects_by_reason == {W.EXTRACT_TIMEOUT: 1}
+    assert res.rejects_by_reason == {readers.EXTRACT_TIMEOUT: 1}
     import pyarrow.parquet as pq
 
     (row,) = pq.read_table(out / res.rejects_files[0]).to_pylist()
-    assert row["file"] == "x.warc.gz" and row["reason"] == W.EXTRACT_TIMEOUT
+    assert row["file"] == "x.warc.gz" and row["reason"] == readers.EXTRACT_TIMEOUT
     assert row["offset"] == sum(len(r) for r in recs[:200])

@@ -30,7 +30,7 @@ from datakit.core.fsio import exists, fs_for, is_local, open_read
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
     FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, ReaderOptions, Reject, input_verdict, is_hidden,
-    planned_reject,
+    planned_reject, read_file,
 )
 
 from .clean import FIELD_PREFIX, CleanSpec, Item, clean_record, output_name
@@ -38,7 +38,6 @@ from .config import (
     COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, PlannedFile, SchemaConflictError,
 )
 from .planned import check_planned, planned_error, planned_failures
-from .warc import read_file  # readers.read_file, with faster WARC/HTML and per-page bounded extraction
 from .schema import (
     CORE_SCHEMA, Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
     plain_type, schema_to_dict, unify_types,

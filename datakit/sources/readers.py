@@ -36,10 +36,16 @@ import zstandard
 
 from datakit.core.fsio import open_read
 from datakit.core.json_exact import loads as _loads
+from datakit.sources.extract import (DEPTH_CHECK_TAGS, MAX_MAIN_CONTENT_DEPTH, ExtractDied, ExtractTimeout,
+                                     deeper_than_limit, extract_text)
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 CHUNK_BYTES = 1 << 20
+# WARC streams are inflated from 64 KiB reads (same bytes, same break offsets): with a gzip member per
+# record, as in Common Crawl, each member's end copies the rest of the input buffer into `unused_data`,
+# so 1 MiB reads cost a quarter more inflate time.
+WARC_INFLATE_BYTES = 1 << 16
 EXCERPT_CHARS = 256
 HTML_CONTENT_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
@@ -51,6 +57,7 @@ OVERSIZED = "oversized"
 TRUNCATED = "truncated_file"
 CORRUPT = "corrupt_file"
 HTML_PARSE = "html_parse_error"
+EXTRACT_TIMEOUT = "extract_timeout"
 WARC_PARSE = "warc_parse_error"
 UNSUPPORTED_ENCODING = "unsupported_content_encoding"
 BINARY = "binary"  # mostly replacement characters, control bytes or NULs: not text
@@ -606,27 +613,6 @@ class HtmlText:
     deep_fallback: bool = False  # main-content mode skipped: the DOM is pathologically deep
 
 
-# Resiliparse's main-content heuristics are superlinear in DOM depth (20k nested divs: seconds; 100k:
-# minutes). Pages deeper than this are extracted in full-text mode instead. Depth is only measured on
-# pages with many tags, so ordinary pages pay nothing.
-MAX_MAIN_CONTENT_DEPTH = 1000
-DEPTH_CHECK_TAGS = 5000
-
-
-def _deeper_than(root, limit: int) -> bool:
-    stack = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        child = node.first_child
-        while child is not None:
-            if child.type == 1:  # element
-                stack.append((child, depth + 1))
-            child = child.next
-    return False
-
-
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.\-]+)""", re.I)
 
 
@@ -668,8 +654,8 @@ def html_to_text(data: bytes | str, *, charset: str | None = None, main_content:
                  base_url: str | None = None) -> HtmlText:
     """Main (or all visible) text of a page with Resiliparse, plus its <title> and canonical URL.
 
-    Raises `resiliparse.parse.html.HTMLParserException` when the page cannot be parsed."""
-    from resiliparse.extract.html2text import extract_plain_text
+    Raises `resiliparse.parse.html.HTMLParserException` when the page cannot be parsed, and
+    `ExtractTimeout` / `ExtractDied` when a big page's bounded extraction fails (datakit.sources.extract)."""
     from resiliparse.parse.html import HTMLTree
 
     if isinstance(data, str):
@@ -677,9 +663,9 @@ def html_to_text(data: bytes | str, *, charset: str | None = None, main_content:
     else:
         html, replaced, enc = decode_html(data, charset)
     tree = HTMLTree.parse(html)
-    deep = (main_content and html.count("<") > DEPTH_CHECK_TAGS and tree.document is not None
-            and _deeper_than(tree.document, MAX_MAIN_CONTENT_DEPTH))
-    text = extract_plain_text(tree, preserve_formatting=True, main_content=main_content and not deep)
+    n_tags = html.count("<")
+    deep = main_content and n_tags > DEPTH_CHECK_TAGS and deeper_than_limit(tree)
+    text = extract_text(tree, html, main_content and not deep, n_tags)
     title = (tree.title or "").strip() or None
     url = base_url
     if url is None and tree.head is not None:
@@ -703,7 +689,10 @@ def read_html(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
         return
     try:
         doc = html_to_text(data, main_content=opts.html_main_content)
-    except (HTMLParserException, ValueError, TypeError) as e:
+    except ExtractTimeout as e:
+        yield Reject(ref.index, ref.rel, 0, None, None, EXTRACT_TIMEOUT, str(e), excerpt_of(data))
+        return
+    except (HTMLParserException, ValueError, TypeError, ExtractDied) as e:
         yield Reject(ref.index, ref.rel, 0, None, None, HTML_PARSE, f"Resiliparse could not parse the page: {e}",
                      excerpt_of(data))
         return
@@ -763,7 +752,7 @@ def read_warc(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
 
     stats = stats if stats is not None else Counter()
     with open_ref(ref) as f:
-        stream = _ChunkStream(iter_decompressed(f))
+        stream = _ChunkStream(iter_decompressed(f, WARC_INFLATE_BYTES))
         records = iter(ArchiveIterator(stream, record_types=WarcRecordType.response, parse_http=False))
         reported_break = False
         while True:
@@ -828,7 +817,9 @@ def _warc_record(rec, ref: FileRef, opts: ReaderOptions, stats: Counter,
         return reject(WARC_PARSE, f"cannot decode the HTTP body: {e}", excerpt_of(body))
     try:
         doc = html_to_text(body, charset=rec.http_charset, main_content=opts.html_main_content, base_url=uri)
-    except (HTMLParserException, ValueError, TypeError) as e:
+    except ExtractTimeout as e:
+        return reject(EXTRACT_TIMEOUT, f"({uri}) {e}", excerpt_of(body))
+    except (HTMLParserException, ValueError, TypeError, ExtractDied) as e:
         return reject(HTML_PARSE, f"Resiliparse could not parse the page: {e}", excerpt_of(body))
     if doc.deep_fallback:
         stats["html_deep_fallback"] += 1
@@ -858,5 +849,5 @@ __all__ = [
     "FORMATS", "FileRef", "ReaderOptions", "RawRecord", "Reject", "HtmlText", "StreamBroken", "decode_bytes",
     "decode_html", "html_to_text", "iter_decompressed", "read_file", "read_jsonl", "read_parquet", "read_text",
     "read_html", "read_warc", "is_hidden", "fix_surrogates", "READERS", "open_ref", "input_verdict",
-    "planned_reject", "INPUT_CHANGED", "INPUT_MISSING", "BINARY",
+    "planned_reject", "INPUT_CHANGED", "INPUT_MISSING", "BINARY", "EXTRACT_TIMEOUT", "MAX_MAIN_CONTENT_DEPTH",
 ]
