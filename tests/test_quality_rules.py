@@ -11,10 +11,11 @@ import re
 
 import pytest
 
-from datakit.quality import c4, fineweb, gopher, langid
+from datakit.quality import c4, fineweb, gopher, langid, ngrams
 from datakit.quality.chain import Chain
 from datakit.quality.config import GopherQualityConfig, GopherRepetitionConfig, FineWebConfig, QualityRules
 from datakit.quality.rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, first_failure
+from datakit.quality.text import tokens
 
 # A clean English sentence: 10 content words, stop words, terminal punctuation, nothing repeated.
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -157,6 +158,40 @@ def test_dup_ngram_chars_counts_overlapping_repeats_once():
     text = " ".join(prose(40) for _ in range(2))
     m = gopher.repetition_measures(text)
     assert m["rep_dup_5_gram"] > 0.15 and _rep(text) is not None
+
+
+
+def _plain_ngrams(toks):
+    return ({n: gopher.top_ngram_chars(toks, n) for n in gopher.TOP_NGRAMS},
+            {n: gopher.dup_ngram_chars(toks, n) for n in gopher.DUP_NGRAMS})
+
+
+def test_ngram_ids_equal_the_plain_definitions_on_random_token_lists():
+    """The id-based n-gram measures (datakit.quality.ngrams) equal the tuple-of-strings definitions, on
+    token lists from tiny vocabularies (long overlapping repeats, ties for the most frequent n-gram) to
+    large ones (nothing repeats), of every length around the n's."""
+    import random
+    rng = random.Random(7)
+    for trial in range(1500):
+        vocab = [f"w{i}" * (1 + i % 3) for i in range(rng.choice((1, 2, 3, 5, 40, 1000)))]
+        toks = [rng.choice(vocab) for _ in range(rng.choice((0, 1, 3, 9, 10, 11, 64, 200, 700)))]
+        assert ngrams.ngram_chars(toks, gopher.TOP_NGRAMS, gopher.DUP_NGRAMS) == _plain_ngrams(toks), toks
+
+
+def test_ngram_ids_equal_the_plain_definitions_on_real_text():
+    """The same on the Python standard library's sources (code repeats long n-grams) and a repeated prose
+    paragraph, through repetition_measures (long token lists take the id path)."""
+    import pathlib
+    import os
+    files = sorted(pathlib.Path(os.path.dirname(os.__file__)).glob("*.py"))[:60]
+    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files] + [(prose(80) + "\n\n") * 7]
+    checked = 0
+    for text in texts:
+        toks = tokens(text)
+        if len(toks) >= ngrams.SMALL:
+            checked += 1
+            assert ngrams.ngram_chars(toks, gopher.TOP_NGRAMS, gopher.DUP_NGRAMS) == _plain_ngrams(toks)
+    assert checked >= 50
 
 
 # ------------------------------------------------------------------ C4
@@ -340,3 +375,130 @@ def test_language_id_loads_the_bundled_model_once():
     first = langid.model()
     assert langid.model() is first and langid.model_path().endswith("lid.176.ftz")
     assert langid.detect("") == ("", 0.0)
+
+
+# ------------------------------------------------------------------ word tokenizer shortcuts
+def _suffix_last_ranges(pattern: str) -> tuple:
+    """The characters a match of ``pattern`` (an alternation of ...$ rules) can end with: the last
+    character each alternative consumes, as a char-class regex tested on every code point."""
+    import re._constants as C
+    import re._parser as sp
+
+    cats = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_WORD: r"\w", C.CATEGORY_SPACE: r"\s",
+            C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_NOT_WORD: r"\W", C.CATEGORY_NOT_SPACE: r"\S"}
+
+    def cls(av):
+        neg = any(op is C.NEGATE for op, _ in av)
+        parts = [re.escape(chr(a)) if op is C.LITERAL else
+                 re.escape(chr(a[0])) + "-" + re.escape(chr(a[1])) if op is C.RANGE else cats[a]
+                 for op, a in av if op is not C.NEGATE]
+        return "[" + ("^" if neg else "") + "".join(parts) + "]"
+
+    def last(items):
+        items = [it for it in items if it[0] is not C.AT]
+        while items and items[-1][0] in (C.ASSERT, C.ASSERT_NOT):
+            items = items[:-1]
+        op, av = items[-1]
+        if op is C.LITERAL:
+            return [re.escape(chr(av))]
+        if op is C.IN:
+            return [cls(av)]
+        if op is C.BRANCH:
+            return [x for alt in av[1] for x in last(list(alt.data))]
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            return last(list(av[2].data)) + (last(items[:-1]) if av[0] == 0 else [])
+        if op is C.SUBPATTERN:
+            return last(list(av[-1].data))
+        raise AssertionError(f"unexpected regex node {op}")
+
+    one = re.compile("|".join(last(list(sp.parse(pattern).data))))
+    ranges: list[list[int]] = []
+    for c in range(0x110000):
+        if not 0xD800 <= c <= 0xDFFF and one.fullmatch(chr(c)):
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    return tuple(tuple(r) for r in ranges)
+
+
+def test_suffix_last_characters_are_derived_from_the_suffix_rules():
+    """text.py skips the suffix regex for a piece ending with a character no suffix rule ends with; the
+    stored set must be exactly the one the rules imply."""
+    from datakit.quality import _en_tokenizer_rules as R
+
+    assert _suffix_last_ranges(R.SUFFIX) == R.SUFFIX_LAST
+
+
+def test_no_infix_rule_matches_letters_and_digits_alone():
+    """text.py keeps an alphanumeric core whole without running the infix rules: no infix may match
+    inside any string of letters and digits (every alphanumeric code point, between letters and digits)."""
+    from datakit.quality import text
+
+    alnum = [chr(c) for c in range(0x110000) if chr(c).isalnum()]
+    for c in alnum:
+        for s in (f"a{c}a", f"A{c}A", f"1{c}1", c + c):
+            assert next(text._INFIX(s), None) is None, repr(s)
+
+
+def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
+    """The suffix, infix and merge shortcuts change no token: every non-trivial whitespace piece of real
+    text (stdlib sources, their docstrings' punctuation) and of glued special cases tokenizes as with
+    every rule run in full."""
+    import os
+    import pathlib
+    import random
+    from datakit.quality import text
+
+    every_char = frozenset(chr(x) for x in range(0x110000) if not 0xD800 <= x <= 0xDFFF)
+
+    def full(c):  # the rules without shortcuts
+        saved = text._SUFFIX_LAST
+        text._SUFFIX_LAST = every_char
+        try:
+            prefixes, suffixes = [], []
+            s = text._split_affixes(c, prefixes, suffixes)
+            out = prefixes
+            if s:
+                sp = text._SPECIAL.get(s)
+                if sp is not None:
+                    out.extend(sp)
+                elif text._URL(s):
+                    out.append(s)
+                else:
+                    pos = 0
+                    for m in text._INFIX(s):
+                        a, b = m.start(), m.end()
+                        if a == 0:
+                            continue
+                        if a != pos:
+                            out.append(s[pos:a])
+                        if a != b:
+                            out.append(s[a:b])
+                        pos = b
+                    if s[pos:]:
+                        out.append(s[pos:])
+            out.extend(reversed(suffixes))
+            i = 0
+            while i < len(out) - 1:
+                for n in range(min(12, len(out) - i), 1, -1):
+                    merged = text._MERGE.get("".join(out[i:i + n]))
+                    if merged is not None:
+                        out[i:i + n] = merged
+                        break
+                i += 1
+            return tuple(text._SPECIAL.get(c, out))
+        finally:
+            text._SUFFIX_LAST = saved
+
+    pieces = set()
+    for f in sorted(pathlib.Path(os.path.dirname(os.__file__)).glob("*.py"))[:40]:
+        pieces.update(p for p in f.read_text(encoding="utf-8", errors="replace").split() if not p.isalnum())
+    rng = random.Random(5)
+    keys = [k for k in text._SPECIAL if not any(ch.isspace() for ch in k)]
+    for _ in range(3000):
+        pieces.add("".join(rng.choice(keys + ["(", ")", ".", ",", "'", '"', "-", ":", "a", "1"])
+                           for _ in range(rng.randint(1, 5))))
+    assert len(pieces) > 5000
+    for c in sorted(pieces):
+        assert text._piece(c) == full(c), c

@@ -19,8 +19,9 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 import datakit
 from datakit.manifest import ManifestInvalid
 from datakit.shuffle import ExecConfig
-from datakit.tokenize.encode import assemble, to_pieces
-from datakit.tokenize.engine import (EngineChoice, EngineError, ShardEncoder, choose, convert, sample_indices)
+from datakit.tokenize.encode import assemble, assemble_flat, to_pieces
+from datakit.tokenize.engine import (CHECK_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample, choose, convert,
+                                     sample_indices, tiktoken_arrays, tiktoken_ids)
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
 from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
@@ -283,6 +284,104 @@ def test_sample_covers_the_minimum_a_share_of_characters_and_non_ascii_pieces():
     idx = sample_indices(pieces, 0.01, 0)
     assert idx[:-2] == list(range(6))  # 1% of 50,013 characters: six 100-character pieces
     assert sample_indices([], 0.01, 64) == []
+
+
+def test_check_sample_takes_a_character_budget_a_minimum_and_non_ascii_pieces():
+    pieces = ["a" * 100] * 10 + ["ü" * 5000, "ü" * 10, "x" * 7, "日本", "é", "y" * 3, "z" * 50]
+    # budget 250 characters: the first three pieces; then the first two short non-ASCII pieces after them
+    assert check_sample(pieces, 250) == [0, 1, 2, 11, 13]
+    assert check_sample(pieces, 250, non_ascii=0) == [0, 1, 2]
+    assert check_sample(pieces, 250, non_ascii=1) == [0, 1, 2, 11]
+    # a minimum number of first pieces, whatever their length
+    assert check_sample(pieces, 250, min_pieces=12) == list(range(12)) + [13, 14]
+    assert check_sample(pieces, 0, min_pieces=2, non_ascii=0) == [0, 1]
+    assert check_sample(pieces, 0, non_ascii=0) == [] and check_sample([], 1000, 64) == []
+    assert check_sample(pieces, 10**9, min_pieces=100) == list(range(len(pieces)))
+    # sample_indices (a share of the chunk) is the same selection
+    assert sample_indices(pieces, 250 / sum(map(len, pieces)), 1) == check_sample(pieces, 250, 1)
+
+
+def test_shard_check_is_bounded_per_shard_and_every_shard_is_checked(trained, documents):
+    tok, _ = load_tokenizer(trained["tok"])
+    choice = choose(tok, "auto")
+    pieces, _ = to_pieces(documents)
+    chunks = [pieces[i:i + 200] for i in range(0, len(pieces), 200)]
+    shard = ShardEncoder(choice, min_pieces=20, check_chars=4000)
+    for chunk in chunks:
+        assert shard.encode(chunk) == _hf_ids(tok, chunk)
+    rec = shard.record()
+    assert rec["engine"] == "tiktoken" and rec["engine_mismatches"] == 0
+    # the process's first 20 pieces (they hold more than 4000 characters), plus two short non-ASCII ones
+    first = sum(map(len, pieces[:20]))
+    assert first > 4000 and shard.non_ascii_checked == 2
+    assert first < shard.checked_chars <= first + 2 * 4096 and rec["engine_checked_pieces"] == shard.checked == 22
+    # a second shard in the same process: the minimum is met, only its budget is checked
+    second = ShardEncoder(choice, min_pieces=20, check_chars=4000)
+    for chunk in chunks[1:]:
+        second.encode(chunk)
+    budget = check_sample(chunks[1], 4000, 0, 0)
+    assert sum(map(len, chunks[1][:len(budget) - 1])) < 4000 <= sum(len(chunks[1][i]) for i in budget)
+    assert second.checked_chars <= sum(len(chunks[1][i]) for i in budget) + 2 * 4096
+    assert choice.checked == shard.checked + second.checked
+    # a new shard is checked again, even with a budget of 0 characters: its first piece at least
+    tiny = ShardEncoder(choice, min_pieces=0, check_chars=0)
+    tiny.encode(["x y z"] * 10)
+    assert tiny.checked == 1
+    assert CHECK_CHARS == 1 << 15 and ShardEncoder(choice).check_chars == CHECK_CHARS
+
+
+def test_flat_encoding_and_arrays_equal_hf_ids_on_every_path(trained, documents):
+    tok, _ = load_tokenizer(trained["tok"])
+    pieces, _ = to_pieces(documents[::3] + _special_docs())
+    expected = _hf_ids(tok, pieces)
+    flat = np.array([i for ids in expected for i in ids], dtype=np.int64)
+    lens = np.array([len(ids) for ids in expected], dtype=np.int64)
+    enc, _ = convert(tok)
+    for threads in (1, 2):
+        arrays = tiktoken_arrays(enc, pieces, threads)
+        assert all(a.dtype == np.uint32 for a in arrays)
+        assert [a.tolist() for a in arrays] == tiktoken_ids(enc, pieces, threads) == expected
+    matching = Tokenizer.from_file(trained["tok"])  # encode_special_tokens False: specials matched in text
+    docs = _special_docs()
+    assert [a.tolist() for a in tiktoken_arrays(convert(matching)[0], docs, 1, False)] == _hf_ids(matching, docs)
+    corrupt = EngineChoice("auto", tok, _swapped_ranks(enc, b" the", b"in"), "test")
+    for choice in (choose(tok, "auto"), choose(tok, "hf"), corrupt):
+        ids, got_lens = ShardEncoder(choice).encode_flat(pieces)
+        assert np.array_equal(ids, flat) and np.array_equal(got_lens, lens)
+    assert corrupt.failed  # the corrupted conversion went through its HF fallback
+    ids, got_lens = ShardEncoder(choose(tok, "auto")).encode_flat([])
+    assert len(ids) == 0 and len(got_lens) == 0
+
+
+def test_assemble_flat_equals_assemble_for_short_and_long_documents():
+    rng = np.random.default_rng(0)
+    for n_docs, max_len in ((300, 3000), (3000, 20), (5, 0), (1, 1)):
+        counts = rng.integers(1, 4, size=n_docs)
+        lists = [rng.integers(0, 60000, size=int(rng.integers(0, max_len + 1))).tolist()
+                 for _ in range(int(counts.sum()))]
+        flat = np.array([i for ids in lists for i in ids], dtype=np.uint32)
+        lens = np.array([len(ids) for ids in lists], dtype=np.int64)
+        for bos in (None, 65000):
+            a = assemble(lists, counts, eos_id=65001, bos_id=bos)
+            b = assemble_flat(flat, lens, counts, eos_id=65001, bos_id=bos)
+            c = assemble([np.asarray(ids, dtype=np.uint32) for ids in lists], counts, eos_id=65001, bos_id=bos)
+            assert a[0].dtype == b[0].dtype == c[0].dtype == np.dtype("<u2")
+            assert a[0].tobytes() == b[0].tobytes() == c[0].tobytes()
+            assert np.array_equal(a[1], b[1]) and np.array_equal(a[1], c[1])
+    with pytest.raises(ValueError, match="ids"):
+        assemble_flat(np.zeros(3, np.uint32), np.array([2]), np.array([1]), eos_id=0)
+
+
+def test_auto_step_with_every_shard_reused_still_records_the_planned_engine(trained, tmp_path):
+    out = str(tmp_path / "c")
+    first = tokenize_source("mixed", trained["src"], out, trained["tok"], exec_config=INLINE).to_dict()
+    again = tokenize_source("mixed", trained["src"], out, trained["tok"], exec_config=INLINE).to_dict()
+    assert first["engine"] == again["engine"] == "tiktoken" and again["reused_shards"] == 3
+    assert "no shard encoded: all reused" in again["engine_reason"] and again["engine_checked_pieces"] == 0
+    with pytest.raises(EngineError, match="one of auto, hf, tiktoken"):
+        tokenize_source("mixed", trained["src"], str(tmp_path / "x"), trained["tok"], exec_config=INLINE,
+                        engine="fast")
+    assert not os.path.exists(tmp_path / "x")
 
 
 # -------------------------------------------------------------------------------------- the step

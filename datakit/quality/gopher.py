@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from .ngrams import SMALL, ngram_chars
 from .text import split_tokens, tokens
 
 STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
@@ -115,8 +116,13 @@ def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS,
         "rep_dup_line_char_frac": l_chars / n_chars,
     }
     toks = tokens(text)
+    if len(toks) < SMALL:
+        tops = {n: top_ngram_chars(toks, n) for n in top}
+        dups = {n: dup_ngram_chars(toks, n) for n in dup}
+    else:
+        tops, dups = ngram_chars(toks, top, dup)
     for n in top:
-        out[f"rep_top_{n}_gram"] = top_ngram_chars(toks, n) / n_chars
+        out[f"rep_top_{n}_gram"] = tops[n] / n_chars
     for n in dup:
-        out[f"rep_dup_{n}_gram"] = dup_ngram_chars(toks, n) / n_chars
+        out[f"rep_dup_{n}_gram"] = dups[n] / n_chars
     return out

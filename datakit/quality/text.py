@@ -52,8 +52,10 @@ _SPECIAL: dict[str, tuple[str, ...]] = _R.SPECIAL
 # Special cases made of characters the affix/infix rules split (emoticons, "''"): spaCy matches them
 # again over the split tokens and merges them back.
 _MERGE = {k: v for k, v in _SPECIAL.items() if not k.isalnum() and not k.isspace()}
-_MERGE_MAX = max(len(k) for k in _MERGE)
+_MERGE_PREFIXES = frozenset(k[:i] for k in _MERGE for i in range(1, len(k) + 1))
 _SUFFIX_WINDOW = 24
+# A piece ending with a character no suffix rule ends with has no suffix: skip the (12k-character) regex.
+_SUFFIX_LAST = frozenset(chr(c) for a, b in _R.SUFFIX_LAST for c in range(a, b + 1))
 _CACHE: dict[str, tuple[str, ...]] = {}
 _CACHE_MAX = 500_000
 _last: tuple[str | None, list[str]] = (None, [])
@@ -62,6 +64,8 @@ _last: tuple[str | None, list[str]] = (None, [])
 def _suffix_len(s: str) -> int:
     """spaCy's find_suffix, searching only the end of a long piece (every suffix rule is short; a match at
     the window's start is checked on the whole piece)."""
+    if not s or s[-1] not in _SUFFIX_LAST:
+        return 0
     if len(s) > _SUFFIX_WINDOW:
         w = len(s) - _SUFFIX_WINDOW
         m = _SUFFIX(s, w)
@@ -122,7 +126,7 @@ def _piece(c: str) -> tuple[str, ...]:
         special = _SPECIAL.get(s)
         if special is not None:
             out.extend(special)
-        elif _URL(s):
+        elif s.isalnum() or _URL(s):  # no infix rule matches letters and digits alone (tested on all of them)
             out.append(s)
         else:
             pos = 0
@@ -138,15 +142,26 @@ def _piece(c: str) -> tuple[str, ...]:
             if s[pos:]:
                 out.append(s[pos:])
     out.extend(reversed(suffixes))
+    _merge_specials(out)
+    return tuple(out)
+
+
+def _merge_specials(out: list[str]) -> None:
+    """Replace the longest run of tokens starting at each position whose concatenation is a special case,
+    left to right (a run grows only while it is a prefix of some special case)."""
     i = 0
     while i < len(out) - 1:
-        for n in range(min(_MERGE_MAX, len(out) - i), 1, -1):
-            merged = _MERGE.get("".join(out[i:i + n]))
-            if merged is not None:
-                out[i:i + n] = merged
+        run, best, merged = out[i], 0, None
+        for j in range(i + 1, len(out)):
+            run += out[j]
+            if run not in _MERGE_PREFIXES:
                 break
+            hit = _MERGE.get(run)
+            if hit is not None:
+                best, merged = j + 1, hit
+        if merged is not None:
+            out[i:best] = merged
         i += 1
-    return tuple(out)
 
 
 def tokens(text: str) -> list[str]:

@@ -5,16 +5,25 @@ splitting), cache (on-disk format, writer helpers, TokenCache reader), tokenize_
 pipeline), feistel and mixture (stateless shuffling and mixing), reader (TrainBatches),
 inspection (`datakit cache inspect`), fixtures (real-text sources for tests and benchmarks).
 
-The stage entry point lives in tokenize_step, which pulls in the shuffle engine; it is imported lazily
-so that training code reading caches does not load the engine.
+The stage entry point lives in tokenize_step, which pulls in the shuffle engine; every name here is
+imported lazily, so that training code reading caches does not load the engine, and an engine worker
+does not load the reader.
 """
 
-from datakit.tokenize.cache import CacheNotReady, TokenCache, open_cache
-from datakit.tokenize.feistel import feistel_inverse, feistel_permute, lcg_permute
-from datakit.tokenize.inspection import format_inspect, inspect_cache
-from datakit.tokenize.mixture import BlockMixture, largest_remainder_counts
-from datakit.tokenize.reader import TrainBatches
-from datakit.tokenize.tokenizer import TokenizerError, TokenizerIdentity, load_tokenizer, train_tokenizer
+import importlib
+
+# Every public name -> the submodule defining it; each is imported on first use (PEP 562), so that a
+# process that only tokenizes (an engine worker) or only reads caches loads just what it needs.
+_SOURCES = {
+    "CacheNotReady": "cache", "TokenCache": "cache", "open_cache": "cache",
+    "feistel_inverse": "feistel", "feistel_permute": "feistel", "lcg_permute": "feistel",
+    "format_inspect": "inspection", "inspect_cache": "inspection",
+    "BlockMixture": "mixture", "largest_remainder_counts": "mixture",
+    "TrainBatches": "reader",
+    "TokenizerError": "tokenizer", "TokenizerIdentity": "tokenizer", "load_tokenizer": "tokenizer",
+    "train_tokenizer": "tokenizer",
+    "tokenize_source": "tokenize_step", "TokenizeResult": "tokenize_step",
+}
 
 __all__ = [
     "CacheNotReady", "TokenCache", "open_cache", "TrainBatches",
@@ -25,8 +34,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in ("tokenize_source", "TokenizeResult"):
-        from datakit.tokenize import tokenize_step
-
-        return getattr(tokenize_step, name)
+    if name in _SOURCES:
+        value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'datakit.tokenize' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -8,9 +8,23 @@ tiktoken-derived tokenizers look like). ``convert`` checks those conditions stat
 
 Why a check on every run: rank-based BPE (merge the adjacent pair whose concatenation has the lowest id)
 equals merge-list BPE for such vocabularies in practice, not by construction, and the two regex engines
-(oniguruma in HF, fancy-regex in tiktoken) could disagree on exotic text. So every chunk also encodes a
-deterministic sample of its pieces with HF and compares; on any mismatch the chunk is re-encoded with HF
-and the rest of the step (in this process) stays on HF. The cache bytes are therefore always HF's.
+(oniguruma in HF, fancy-regex in tiktoken) could disagree on exotic text. So every shard also encodes a
+deterministic sample of its pieces with HF and compares them with tiktoken's ids for the very same pieces
+(see ``check_sample``): the shard's first pieces, up to ``CHECK_CHARS`` (32 Ki) characters and at least
+one piece, and more first pieces while the worker process has compared fewer than ``min_pieces`` pieces
+in all (``tokenize.engine_check_pieces``: a process's first chunk is checked broadly, so a conversion that
+differs on common words is caught before any of its ids are written); then, until the shard's sample
+holds two non-ASCII pieces, the next non-ASCII pieces of at most 4096 characters, wherever in the shard
+they are. The shard's later chunks are not re-checked. The cost is bounded per shard and per process,
+not proportional to the corpus: HF encodes about 3M characters per CPU-second, so the 32 Ki characters
+cost ~11 ms per shard, and a process's first ``min_pieces`` pieces (64 of at most 10,000 characters)
+at most ~0.2 s. On any
+mismatch the chunk is re-encoded with HF and the rest of the step (in this process) stays on HF. The
+cache bytes are therefore always HF's.
+
+Why numpy arrays: tiktoken's ``encode_to_numpy`` hands each piece's ids over as one uint32 buffer, so
+the step never builds a Python int per token (converting those lists back into an array cost more than
+a tenth of the encoding time); ``ShardEncoder.encode_flat`` returns one flat array per chunk.
 
 Special tokens: datakit's tokenizers encode special-token spellings found in documents as plain text
 (``encode_special_tokens = True``, see ``load_tokenizer``), which is tiktoken's ``encode_ordinary``. A
@@ -21,6 +35,7 @@ alternation would then pick one arbitrarily, HF the longest).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -28,10 +43,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
+import numpy as np
 from tokenizers import Tokenizer
 
 __all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
-           "sample_indices", "GPT2_PATTERN"]
+           "tiktoken_arrays", "sample_indices", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +57,10 @@ ENGINES: tuple[str, ...] = ("auto", "hf", "tiktoken")
 # What HF's ByteLevel pre-tokenizer splits with when use_regex is true (tiktoken's "gpt2" pattern).
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
-# Share of each chunk's characters that HF re-encodes to prove equality, and how many non-ASCII pieces
-# (up to _NON_ASCII_MAX_CHARS long) are added so every chunk's check sees some non-Latin text.
+# Characters of each shard that HF re-encodes to prove equality (its first pieces), and how many
+# non-ASCII pieces (up to _NON_ASCII_MAX_CHARS long) each shard's check adds so it sees non-Latin text.
+CHECK_CHARS = 1 << 15
+# The per-chunk share ``sample_indices`` re-encodes (what the check used before the per-shard budget).
 CHECK_FRACTION = 0.01
 _NON_ASCII_EXTRA = 2
 _NON_ASCII_MAX_CHARS = 4096
@@ -68,14 +86,16 @@ def _bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-_BYTE_OF_CHAR = {c: b for b, c in _bytes_to_unicode().items()}
+# str.translate table: a byte-level character -> the Latin-1 character of its byte; every other
+# character below 256 -> U+FFFF, which (like any unmapped character above 255) Latin-1 cannot encode.
+_TO_LATIN1 = {**{i: "\uffff" for i in range(256)}, **{ord(c): chr(b) for b, c in _bytes_to_unicode().items()}}
 
 
 def _token_bytes(token: str) -> bytes | None:
     """A vocabulary token's raw bytes, or None if it has a character outside the byte-level alphabet."""
     try:
-        return bytes(_BYTE_OF_CHAR[c] for c in token)
-    except KeyError:
+        return token.translate(_TO_LATIN1).encode("latin-1")
+    except UnicodeEncodeError:
         return None
 
 
@@ -236,12 +256,16 @@ def choose(tok: Tokenizer, setting: str, *, where: str = "tokenizer") -> EngineC
     if enc is None and setting == "tiktoken":
         raise EngineError(f"{where}: tokenize.engine is tiktoken, but the {reason.split(';')[0]}. "
                           "Set tokenize.engine to auto (or hf) to encode with HF tokenizers.")
-    reason = reason or f"engine {setting}: the tokenizer converts to tiktoken; each chunk is checked against HF"
+    reason = reason or f"engine {setting}: the tokenizer converts to tiktoken; a sample of each shard is checked against HF"
     return EngineChoice(setting, tok, enc, reason, tok.encode_special_tokens)
 
 
+def _hf_encodings(tok: Tokenizer, pieces: Sequence[str]) -> list:
+    return tok.encode_batch_fast(list(pieces), add_special_tokens=False) if pieces else []
+
+
 def hf_ids(tok: Tokenizer, pieces: Sequence[str]) -> list[list[int]]:
-    return [e.ids for e in tok.encode_batch_fast(list(pieces), add_special_tokens=False)] if pieces else []
+    return [e.ids for e in _hf_encodings(tok, pieces)]
 
 
 def tiktoken_ids(enc: Any, pieces: Sequence[str], threads: int, specials_as_text: bool = True) -> list[list[int]]:
@@ -261,52 +285,117 @@ def tiktoken_ids(enc: Any, pieces: Sequence[str], threads: int, specials_as_text
         return [ids for part in parts for ids in part]
 
 
+def tiktoken_arrays(enc: Any, pieces: Sequence[str], threads: int = 1,
+                    specials_as_text: bool = True) -> list[np.ndarray]:
+    """``tiktoken_ids`` as one uint32 array per piece (``Encoding.encode_to_numpy``: the ids stay in
+    tiktoken's buffer, no Python int is made per token). With no special token allowed, tiktoken's
+    ``encode`` merely scans for special tokens it then ignores: the ids are ``encode_ordinary``'s."""
+    if not hasattr(enc, "encode_to_numpy"):  # tiktoken < 0.7
+        return [np.asarray(ids, dtype=np.uint32) for ids in tiktoken_ids(enc, pieces, threads, specials_as_text)]
+    to_numpy, allowed = enc.encode_to_numpy, (set() if specials_as_text else "all")
+
+    def run(part: Sequence[str]) -> list[np.ndarray]:
+        return [to_numpy(p, allowed_special=allowed, disallowed_special=()) for p in part]
+
+    if threads <= 1 or len(pieces) < 2 * threads:
+        return run(pieces)
+    from concurrent.futures import ThreadPoolExecutor
+
+    step = math.ceil(len(pieces) / threads)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = pool.map(lambda s: run(pieces[s:s + step]), range(0, len(pieces), step))
+        return [ids for part in parts for ids in part]
+
+
 def sample_indices(pieces: Sequence[str], fraction: float, min_pieces: int) -> list[int]:
     """Which pieces a chunk's check compares: the first ones, until they hold ``fraction`` of the chunk's
     characters (and at least ``min_pieces``), plus the first few short non-ASCII pieces after them."""
-    budget = fraction * sum(len(p) for p in pieces)
+    return check_sample(pieces, fraction * sum(len(p) for p in pieces), max(1, min_pieces)) if pieces else []
+
+
+def check_sample(pieces: Sequence[str], budget_chars: float, min_pieces: int = 0,
+                 non_ascii: int = _NON_ASCII_EXTRA) -> list[int]:
+    """Which pieces of a chunk the check compares (sorted): the first ones until they hold
+    ``budget_chars`` characters and number at least ``min_pieces`` (none if both are <= 0), then the
+    first ``non_ascii`` non-ASCII pieces of at most 4096 characters among the rest."""
     n = used = 0
-    while n < len(pieces) and (n < max(1, min_pieces) or used < budget):
+    while n < len(pieces) and (used < budget_chars or n < min_pieces):
         used += len(pieces[n])
         n += 1
     extra = [i for i in range(n, len(pieces))
-             if len(pieces[i]) <= _NON_ASCII_MAX_CHARS and not pieces[i].isascii()][:_NON_ASCII_EXTRA]
+             if len(pieces[i]) <= _NON_ASCII_MAX_CHARS and not pieces[i].isascii()][:max(0, non_ascii)]
     return list(range(n)) + extra
 
 
 @dataclass
 class ShardEncoder:
-    """Encodes one shard's chunks with the chosen engine, checking each chunk against HF (see module
-    docstring); ``record()`` is what the shard reports."""
+    """Encodes one shard's chunks with the chosen engine, checking a sample of the shard against HF (see
+    the module docstring and ``check_sample``); ``record()`` is what the shard reports.
+
+    check_chars: characters of the shard's first pieces HF re-encodes (at least one piece is checked);
+    min_pieces: pieces per worker process compared at least (``EngineChoice.checked`` counts them);
+    fraction: an extra share of every chunk's characters to compare (0: the per-shard budget alone)."""
 
     choice: EngineChoice
     threads: int = 1
     min_pieces: int = 64
-    fraction: float = CHECK_FRACTION
+    fraction: float = 0.0
+    check_chars: int = CHECK_CHARS
     checked: int = 0
     mismatches: int = 0
     engines: set = field(default_factory=set)
+    checked_chars: int = 0
+    non_ascii_checked: int = 0
 
-    def encode(self, pieces: Sequence[str]) -> list[list[int]]:
+    def _sample(self, pieces: Sequence[str]) -> list[int]:
+        budget = self.check_chars - self.checked_chars
+        if self.checked == 0:
+            budget = max(budget, 1)  # every shard compares at least its first piece
+        if self.fraction > 0:
+            budget = max(budget, 0) + self.fraction * sum(map(len, pieces))
+        idx = check_sample(pieces, budget, self.min_pieces - self.choice.checked,
+                           _NON_ASCII_EXTRA - self.non_ascii_checked)
+        self.checked_chars += sum(len(pieces[i]) for i in idx)
+        self.non_ascii_checked += sum(1 for i in idx if not pieces[i].isascii())
+        return idx
+
+    def _run(self, pieces: Sequence[str]) -> tuple[str, list]:
+        """("tiktoken", one uint32 array per piece) or ("hf", HF Encodings)."""
         c = self.choice
         if c.encoding is None or c.failed:
             self.engines.add("hf")
-            return hf_ids(c.hf, pieces)
-        ids = tiktoken_ids(c.encoding, pieces, self.threads, c.specials_as_text)
-        idx = sample_indices(pieces, self.fraction, self.min_pieces - c.checked)
+            return "hf", _hf_encodings(c.hf, pieces)
+        arrays = tiktoken_arrays(c.encoding, pieces, self.threads, c.specials_as_text)
+        idx = self._sample(pieces)
         expected = hf_ids(c.hf, [pieces[i] for i in idx])
-        bad = [i for i, e in zip(idx, expected) if ids[i] != e]
+        bad = [i for i, e in zip(idx, expected) if arrays[i].tolist() != e]
         self.checked += len(idx)
         c.checked += len(idx)
         if not bad:
             self.engines.add("tiktoken")
-            return ids
+            return "tiktoken", arrays
         self.mismatches += len(bad)
         c.failed = (f"tiktoken gave different ids than HF on {len(bad)} of {len(idx)} checked pieces "
                     f"(first: piece {bad[0]} of a chunk, {pieces[bad[0]][:60]!r}); HF encodes the rest")
         log.warning("tokenize engine: %s", c.failed)
         self.engines.add("hf")
-        return hf_ids(c.hf, pieces)
+        return "hf", _hf_encodings(c.hf, pieces)
+
+    def encode(self, pieces: Sequence[str]) -> list[list[int]]:
+        """Each piece's ids, as lists."""
+        kind, out = self._run(pieces)
+        return [a.tolist() for a in out] if kind == "tiktoken" else [e.ids for e in out]
+
+    def encode_flat(self, pieces: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(all pieces' ids concatenated, ids per piece): what the step assembles documents from."""
+        kind, out = self._run(pieces)
+        lens = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
+        if kind == "tiktoken":
+            ids = np.concatenate(out) if out else np.empty(0, np.uint32)
+        else:
+            ids = np.fromiter(itertools.chain.from_iterable(e.ids for e in out), dtype=np.int64,
+                              count=int(lens.sum()))
+        return ids, lens
 
     def record(self) -> dict:
         """engine ("tiktoken" only if every chunk of this shard was tiktoken's), reason, check counts."""

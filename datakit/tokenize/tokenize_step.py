@@ -2,7 +2,7 @@
 
 One engine task per input part: it reads the part in chunks of about ``batch_bytes`` of text, encodes
 each chunk in one call (tiktoken or HF ``encode_batch_fast``, see :mod:`datakit.tokenize.engine`: the same
-ids either way, checked on a sample of every chunk; long texts are cut at whitespace first) on a helper
+ids either way, checked on a sample of every shard; long texts are cut at whitespace first) on a helper
 thread while the task's own thread reads the next chunk
 and converts/writes the previous one, appends EOS (and optionally BOS) per document, routes each
 document to train or validation by a hash of its id, and streams tokens straight into the split's .npy
@@ -34,8 +34,8 @@ from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities,
 from datakit.core.fsio import copy_file
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
-from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble, to_pieces, token_dtype
-from datakit.tokenize.engine import EngineChoice, ShardEncoder, choose
+from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
+from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
@@ -73,6 +73,7 @@ class _ShardSpec:
     dtype: str
     engine: str = "auto"
     engine_check_pieces: int = 64
+    engine_check_chars: int = CHECK_CHARS
 
 
 @dataclass
@@ -194,7 +195,7 @@ def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Ar
         size = 0
         row = 0
         first = 0
-        for rb in pf.iter_batches(batch_size=1024, columns=["id", "text"]):
+        for rb in pf.iter_batches(batch_size=1024, columns=["id", "text"], use_threads=False):
             id_col, text_col = rb.column(0), rb.column(1)
             if pa.types.is_string(text_col.type) or pa.types.is_large_string(text_col.type):
                 lengths = pc.fill_null(pc.binary_length(text_col), 0).to_numpy(zero_copy_only=False)
@@ -236,7 +237,8 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
                 "bad_samples": done["train"].get("bad_samples", []),
                 "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
 
-    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces)
+    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
+                           check_chars=spec.engine_check_chars)
     dtype = np.dtype(spec.dtype)
     eos, bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
@@ -266,7 +268,9 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
         return pieces, piece_counts, val_mask, doc_bytes
 
     def write(encoded: Future, piece_counts: np.ndarray, val_mask: np.ndarray, doc_bytes: np.ndarray) -> None:
-        tokens, doc_lens = assemble(encoded.result(), piece_counts, eos_id=eos, bos_id=bos, dtype=dtype)
+        ids, piece_lens = encoded.result()
+        tokens, doc_lens = assemble_flat(ids, piece_lens, piece_counts, eos_id=eos, bos_id=bos, dtype=dtype)
+        del ids
         if not val_mask.any():
             parts = {"train": (tokens, doc_lens, doc_bytes)}
         else:
@@ -290,7 +294,7 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
             previous = None
             for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
                 pieces, piece_counts, val_mask, doc_bytes = prepare(first_row, ids, texts)
-                encoded = pool.submit(encoder.encode, pieces)
+                encoded = pool.submit(encoder.encode_flat, pieces)
                 del ids, texts, pieces
                 if previous is not None:
                     write(*previous)
@@ -403,6 +407,7 @@ def tokenize_source(
     max_chars: int = MAX_PIECE_CHARS,
     engine: str = "auto",
     engine_check_pieces: int = 64,
+    engine_check_chars: int = CHECK_CHARS,
 ) -> TokenizeResult:
     """Tokenize consolidated source ``name`` (its main documents, ``<input_dir>/outputs/main/*.parquet``)
     into the train and validation split dirs of ``TokenCacheDir(out_dir)`` (see
@@ -413,15 +418,21 @@ def tokenize_source(
     batches leave the tokenizer idle less at the start and end of each shard (those steps cannot overlap
     with encoding); larger ones balance many threads better.
     engine: auto | hf | tiktoken, see :mod:`datakit.tokenize.engine`; the cache bytes are the same
-    whichever runs. engine_check_pieces: pieces per worker process that HF re-encodes at least, besides
-    1% of every chunk, to prove tiktoken's ids equal HF's.
+    whichever runs. HF re-encodes, to prove tiktoken's ids equal HF's, the first ``engine_check_chars``
+    characters of every shard (at least one piece), its first two short non-ASCII pieces, and at least
+    ``engine_check_pieces`` pieces per worker process (its first pieces): see
+    :class:`datakit.tokenize.engine.ShardEncoder`.
     Resumes a crashed build from its finished shards; the result equals a clean build."""
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     if max_chars < 16:
         raise ValueError(f"max_chars must be >= 16, got {max_chars}")
     tok, identity = load_tokenizer(tokenizer_path)
-    planned = choose(tok, engine, where=str(tokenizer_path))  # forced tiktoken fails here, before any work
+    if engine not in ENGINES:
+        raise EngineError(f"tokenize.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    # forced tiktoken fails here, before any work; auto converts in the workers only (the driver's plan
+    # is needed only when every shard is reused, and is made then)
+    planned = choose(tok, engine, where=str(tokenizer_path)) if engine == "tiktoken" else None
     if bos and identity.bos_id is None:
         raise ValueError(f"bos=True but tokenizer {tokenizer_path} has no BOS token")
     files = find_source_files(input_dir)
@@ -441,6 +452,7 @@ def tokenize_source(
         validation_fraction=float(validation_fraction), bos=bool(bos), max_chars=int(max_chars),
         batch_bytes=int(batch_bytes), threads=threads,
         dtype=token_dtype(identity.vocab_size).str, engine=engine, engine_check_pieces=int(engine_check_pieces),
+        engine_check_chars=int(engine_check_chars),
     )
     for s in SPLITS:
         # Un-finish first: from here on the directory is being (re)built and must not be loaded.
@@ -461,6 +473,8 @@ def tokenize_source(
         splits[s] = {"path": TokenCacheDir.split_rel(s), "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
                      "bytes": ledger["total_bytes"], "shards": total}
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
+    if planned is None and not any("engine" in r for r in results):
+        planned = choose(tok, engine, where=str(tokenizer_path))
     engine_record = _engine_summary(name, planned, results)
     return TokenizeResult(
         name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
@@ -469,7 +483,7 @@ def tokenize_source(
     )
 
 
-def _engine_summary(name: str, planned: EngineChoice, results: list[dict]) -> dict:
+def _engine_summary(name: str, planned: EngineChoice | None, results: list[dict]) -> dict:
     """The step's engine record from its shards': tiktoken only if every encoded shard ran it to the end;
     a fallback's reason wins over the plan's. Logged, since a fallback costs speed but never bytes."""
     shards = [r["engine"] for r in results if "engine" in r]
