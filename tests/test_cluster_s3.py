@@ -271,9 +271,7 @@ def test_killed_driver_rerun_resumes_from_checkpoints_in_the_store(store, local_
     try:
         deadline = time.monotonic() + 300
         while len(done) < 4 and proc.poll() is None and time.monotonic() < deadline:
-            for status in s3.glob(f"{BUCKET}/{run_id}/out/*/.status"):
-                if json.loads(s3.cat_file(status)).get("status") == "SUCCESS":
-                    done.add(f"s3://{status.rsplit('/', 1)[0]}")
+            done |= _built_steps(s3, f"{BUCKET}/{run_id}/out")
             time.sleep(0.2)
     finally:
         _killtree(proc)  # the driver dies mid-run: no clean shutdown, no final markers
@@ -286,6 +284,23 @@ def test_killed_driver_rerun_resumes_from_checkpoints_in_the_store(store, local_
                                                                  for d in done}
     assert any(s["status"] == "succeeded" for s in steps.values())  # the rest was built by the rerun
     assert _assert_same_outputs(result["summary"], local) > 20
+
+
+def _built_steps(s3, out: str) -> set[str]:
+    """The step folders under ``out`` whose status marker says SUCCESS, polled while a driver runs: the
+    prefix may not exist yet, and a marker may be listed and then replaced, so a missing path is "not yet"."""
+    built = set()
+    try:
+        statuses = s3.glob(f"{out}/*/.status")
+    except FileNotFoundError:
+        return built
+    for status in statuses:
+        try:
+            if json.loads(s3.cat_file(status)).get("status") == "SUCCESS":
+                built.add(f"s3://{status.rsplit('/', 1)[0]}")
+        except FileNotFoundError:
+            pass
+    return built
 
 
 def test_listing_is_one_request_with_sizes_and_no_stat(store):

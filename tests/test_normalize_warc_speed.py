@@ -9,7 +9,6 @@ its file and record offset while the reading goes on.
 from __future__ import annotations
 
 import gzip
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -125,10 +124,8 @@ def test_slow_page_is_a_reject_with_its_offset_and_reading_goes_on(tmp_path, mon
     recs = [warc_record(0, html_page(0)), warc_record(1, SLOW_PAGE), warc_record(2, html_page(2))]
     path = tmp_path / "slow.warc.gz"
     path.write_bytes(b"".join(gzip.compress(r) for r in recs))
-    t0 = time.perf_counter()
+    # the EXTRACT_TIMEOUT reject (not a wall-clock figure, which a loaded machine makes noisy) proves the bound
     out = list(readers.read_warc(_ref(path), ReaderOptions(), Counter()))
-    took = time.perf_counter() - t0
-    assert took < 1.5, took  # unguarded, the slow page alone takes ~2 s (more on a loaded machine)
     assert [type(r) for r in out] == [RawRecord, Reject, RawRecord]
     rej = out[1]
     assert rej.reason == readers.EXTRACT_TIMEOUT and rej.file == "slow.warc.gz"

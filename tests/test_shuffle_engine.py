@@ -450,3 +450,17 @@ def test_explain_shows_fused_stages():
     text = ds.explain()
     assert "stage 0: 2 tasks" in text and "map(<lambda>) -> filter(<lambda>)" in text
     assert "stage 1: 2 tasks: read shuffle of stage 0" in text
+
+
+def test_task_peak_rss_is_the_tasks_own_peak():
+    """A task's peak RSS counts what it allocated at its height, and the next task starts from a reset mark
+    (the kernel's VmHWM on Linux, sampling elsewhere), not from the worker's lifetime peak."""
+    from datakit.shuffle import tasks
+
+    with tasks._PeakRSS() as big:
+        block = bytearray(160 << 20)
+        block[::4096] = b"x" * len(block[::4096])  # touch every page
+        del block
+    with tasks._PeakRSS() as small:
+        pass
+    assert big.peak - small.peak > 120 << 20

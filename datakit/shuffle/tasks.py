@@ -60,27 +60,57 @@ def _counted(it, box: _Count):
 
 
 class _PeakRSS:
-    """Samples this process's RSS while a task runs: the task's own peak, not the worker's lifetime peak."""
+    """This process's peak RSS while a task runs: the task's own peak, not the worker's lifetime peak.
+
+    On Linux the kernel keeps the peak (VmHWM) and lets a process reset its own (writing 5 to
+    /proc/self/clear_refs): exact and free. Elsewhere a thread samples RSS every ``every`` seconds (a
+    profile of the pipeline showed that sampling at 2% of its CPU)."""
 
     def __init__(self, every: float = 0.02) -> None:
         self.proc = psutil.Process()
         self.peak = self.proc.memory_info().rss
         self.every = every
+        self._kernel = _reset_peak_rss()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = None if self._kernel else threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             self.peak = max(self.peak, self.proc.memory_info().rss)
 
     def __enter__(self) -> "_PeakRSS":
-        self._thread.start()
+        if self._thread is not None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        kernel_peak = _kernel_peak_rss() if self._kernel else None
+        self.peak = max(self.peak, kernel_peak or 0, self.proc.memory_info().rss)
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _kernel_peak_rss() is not None
+    except OSError:
+        return False
+
+
+def _kernel_peak_rss() -> int | None:
+    """VmHWM of this process in bytes, None if /proc does not say."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _reduce_groups(records: Iterator[Record], kind: str, reducer) -> Iterator[Any]:

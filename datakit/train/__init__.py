@@ -5,23 +5,25 @@ optim (AdamW, schedules, skip-step), loop (jit step, data parallel, eval, metric
 checkpoint (atomic save/restore), plot (PNG loss curve), hardware (devices, dtype, peak FLOPs),
 stage (train_model: caches -> loop).
 
-``train_model`` is imported lazily: it pulls in the tokenize reader, which model-only users
-(benchmarks, tests of the math) do not need.
+Every name is imported lazily (PEP 562): importing ``datakit.train.config`` (which the manifest and the
+mixture config do for every `datakit run`) must not pull in JAX, which costs over a CPU-second per
+process; only a run that trains pays for it.
 """
 
-from datakit.train.checkpoint import CheckpointError
-from datakit.train.config import MODEL_PRESETS, ConfigError, ModelConfig, TrainConfig
-from datakit.train.loop import EvalSet, TrainResult, run_training
+from __future__ import annotations
 
-__all__ = [
-    "CheckpointError", "ConfigError", "EvalSet", "MODEL_PRESETS", "ModelConfig", "TrainConfig",
-    "TrainResult", "run_training", "train_model", "cache_eval_set",
-]
+import importlib
+
+_HOMES = {
+    "CheckpointError": "checkpoint", "ConfigError": "config", "MODEL_PRESETS": "config", "ModelConfig": "config",
+    "TrainConfig": "config", "EvalSet": "loop", "TrainResult": "loop", "run_training": "loop",
+    "train_model": "stage", "cache_eval_set": "stage",
+}
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str):
-    if name in ("train_model", "cache_eval_set"):
-        from datakit.train import stage
-
-        return getattr(stage, name)
-    raise AttributeError(f"module 'datakit.train' has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'datakit.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"datakit.train.{home}"), name)
