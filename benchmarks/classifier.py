@@ -24,24 +24,21 @@ and memory are the figures; its held-out metrics then score copies of training t
     .venv/bin/python benchmarks/classifier.py --mb 10 --train-docs 100000
     .venv/bin/python benchmarks/classifier.py --work-dir W --reuse      # scoring again, same corpus and model
 
-Measured (shared 2-core machine, 10.3 MB: 1,439 documents, 6 runs while another engineer's benchmarks and
-tests kept both cores busy, load average 3-4): scoring 4,456-5,934 docs per CPU-second vs datatrove's
-1,456-1,697 (2.90-3.75x). The load slows both sides, datatrove's more: the previous scorer (Arrow's split
-and index_in), run interleaved with these under the same load, gave 2,978-3,311 vs 1,318-1,815 (1.64-2.51x;
-on a quiet machine 6,025-6,626 vs 3,198-3,814, 1.69-1.88x; fastText's own predict 1.41-1.43x), so ours
-scores 1.5-1.9x the documents per CPU-second it did (paired runs), to the same bits (every score and the written
-parquet bytes checked equal). Ours scores the compact model (dimension 1: s = E (w_pos - w_neg), same
-probabilities) with numpy (datakit.classify.compact), per pass under that load: words as byte spans of
-the text buffer ~30 ms, exact-key vocabulary tables ~80 ms (Arrow's split + index_in took ~250 ms, index_in
-rebuilding a hash table of the 146k-word vocabulary on every call), n-gram buckets and means ~35 ms,
-parquet read + write ~60-75 ms; fastText's predict spent half its time in Dictionary::find. Reading the
-first 2,000 characters 7,771-11,285 (5.3-7.8x; previous scorer 6,025-7,669 under the same load; 1,409 of
-1,439 decisions as on the full text); decisions agree 1,439/1,439; scores equal within 1e-6 but for
-documents datatrove reports above 1 (fastText's smoothing; ours are clipped to 1) and those longer than
-max_chars (20,000); max difference on documents within max_chars 1.0e-5 (that clipping). Peak RSS
-339-359 MB vs 123 MB (ours holds the file's table and per-token arrays). Training on 98,002 documents
-(epoch 5, dim 32, bigrams, one thread): 133 s quiet (139 s under that load), peak RSS 561-562 MB (before
-the compact model step).
+Measured (2-core machine, quiet, 2026-11-25; 10.3 MB: 1,439 documents; 3 runs of 3 repeats, each run
+measuring both sides): scoring 4,909-5,820 docs per CPU-second vs datatrove's 1,724-2,286 (2.40-2.85x).
+Ours scores the compact model (dimension 1: s = E (w_pos - w_neg), same probabilities) with numpy
+(datakit.classify.compact): words as byte spans of the text buffer, an open-addressing exact-key table of
+the vocabulary built once per model (the previous scorer's Arrow index_in rebuilt a hash table of the
+146k-word vocabulary on every call), n-gram buckets and means in numpy, then parquet read + write;
+fastText's predict spends half its time in Dictionary::find. Interleaved under load (load average 3-4)
+the previous scorer gave 1.64-2.51x and this one 2.90-3.75x, 1.5-1.9x the documents per CPU-second in
+paired runs, to the same bits (every score and the written parquet bytes checked equal). Reading the
+first 2,000 characters 9,629-12,055 (4.6-5.6x; 1,409 of 1,439 decisions as on the full text); decisions
+agree 1,439/1,439; scores equal within 1e-6 but for documents datatrove reports above 1 (fastText's
+smoothing; ours are clipped to 1) and those longer than max_chars (20,000); max difference on documents
+within max_chars 1.0e-5 (that clipping). Peak RSS 343-347 MB vs 123 MB (ours holds the file's table and
+per-token arrays). Training on 98,002 documents (epoch 5, dim 32, bigrams, one thread): 167 s on this
+machine (133 s on an earlier one), peak RSS 562 MB; held-out F1 1.0 (copies of training text, see above).
 """
 
 from __future__ import annotations
