@@ -514,3 +514,21 @@ def test_clear_outputs_keeps_only_the_current_staging_dir(tmp_path):
     _clear_outputs(str(out), keep=str(out / "outputs/rejects/.staging/cur"))
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert left == ["keep-me.json", "outputs/rejects/.staging/cur/part-00000.parquet"]
+
+
+def test_byte_level_suspect_check_equals_the_character_regex():
+    """clean_record screens texts by their UTF-8 bytes; that must flag exactly the texts the character
+    class flags: every code point below 0x100, the neighbours of U+FFFD, and random mixtures."""
+    import random
+
+    from datakit.normalize import clean as C
+
+    singles = [chr(c) for c in range(0x100)] + [chr(c) for c in range(0xFFF0, 0x10000)] + ["\U0001F600", "é", "日"]
+    for ch in singles:
+        for text in (ch, "abc" + ch, ch + "日本 text", "Ünïcödé " + ch + " ok"):
+            assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
+    rng = random.Random(0)
+    pool = "ab \n\t\r\x0b\x0c" + "".join(singles[:40]) + "\x7f\x80\x9f\xa0\xc2\xef\ufffd\ufffc\uffbd日本語é"
+    for _ in range(20000):
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
+        assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
