@@ -466,18 +466,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
                 elif text._URL(s):
                     out.append(s)
                 else:
-                    pos = 0
-                    for m in text._INFIX(s):
-                        a, b = m.start(), m.end()
-                        if a == 0:
-                            continue
-                        if a != pos:
-                            out.append(s[pos:a])
-                        if a != b:
-                            out.append(s[a:b])
-                        pos = b
-                    if s[pos:]:
-                        out.append(s[pos:])
+                    text._split_infixes(s, out)
             out.extend(reversed(suffixes))
             i = 0
             while i < len(out) - 1:

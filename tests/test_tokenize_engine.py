@@ -21,7 +21,7 @@ from datakit.manifest import ManifestInvalid
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.encode import assemble, assemble_flat, to_pieces
 from datakit.tokenize.engine import (CHECK_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample, choose, convert,
-                                     sample_indices, tiktoken_arrays, tiktoken_ids)
+                                     tiktoken_arrays, tiktoken_ids)
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
 from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
@@ -279,11 +279,12 @@ def test_conversion_that_differs_from_hf_falls_back_in_the_step_with_identical_b
 
 def test_sample_covers_the_minimum_a_share_of_characters_and_non_ascii_pieces():
     pieces = ["a" * 100] * 500 + ["ü" * 10, "b", "日本"]
-    idx = sample_indices(pieces, 0.01, 64)
+    share = 0.01 * sum(map(len, pieces))
+    idx = check_sample(pieces, share, 64)
     assert idx[:64] == list(range(64)) and idx[64:] == [500, 502]
-    idx = sample_indices(pieces, 0.01, 0)
+    idx = check_sample(pieces, share, 0)
     assert idx[:-2] == list(range(6))  # 1% of 50,013 characters: six 100-character pieces
-    assert sample_indices([], 0.01, 64) == []
+    assert check_sample([], share, 64) == []
 
 
 def test_check_sample_takes_a_character_budget_a_minimum_and_non_ascii_pieces():
@@ -297,8 +298,6 @@ def test_check_sample_takes_a_character_budget_a_minimum_and_non_ascii_pieces():
     assert check_sample(pieces, 0, min_pieces=2, non_ascii=0) == [0, 1]
     assert check_sample(pieces, 0, non_ascii=0) == [] and check_sample([], 1000, 64) == []
     assert check_sample(pieces, 10**9, min_pieces=100) == list(range(len(pieces)))
-    # sample_indices (a share of the chunk) is the same selection
-    assert sample_indices(pieces, 250 / sum(map(len, pieces)), 1) == check_sample(pieces, 250, 1)
 
 
 def test_shard_check_is_bounded_per_shard_and_every_shard_is_checked(trained, documents):

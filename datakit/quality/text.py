@@ -129,21 +129,27 @@ def _piece(c: str) -> tuple[str, ...]:
         elif s.isalnum() or _URL(s):  # no infix rule matches letters and digits alone (tested on all of them)
             out.append(s)
         else:
-            pos = 0
-            for m in _INFIX(s):
-                a, b = m.start(), m.end()
-                if a == 0:
-                    continue
-                if a != pos:
-                    out.append(s[pos:a])
-                if a != b:
-                    out.append(s[a:b])
-                pos = b
-            if s[pos:]:
-                out.append(s[pos:])
+            _split_infixes(s, out)
     out.extend(reversed(suffixes))
     _merge_specials(out)
     return tuple(out)
+
+
+def _split_infixes(s: str, out: list[str]) -> None:
+    """Append ``s`` cut at its infix matches (hyphens between letters, ...): the pieces between them and
+    each non-empty match; a match at the very start does not cut."""
+    pos = 0
+    for m in _INFIX(s):
+        a, b = m.start(), m.end()
+        if a == 0:
+            continue
+        if a != pos:
+            out.append(s[pos:a])
+        if a != b:
+            out.append(s[a:b])
+        pos = b
+    if s[pos:]:
+        out.append(s[pos:])
 
 
 def _merge_specials(out: list[str]) -> None:

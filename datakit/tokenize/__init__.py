@@ -10,7 +10,7 @@ imported lazily, so that training code reading caches does not load the engine, 
 does not load the reader.
 """
 
-import importlib
+from datakit.core.lazy import lazy_exports
 
 # Every public name -> the submodule defining it; each is imported on first use (PEP 562), so that a
 # process that only tokenizes (an engine worker) or only reads caches loads just what it needs.
@@ -24,22 +24,5 @@ _SOURCES = {
     "train_tokenizer": "tokenizer",
     "tokenize_source": "tokenize_step", "TokenizeResult": "tokenize_step",
 }
-
-__all__ = [
-    "CacheNotReady", "TokenCache", "open_cache", "TrainBatches",
-    "feistel_permute", "feistel_inverse", "lcg_permute", "BlockMixture", "largest_remainder_counts",
-    "TokenizerError", "TokenizerIdentity", "load_tokenizer", "train_tokenizer",
-    "inspect_cache", "format_inspect", "tokenize_source", "TokenizeResult",
-]
-
-
-def __getattr__(name: str):
-    if name in _SOURCES:
-        value = getattr(importlib.import_module(f"{__name__}.{_SOURCES[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'datakit.tokenize' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, globals())

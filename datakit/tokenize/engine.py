@@ -47,7 +47,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 __all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
-           "tiktoken_arrays", "sample_indices", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
+           "tiktoken_arrays", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,6 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 # Characters of each shard that HF re-encodes to prove equality (its first pieces), and how many
 # non-ASCII pieces (up to _NON_ASCII_MAX_CHARS long) each shard's check adds so it sees non-Latin text.
 CHECK_CHARS = 1 << 15
-# The per-chunk share ``sample_indices`` re-encodes (what the check used before the per-shard budget).
-CHECK_FRACTION = 0.01
 _NON_ASCII_EXTRA = 2
 _NON_ASCII_MAX_CHARS = 4096
 _BPE_OPTIONS_UNSUPPORTED = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix")
@@ -307,12 +305,6 @@ def tiktoken_arrays(enc: Any, pieces: Sequence[str], threads: int = 1,
         return [ids for part in parts for ids in part]
 
 
-def sample_indices(pieces: Sequence[str], fraction: float, min_pieces: int) -> list[int]:
-    """Which pieces a chunk's check compares: the first ones, until they hold ``fraction`` of the chunk's
-    characters (and at least ``min_pieces``), plus the first few short non-ASCII pieces after them."""
-    return check_sample(pieces, fraction * sum(len(p) for p in pieces), max(1, min_pieces)) if pieces else []
-
-
 def check_sample(pieces: Sequence[str], budget_chars: float, min_pieces: int = 0,
                  non_ascii: int = _NON_ASCII_EXTRA) -> list[int]:
     """Which pieces of a chunk the check compares (sorted): the first ones until they hold
@@ -333,13 +325,11 @@ class ShardEncoder:
     the module docstring and ``check_sample``); ``record()`` is what the shard reports.
 
     check_chars: characters of the shard's first pieces HF re-encodes (at least one piece is checked);
-    min_pieces: pieces per worker process compared at least (``EngineChoice.checked`` counts them);
-    fraction: an extra share of every chunk's characters to compare (0: the per-shard budget alone)."""
+    min_pieces: pieces per worker process compared at least (``EngineChoice.checked`` counts them)."""
 
     choice: EngineChoice
     threads: int = 1
     min_pieces: int = 64
-    fraction: float = 0.0
     check_chars: int = CHECK_CHARS
     checked: int = 0
     mismatches: int = 0
@@ -351,8 +341,6 @@ class ShardEncoder:
         budget = self.check_chars - self.checked_chars
         if self.checked == 0:
             budget = max(budget, 1)  # every shard compares at least its first piece
-        if self.fraction > 0:
-            budget = max(budget, 0) + self.fraction * sum(map(len, pieces))
         idx = check_sample(pieces, budget, self.min_pieces - self.choice.checked,
                            _NON_ASCII_EXTRA - self.non_ascii_checked)
         self.checked_chars += sum(len(pieces[i]) for i in idx)

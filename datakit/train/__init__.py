@@ -12,7 +12,7 @@ process; only a run that trains pays for it.
 
 from __future__ import annotations
 
-import importlib
+from datakit.core.lazy import lazy_exports
 
 _HOMES = {
     "CheckpointError": "checkpoint", "ConfigError": "config", "MODEL_PRESETS": "config", "ModelConfig": "config",
@@ -20,10 +20,4 @@ _HOMES = {
     "train_model": "stage", "cache_eval_set": "stage",
 }
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'datakit.train' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"datakit.train.{home}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())
