@@ -18,7 +18,9 @@ import pytest
 
 from datakit.train.checkpoint import CheckpointError, list_checkpoints
 from datakit.train.config import ConfigError, TrainConfig
-from datakit.train.loop import EvalSet, read_metrics, run_training
+from datakit.train.evaluate import EvalSet
+from datakit.train.loop import run_training
+from datakit.train.metrics import read_metrics
 
 STDLIB = sysconfig.get_paths()["stdlib"]
 

@@ -25,7 +25,7 @@ from datakit.tokenize.tokenize_step import is_validation, tokenize_source
 from datakit.tokenize.tokenizer import train_tokenizer
 from datakit.train import ConfigError, TrainConfig, train_model
 from datakit.train.checkpoint import leaf_name
-from datakit.train.loop import read_metrics
+from datakit.train.metrics import read_metrics
 from datakit.train.model import init_params, loss_fn
 
 INLINE = ExecConfig(backend="inline")

@@ -27,7 +27,8 @@ import numpy as np
 from datakit.core.fsio import is_local, local_path
 from datakit.tokenize.reader import CacheNotReady, TokenCache, TrainBatches, open_cache
 from datakit.train.config import ConfigError, TrainConfig
-from datakit.train.loop import EvalSet, TrainResult, run_training
+from datakit.train.evaluate import EvalSet
+from datakit.train.loop import TrainResult, run_training
 from datakit.train.remote import RemoteMirror
 
 
