@@ -225,51 +225,52 @@ def _check_types(path: str, ids: pa.Array, texts: pa.Array) -> None:
             raise ValueError(f"{path}: column {col!r} has type {arr.type}, expected string")
 
 
-def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> dict:
-    """Tokenize one input part into shard ``index`` of both splits; returns its counts."""
-    names = C.shard_file_names(index, total)
-    fp = _fingerprint(spec, file)
-    done = _reusable(spec, names, fp)
-    if done is not None:
-        counters.increment("tokenize/shards_reused")
-        return {"index": index, "input": fp["input"], "reused": True,
-                "splits": {s: done[s]["counts"] for s in SPLITS}, "bad": done["train"].get("bad", 0),
-                "bad_samples": done["train"].get("bad_samples", []),
-                "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
+@dataclass
+class _BadRows:
+    """Rows dropped for a null id or text: every one counted, the first ``_MAX_BAD_SAMPLES`` kept."""
 
-    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
-                           check_chars=spec.engine_check_chars)
-    dtype = np.dtype(spec.dtype)
-    eos, bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
-    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
-    writers = {s: C.NpyStreamWriter(C.join(dirs[s], names["tokens"]), dtype) for s in SPLITS}
-    lengths: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    counts = {s: {"rows": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
-    bad: list[dict] = []  # samples, capped
-    n_bad = 0
+    count: int = 0
+    samples: list[dict] = field(default_factory=list)
 
-    def prepare(first_row: int, ids: pa.Array, texts: pa.Array) -> tuple:
-        """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc)."""
-        nonlocal n_bad
-        _check_types(file.path, ids, texts)
-        valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
-        if not pc.all(valid).as_py():
-            for r in np.flatnonzero(~valid.to_numpy(zero_copy_only=False)):
-                n_bad += 1
-                if len(bad) < _MAX_BAD_SAMPLES:
-                    field_name = "id" if not ids[int(r)].is_valid else "text"
-                    bad.append({"file": file.path, "row": first_row + int(r), "field": field_name,
-                                "error": f"{field_name} is null"})
-            ids, texts = ids.filter(valid), texts.filter(valid)
-        val_mask = np.fromiter((is_validation(i, spec.validation_fraction) for i in ids.to_pylist()),
-                               dtype=bool, count=len(ids))
-        doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
-        pieces, piece_counts = to_pieces(texts.to_pylist(), spec.max_chars)
-        return pieces, piece_counts, val_mask, doc_bytes
+    def add(self, path: str, row: int, field_name: str) -> None:
+        self.count += 1
+        if len(self.samples) < _MAX_BAD_SAMPLES:
+            self.samples.append({"file": path, "row": row, "field": field_name, "error": f"{field_name} is null"})
 
-    def write(encoded: Future, piece_counts: np.ndarray, val_mask: np.ndarray, doc_bytes: np.ndarray) -> None:
+
+def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: pa.Array,
+             bad: _BadRows) -> tuple:
+    """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc)."""
+    _check_types(path, ids, texts)
+    valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
+    if not pc.all(valid).as_py():
+        for r in np.flatnonzero(~valid.to_numpy(zero_copy_only=False)):
+            bad.add(path, first_row + int(r), "id" if not ids[int(r)].is_valid else "text")
+        ids, texts = ids.filter(valid), texts.filter(valid)
+    val_mask = np.fromiter((is_validation(i, spec.validation_fraction) for i in ids.to_pylist()),
+                           dtype=bool, count=len(ids))
+    doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    pieces, piece_counts = to_pieces(texts.to_pylist(), spec.max_chars)
+    return pieces, piece_counts, val_mask, doc_bytes
+
+
+class _ShardWriter:
+    """Shard ``names`` of both splits being written (state: the token file writers, each split's
+    document lengths for the offsets file, and its row/token/byte counts)."""
+
+    def __init__(self, spec: _ShardSpec, dirs: dict[str, str], names: dict[str, str]) -> None:
+        self.dirs, self.names = dirs, names
+        self.dtype = np.dtype(spec.dtype)
+        self.eos, self.bos = int(spec.identity["eos_id"]), (spec.identity["bos_id"] if spec.bos else None)
+        self.writers = {s: C.NpyStreamWriter(C.join(dirs[s], names["tokens"]), self.dtype) for s in SPLITS}
+        self.lengths: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+        self.counts = {s: {"rows": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+
+    def write(self, encoded: Future, piece_counts: np.ndarray, val_mask: np.ndarray, doc_bytes: np.ndarray) -> None:
+        """Assemble one encoded batch into documents (EOS, optional BOS) and append each to its split."""
         ids, piece_lens = encoded.result()
-        tokens, doc_lens = assemble_flat(ids, piece_lens, piece_counts, eos_id=eos, bos_id=bos, dtype=dtype)
+        tokens, doc_lens = assemble_flat(ids, piece_lens, piece_counts, eos_id=self.eos, bos_id=self.bos,
+                                         dtype=self.dtype)
         del ids
         if not val_mask.any():
             parts = {"train": (tokens, doc_lens, doc_bytes)}
@@ -280,52 +281,89 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
                 "validation": (tokens[tok_val], doc_lens[val_mask], doc_bytes[val_mask]),
             }
         for s, (t, dl, db) in parts.items():
-            writers[s].append(t)
-            lengths[s].append(dl)
-            counts[s]["rows"] += len(dl)
-            counts[s]["tokens"] += len(t)
-            counts[s]["bytes"] += int(db.sum())
+            self.writers[s].append(t)
+            self.lengths[s].append(dl)
+            self.counts[s]["rows"] += len(dl)
+            self.counts[s]["tokens"] += len(t)
+            self.counts[s]["bytes"] += int(db.sum())
 
-    # Two-stage pipeline: while the tokenizer encodes batch k on its own threads (the call releases the
-    # GIL), this thread reads and splits batch k+1 and converts + writes batch k-1, so the Rust threads
-    # always have the next batch queued and never wait on Python. Two to three batches are in memory.
-    try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
-            previous = None
-            for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
-                pieces, piece_counts, val_mask, doc_bytes = prepare(first_row, ids, texts)
-                encoded = pool.submit(encoder.encode_flat, pieces)
-                del ids, texts, pieces
-                if previous is not None:
-                    write(*previous)
-                previous = (encoded, piece_counts, val_mask, doc_bytes)
-            if previous is not None:
-                write(*previous)
+    def close(self) -> None:
+        """Write each split's offsets file and publish its tokens file."""
         for s in SPLITS:
-            dl = np.concatenate(lengths[s]) if lengths[s] else np.empty(0, np.int64)
+            dl = np.concatenate(self.lengths[s]) if self.lengths[s] else np.empty(0, np.int64)
             offsets = np.concatenate([[0], np.cumsum(dl, dtype=np.int64)]).astype("<i8")
-            C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)
-            writers[s].close()
-    except BaseException:
-        for w in writers.values():
+            C.write_npy_atomic(C.join(self.dirs[s], self.names["offsets"]), offsets)
+            self.writers[s].close()
+
+    def abort(self) -> None:
+        for w in self.writers.values():
             w.abort()
-        raise
-    bad_samples = bad
-    sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
-    for s in SPLITS:  # markers last: a shard counts as done only once its data files are in place
-        C.write_json_atomic(C.join(dirs[s], names["marker"]), {
-            "fingerprint": fp, "counts": counts[s], "bad": n_bad, "bad_samples": bad_samples,
-            "checksums": sums[s],
-        })
-    n_docs = sum(c["rows"] for c in counts.values())
-    counters.increment("tokenize/docs", n_docs)
+
+
+def _encode_into(file: FileInfo, spec: _ShardSpec, encoder: ShardEncoder, out: _ShardWriter,
+                 bad: _BadRows) -> None:
+    """Read, encode and write the whole part as a two-stage pipeline: while the tokenizer encodes batch
+    k on its own threads (the call releases the GIL), this thread reads and splits batch k+1 and
+    converts + writes batch k-1, so the Rust threads always have the next batch queued and never wait
+    on Python. Two to three batches are in memory."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        previous = None
+        for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
+            pieces, piece_counts, val_mask, doc_bytes = _prepare(spec, file.path, first_row, ids, texts, bad)
+            encoded = pool.submit(encoder.encode_flat, pieces)
+            del ids, texts, pieces
+            if previous is not None:
+                out.write(*previous)
+            previous = (encoded, piece_counts, val_mask, doc_bytes)
+        if previous is not None:
+            out.write(*previous)
+
+
+def _reused_result(index: int, fp: dict, done: dict) -> dict:
+    """The task's result for a shard a previous build finished, from its markers."""
+    return {"index": index, "input": fp["input"], "reused": True,
+            "splits": {s: done[s]["counts"] for s in SPLITS}, "bad": done["train"].get("bad", 0),
+            "bad_samples": done["train"].get("bad_samples", []),
+            "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
+
+
+def _count_shard(counts: dict[str, dict], n_bad: int) -> None:
+    counters.increment("tokenize/docs", sum(c["rows"] for c in counts.values()))
     counters.increment("tokenize/tokens", sum(c["tokens"] for c in counts.values()))
     counters.increment("tokenize/bytes", sum(c["bytes"] for c in counts.values()))
     if n_bad:
         counters.increment("tokenize/bad_records", n_bad)
-    return {"index": index, "input": fp["input"], "reused": False, "splits": counts, "bad": n_bad,
-            "bad_samples": bad_samples,
-            "checksums": sums, "engine": encoder.record()}
+
+
+def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> dict:
+    """Tokenize one input part into shard ``index`` of both splits; returns its counts."""
+    names = C.shard_file_names(index, total)
+    fp = _fingerprint(spec, file)
+    done = _reusable(spec, names, fp)
+    if done is not None:
+        counters.increment("tokenize/shards_reused")
+        return _reused_result(index, fp, done)
+
+    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
+                           check_chars=spec.engine_check_chars)
+    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
+    out = _ShardWriter(spec, dirs, names)
+    bad = _BadRows()
+    try:
+        _encode_into(file, spec, encoder, out, bad)
+        out.close()
+    except BaseException:
+        out.abort()
+        raise
+    sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
+    for s in SPLITS:  # markers last: a shard counts as done only once its data files are in place
+        C.write_json_atomic(C.join(dirs[s], names["marker"]), {
+            "fingerprint": fp, "counts": out.counts[s], "bad": bad.count, "bad_samples": bad.samples,
+            "checksums": sums[s],
+        })
+    _count_shard(out.counts, bad.count)
+    return {"index": index, "input": fp["input"], "reused": False, "splits": out.counts, "bad": bad.count,
+            "bad_samples": bad.samples, "checksums": sums, "engine": encoder.record()}
 
 
 def _shard_task(spec: _ShardSpec):
@@ -439,11 +477,7 @@ def tokenize_source(
     total = len(files)
     out_dir = out_dir.rstrip("/")
     cache_dir = TokenCacheDir(out_dir)
-    for s in SPLITS:
-        C.makedirs(cache_dir.split(s))
-    tok_copy = cache_dir.tokenizer
-    if not C.exists(tok_copy) or _sha256_of(tok_copy) != identity.sha256:
-        copy_file(_tokenizer_file(tokenizer_path), tok_copy)
+    tok_copy = _prepare_cache_dir(cache_dir, tokenizer_path, identity.sha256)
     threads = threads or _default_threads(exec_config, total)
     if batch_bytes is None:
         batch_bytes = max(1 << 20, min(8 << 20, threads * (512 << 10)))
@@ -464,14 +498,7 @@ def tokenize_source(
     if [r["index"] for r in results] != list(range(total)):
         raise RuntimeError(f"tokenize {name}: expected results for shards 0..{total - 1}, got "
                            f"{[r['index'] for r in results]}")
-    splits = {}
-    for s in SPLITS:
-        ledger = _ledger(name, s, spec, results, total, True)
-        stats = {k: ledger[k] for k in ("total_tokens", "total_docs", "total_bytes")}
-        C.write_json_atomic(cache_dir.stats(s), stats)
-        C.write_json_atomic(cache_dir.ledger(s), ledger)  # commit point
-        splits[s] = {"path": TokenCacheDir.split_rel(s), "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
-                     "bytes": ledger["total_bytes"], "shards": total}
+    splits = _commit_splits(name, spec, cache_dir, results, total)
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
     if planned is None and not any("engine" in r for r in results):
         planned = choose(tok, engine, where=str(tokenizer_path))
@@ -481,6 +508,32 @@ def tokenize_source(
         reused_shards=sum(1 for r in results if r["reused"]), bad_records=sum(r["bad"] for r in results),
         bad_samples=bad_samples, counters=dict(run.counters), **engine_record,
     )
+
+
+def _prepare_cache_dir(cache_dir: TokenCacheDir, tokenizer_path: str, sha256: str) -> str:
+    """Make the split dirs and copy the tokenizer in (kept when the copy there has the same sha256);
+    returns the copy's path, which the workers load, so the cache and its tokens always agree."""
+    for s in SPLITS:
+        C.makedirs(cache_dir.split(s))
+    tok_copy = cache_dir.tokenizer
+    if not C.exists(tok_copy) or _sha256_of(tok_copy) != sha256:
+        copy_file(_tokenizer_file(tokenizer_path), tok_copy)
+    return tok_copy
+
+
+def _commit_splits(name: str, spec: _ShardSpec, cache_dir: TokenCacheDir, results: list[dict],
+                   total: int) -> dict[str, dict]:
+    """Write each split's stats and then its finished ledger (the commit point); returns the result's
+    per-split records."""
+    splits = {}
+    for s in SPLITS:
+        ledger = _ledger(name, s, spec, results, total, True)
+        stats = {k: ledger[k] for k in ("total_tokens", "total_docs", "total_bytes")}
+        C.write_json_atomic(cache_dir.stats(s), stats)
+        C.write_json_atomic(cache_dir.ledger(s), ledger)  # commit point
+        splits[s] = {"path": TokenCacheDir.split_rel(s), "docs": ledger["total_docs"], "tokens": ledger["total_tokens"],
+                     "bytes": ledger["total_bytes"], "shards": total}
+    return splits
 
 
 def _engine_summary(name: str, planned: EngineChoice | None, results: list[dict]) -> dict:
