@@ -216,22 +216,33 @@ def _final_sink(stage: Stage) -> SinkSpec | None:
     return None
 
 
+@dataclass
+class _Run:
+    """One execute call's state: its backend and progress display, where its stage files live, and
+    what accumulates stage by stage: the shuffle indexes later stages read, the counters, the items
+    collected by a stage without output, and each stage's stats."""
+
+    stages: list[Stage]
+    config: ExecConfig
+    backend: Backend
+    progress: Any
+    root: str
+    temporary: bool  # a private temp dir: no checkpoints, removed at the end
+    indexes: dict[int, list[str]] = field(default_factory=dict)
+    counters: Counter = field(default_factory=Counter)
+    items: list = field(default_factory=list)
+    stats: list[StageStats] = field(default_factory=list)
+
+
 def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
     config = config or ExecConfig()
-    final = stages[-1]
-    sink = _final_sink(final)
-    if sink is not None and sink.skip_existing:
-        paths = [format_output(sink.pattern, i, final.num_tasks) for i in range(final.num_tasks)]
-        if all(exists(p) for p in paths):
-            return RunResult(paths, {"sink_skipped_existing": len(paths)},
-                             [StageStats(s.id, s.name, s.num_tasks, skipped=True) for s in stages])
-
+    existing = _existing_outputs(stages)
+    if existing is not None:
+        return existing
     if config.work_dir:
-        root = f"{config.work_dir.rstrip('/')}/plan-{_fingerprint(stages)}"
-        temporary = False
+        root, temporary = f"{config.work_dir.rstrip('/')}/plan-{_fingerprint(stages)}", False
     else:
-        root = tempfile.mkdtemp(prefix="datakit-shuffle-")
-        temporary = True
+        root, temporary = tempfile.mkdtemp(prefix="datakit-shuffle-"), True
     backend = get_backend(config.backend, config.max_workers, **config.backend_options)
     if backend.capabilities.may_span_nodes and is_local(root) and backend.num_nodes() > 1:
         raise ValueError(
@@ -239,78 +250,109 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
             "node's disk; set ExecConfig(work_dir=...) (or the manifest's prefix) to storage every node sees, "
             "e.g. gs://bucket/tmp or a shared NFS path"
         )
-    progress = _progress(config)
-    indexes: dict[int, list[str]] = {}
-    counters: Counter = Counter()
-    all_stats: list[StageStats] = []
-    items: list = []
+    run = _Run(stages, config, backend, _progress(config), root, temporary)
     ok = False
     try:
-        if progress:
-            progress.start()
+        if run.progress:
+            run.progress.start()
         for stage in stages:
             st = StageStats(stage.id, stage.name, stage.num_tasks)
-            all_stats.append(st)
-            stage_dir = f"{root}/stage-{stage.id:03d}"
-            marker = f"{stage_dir}/_SUCCESS.json"
-            if stage.output is not None and not temporary and exists(marker):
-                with open_read(marker) as f:
-                    saved = json.loads(f.read())
-                indexes[stage.id] = saved["indexes"]
-                counters.update(saved["counters"])
-                st.skipped = True
-                continue
-            upstream = {s: indexes[s] for s in stage.pipe.upstream_stages()}
-            specs = [
-                TaskSpec(stage.id, i, stage.num_tasks, stage.pipe.for_shard(i), stage.output, upstream,
-                         stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i))
-                for i in range(stage.num_tasks)
-            ]
-            tick = _Bar(progress, config, stage, len(specs))
-            t0 = time.perf_counter()
-            results = _schedule(backend, specs, config, st, tick)
-            tick.close()
-            st.wall_s = time.perf_counter() - t0
-            for r in results:
-                counters.update(r["counters"])
-                st.rows_in += r["rows_in"]
-                st.rows_out += r["rows_out"]
-                st.shuffle_bytes += r["bytes_out"]
-                st.shuffle_rows += r["output"].get("rows", 0) if stage.output is not None else 0
-                st.spill_files += r["spill_files"]
-                st.peak_rss = max(st.peak_rss, r["peak_rss"])
-            if stage.output is not None:
-                indexes[stage.id] = [r["output"]["index"] for r in results]
-                keep = set(indexes[stage.id])
-                keep |= {p.rsplit(".", 1)[0] + ".data" for p in keep}
-                _cleanup_attempts(stage_dir, keep)
-                if not temporary:
-                    stage_counters: Counter = Counter()
-                    for r in results:
-                        stage_counters.update(r["counters"])
-                    saved = {"indexes": indexes[stage.id], "counters": dict(stage_counters)}
-                    atomic_write_bytes(marker, json.dumps(saved).encode())
-            else:
-                for r in results:
-                    items.extend(load_collected(r["output"]))
-            # A shuffle's files are dead once every stage reading them has run.
-            for done_id in stage.pipe.upstream_stages():
-                if temporary and all(done_id not in s.pipe.upstream_stages() for s in stages[stage.id + 1:]):
-                    shutil.rmtree(f"{root}/stage-{done_id:03d}", ignore_errors=True)
+            run.stats.append(st)
+            _run_stage(run, stage, st)
         ok = True
     finally:
-        if progress:
-            progress.stop()
-        if backend.capabilities.in_process:
-            backend.close()
-        if temporary or (ok and not config.keep_work_dir):
-            if is_local(root):
-                shutil.rmtree(root, ignore_errors=True)
-            elif ok:  # on an object store too: shuffle files are dead weight once every stage has run
-                remove_tree(root)
+        _release(run, ok)
     if config.print_stats:
-        print(format_stats(all_stats), file=sys.stderr)
-    return RunResult(items, dict(counters), all_stats)
+        print(format_stats(run.stats), file=sys.stderr)
+    return RunResult(run.items, dict(run.counters), run.stats)
+
+
+def _existing_outputs(stages: list[Stage]) -> RunResult | None:
+    """With a skip_existing final sink whose every output exists, the run's result without running."""
+    final = stages[-1]
+    sink = _final_sink(final)
+    if sink is not None and sink.skip_existing:
+        paths = [format_output(sink.pattern, i, final.num_tasks) for i in range(final.num_tasks)]
+        if all(exists(p) for p in paths):
+            return RunResult(paths, {"sink_skipped_existing": len(paths)},
+                             [StageStats(s.id, s.name, s.num_tasks, skipped=True) for s in stages])
+    return None
+
+
+def _run_stage(run: _Run, stage: Stage, st: StageStats) -> None:
+    """Run one stage's tasks (or take its checkpoint), tally them, keep its output, then drop the
+    shuffle files no later stage reads."""
+    stage_dir = f"{run.root}/stage-{stage.id:03d}"
+    marker = f"{stage_dir}/_SUCCESS.json"
+    if stage.output is not None and not run.temporary and exists(marker):
+        with open_read(marker) as f:
+            saved = json.loads(f.read())
+        run.indexes[stage.id] = saved["indexes"]
+        run.counters.update(saved["counters"])
+        st.skipped = True
+        return
+    upstream = {s: run.indexes[s] for s in stage.pipe.upstream_stages()}
+    config = run.config
+    specs = [
+        TaskSpec(stage.id, i, stage.num_tasks, stage.pipe.for_shard(i), stage.output, upstream,
+                 stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i))
+        for i in range(stage.num_tasks)
+    ]
+    tick = _Bar(run.progress, config, stage, len(specs))
+    t0 = time.perf_counter()
+    results = _schedule(run.backend, specs, config, st, tick)
+    tick.close()
+    st.wall_s = time.perf_counter() - t0
+    _tally(results, stage, st, run.counters)
+    if stage.output is not None:
+        _keep_output(run, stage, results, stage_dir, marker)
+    else:
+        for r in results:
+            run.items.extend(load_collected(r["output"]))
+    # A shuffle's files are dead once every stage reading them has run.
+    for done_id in stage.pipe.upstream_stages():
+        if run.temporary and all(done_id not in s.pipe.upstream_stages() for s in run.stages[stage.id + 1:]):
+            shutil.rmtree(f"{run.root}/stage-{done_id:03d}", ignore_errors=True)
+
+
+def _tally(results: list[dict], stage: Stage, st: StageStats, counters: Counter) -> None:
+    for r in results:
+        counters.update(r["counters"])
+        st.rows_in += r["rows_in"]
+        st.rows_out += r["rows_out"]
+        st.shuffle_bytes += r["bytes_out"]
+        st.shuffle_rows += r["output"].get("rows", 0) if stage.output is not None else 0
+        st.spill_files += r["spill_files"]
+        st.peak_rss = max(st.peak_rss, r["peak_rss"])
+
+
+def _keep_output(run: _Run, stage: Stage, results: list[dict], stage_dir: str, marker: str) -> None:
+    """Record a shuffle stage's accepted indexes, remove other attempts' files and, with a work_dir,
+    checkpoint the stage (indexes + its counters) so a rerun resumes after it."""
+    run.indexes[stage.id] = [r["output"]["index"] for r in results]
+    keep = set(run.indexes[stage.id])
+    keep |= {p.rsplit(".", 1)[0] + ".data" for p in keep}
+    _cleanup_attempts(stage_dir, keep)
+    if not run.temporary:
+        stage_counters: Counter = Counter()
+        for r in results:
+            stage_counters.update(r["counters"])
+        saved = {"indexes": run.indexes[stage.id], "counters": dict(stage_counters)}
+        atomic_write_bytes(marker, json.dumps(saved).encode())
+
+
+def _release(run: _Run, ok: bool) -> None:
+    """Stop the progress display, close an in-process backend, and remove the stage files unless they
+    are a work_dir's checkpoints of an unfinished (or kept) run."""
+    if run.progress:
+        run.progress.stop()
+    if run.backend.capabilities.in_process:
+        run.backend.close()
+    if run.temporary or (ok and not run.config.keep_work_dir):
+        if is_local(run.root):
+            shutil.rmtree(run.root, ignore_errors=True)
+        elif ok:  # on an object store too: shuffle files are dead weight once every stage has run
+            remove_tree(run.root)
 
 
 def _human(n: float) -> str:
