@@ -268,101 +268,112 @@ def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
     names = ctx.norm_names(src) if norm not in ctx.broken else []
     main = [os.path.join(main_dir, n) for n in names]
     removed = [os.path.join(removed_dir, n) for n in names]
-
-    def files() -> str:
-        eq(res.get("num_shards"), len(names), f"result num_shards vs {norm} shards")
-        for d in (main_dir, removed_dir):
-            have = parquet_names(d)
-            if have != names:
-                missing = sorted(set(names) - set(have))
-                extra = sorted(set(have) - set(names))
-                raise CheckFailed(f"{ctx.rel(d)}/ has {len(have)} of {len(names)} shards"
-                                  + (f"; missing {', '.join(missing[:3])}" if missing else "")
-                                  + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
-        ctx.stage_info(name, files=len(names))
-        return f"{len(names)} shards (same names as {norm})"
-
-    if not ctx.check(name, "files", files, (norm,), breaks=True):
+    dirs = (main_dir, removed_dir)
+    if not ctx.check(name, "files", lambda: _consolidate_files(ctx, name, res, norm, names, dirs), (norm,),
+                     breaks=True):
         return
+    ctx.check(name, "sorted", lambda: _sorted_ids(ctx, main))
+    ctx.check(name, "no_duplicates", lambda: _no_duplicates_kept(ctx, src, attrs, main), needs)
+    ctx.check(name, "no_contamination", lambda: _no_contamination_kept(ctx, src, attrs, main), needs)
+    ctx.check(name, "counts", lambda: _consolidate_counts(ctx, name, src, c, attrs, main, removed), needs)
 
-    def sorted_ids() -> str:
-        bad = ctx.q("select filename, id, p from (select filename, id, lag(id) over (partition by filename "
-                     "order by file_row_number) p from read_parquet(?, filename=true, file_row_number=true)) "
-                     "where p > id limit 1", [main])
-        if bad:
-            raise CheckFailed(f"{ctx.rel(bad[0][0])}: id {bad[0][1]} follows {bad[0][2]}: not sorted by id")
-        return "every shard sorted by id"
 
-    ctx.check(name, "sorted", sorted_ids)
+def _consolidate_files(ctx: RunContext, name: str, res: dict, norm: str, names: list[str],
+                       dirs: tuple[str, str]) -> str:
+    """The main and removed dirs hold exactly the normalize step's shard names."""
+    eq(res.get("num_shards"), len(names), f"result num_shards vs {norm} shards")
+    for d in dirs:
+        have = parquet_names(d)
+        if have != names:
+            missing = sorted(set(names) - set(have))
+            extra = sorted(set(have) - set(names))
+            raise CheckFailed(f"{ctx.rel(d)}/ has {len(have)} of {len(names)} shards"
+                              + (f"; missing {', '.join(missing[:3])}" if missing else "")
+                              + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
+    ctx.stage_info(name, files=len(names))
+    return f"{len(names)} shards (same names as {norm})"
 
-    def no_duplicates() -> str:
-        twice = ctx.q("select id, count(*) from read_parquet(?) group by id having count(*) > 1 "
-                       "order by id limit 3", [main])
-        if twice:
-            raise CheckFailed(f"id {twice[0][0]} occurs {twice[0][1]} times in the output "
-                              f"({len(twice)}{'+' if len(twice) == 3 else ''} duplicated ids)")
-        for other in ctx.sources_with("consolidate"):
-            o = f"consolidate-{other}"
-            if other == src or o in ctx.broken or o not in ctx.artifacts:
-                continue
-            o_main = [os.path.join(ctx.path(o, ctx.res(o).get("main", DocumentsDir.MAIN)), n)
-                      for n in ctx.norm_names(other)]
-            shared = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
-                            "(select id from read_parquet(?))", [main, o_main])[0]
-            if shared[1]:
-                raise CheckFailed(f"{shared[1]} id(s) also in {o} (first {shared[0]}): a cross-source "
-                                  "exact duplicate survived")
-        for step, where in (("exact-dedup", ""), ("fuzzy-dups", " where not is_canonical")):
-            if step not in attrs:
-                continue
-            files = ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])
-            hit = ctx.q(f"select min(id), count(*) from read_parquet(?) where id in "
-                         f"(select id from read_parquet(?){where})", [main, files])[0]
-            if hit[1]:
-                raise CheckFailed(f"{hit[1]} doc(s) marked as duplicates by {step} are in the output "
-                                  f"(first {hit[0]})")
-        return "ids unique, no marked duplicate kept"
 
-    ctx.check(name, "no_duplicates", no_duplicates, needs)
+def _sorted_ids(ctx: RunContext, main: list[str]) -> str:
+    bad = ctx.q("select filename, id, p from (select filename, id, lag(id) over (partition by filename "
+                 "order by file_row_number) p from read_parquet(?, filename=true, file_row_number=true)) "
+                 "where p > id limit 1", [main])
+    if bad:
+        raise CheckFailed(f"{ctx.rel(bad[0][0])}: id {bad[0][1]} follows {bad[0][2]}: not sorted by id")
+    return "every shard sorted by id"
 
-    def no_contamination() -> str:
-        if "decontaminate" in attrs:
-            files = ctx.attr_files("decontaminate", src, ctx.res("decontaminate")["sources"][src]["attributes"])
-            hit = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
-                         f"(select id from read_parquet(?){_decon_where(ctx, files, kept=False)})", [main, files])[0]
-            if hit[1]:
-                raise CheckFailed(f"{hit[1]} doc(s) marked contaminated are in the output (first {hit[0]})")
-        left = ctx.find_planted(main)
-        ctx.summary["planted"].setdefault("left", 0)
-        ctx.summary["planted"]["left"] += len(left)
-        if left:
-            item, doc, f = left[0]
-            raise CheckFailed(f"benchmark item {item} is still in {ctx.rel(f)} (doc {doc})")
-        return f"no benchmark text among {len(ctx.needles())} searched"
 
-    ctx.check(name, "no_contamination", no_contamination, needs)
+def _no_duplicates_kept(ctx: RunContext, src: str, attrs: list[str], main: list[str]) -> str:
+    """Ids unique within the output and across the other sources' outputs; no document an exact or
+    fuzzy dedup step marked as a duplicate kept."""
+    twice = ctx.q("select id, count(*) from read_parquet(?) group by id having count(*) > 1 "
+                   "order by id limit 3", [main])
+    if twice:
+        raise CheckFailed(f"id {twice[0][0]} occurs {twice[0][1]} times in the output "
+                          f"({len(twice)}{'+' if len(twice) == 3 else ''} duplicated ids)")
+    for other in ctx.sources_with("consolidate"):
+        o = f"consolidate-{other}"
+        if other == src or o in ctx.broken or o not in ctx.artifacts:
+            continue
+        o_main = [os.path.join(ctx.path(o, ctx.res(o).get("main", DocumentsDir.MAIN)), n)
+                  for n in ctx.norm_names(other)]
+        shared = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
+                        "(select id from read_parquet(?))", [main, o_main])[0]
+        if shared[1]:
+            raise CheckFailed(f"{shared[1]} id(s) also in {o} (first {shared[0]}): a cross-source "
+                              "exact duplicate survived")
+    for step, where in (("exact-dedup", ""), ("fuzzy-dups", " where not is_canonical")):
+        if step not in attrs:
+            continue
+        files = ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])
+        hit = ctx.q(f"select min(id), count(*) from read_parquet(?) where id in "
+                     f"(select id from read_parquet(?){where})", [main, files])[0]
+        if hit[1]:
+            raise CheckFailed(f"{hit[1]} doc(s) marked as duplicates by {step} are in the output "
+                              f"(first {hit[0]})")
+    return "ids unique, no marked duplicate kept"
 
-    def counts() -> str:
-        n_in = ctx.docs_count(src)
-        eq(c.get("docs_in"), n_in, f"counters.docs_in vs {ctx.docs_step(src)} documents")
-        removed_c = {k: c.get(f"removed_{k}", 0) for k in ("exact", "fuzzy", "decontaminate")}
-        eq(c.get("docs_out"), c.get("docs_in", 0) - sum(removed_c.values()),
-            "counters.docs_out vs docs_in - removed_exact - removed_fuzzy - removed_decontaminate")
-        out_rows = ctx.rows(main)
-        eq(out_rows, c.get("docs_out"), "output parquet rows vs counters.docs_out")
-        by_reason = dict(ctx.q("select reason, count(*) from read_parquet(?) group by 1", [removed]))
-        for k, n in removed_c.items():
-            eq(by_reason.get(k, 0), n, f"{DocumentsDir.REMOVED} rows with reason {k} vs counters.removed_{k}")
-        expect = _expected_removals(ctx, src, attrs)
-        for k, n in expect.items():
-            eq(removed_c[k], n, f"counters.removed_{k} vs {k} marks not already removed by an earlier reason")
-        ctx.stage_info(name, rows=out_rows)
-        ctx.src_info(src, docs_in=c.get("docs_in"), docs_out=out_rows,
-                     **{f"removed_{k}": n for k, n in removed_c.items()})
-        return (f"{c.get('docs_in')} in = {out_rows} out + {removed_c['exact']} exact + {removed_c['fuzzy']} "
-                f"fuzzy + {removed_c['decontaminate']} contaminated")
 
-    ctx.check(name, "counts", counts, needs)
+def _no_contamination_kept(ctx: RunContext, src: str, attrs: list[str], main: list[str]) -> str:
+    """No document decontaminate marked is in the output, and no planted benchmark text either."""
+    if "decontaminate" in attrs:
+        files = ctx.attr_files("decontaminate", src, ctx.res("decontaminate")["sources"][src]["attributes"])
+        hit = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
+                     f"(select id from read_parquet(?){_decon_where(ctx, files, kept=False)})", [main, files])[0]
+        if hit[1]:
+            raise CheckFailed(f"{hit[1]} doc(s) marked contaminated are in the output (first {hit[0]})")
+    left = ctx.find_planted(main)
+    ctx.summary["planted"].setdefault("left", 0)
+    ctx.summary["planted"]["left"] += len(left)
+    if left:
+        item, doc, f = left[0]
+        raise CheckFailed(f"benchmark item {item} is still in {ctx.rel(f)} (doc {doc})")
+    return f"no benchmark text among {len(ctx.needles())} searched"
+
+
+def _consolidate_counts(ctx: RunContext, name: str, src: str, c: dict, attrs: list[str], main: list[str],
+                        removed: list[str]) -> str:
+    """docs_in = docs_out + removals by reason, each against the files: the input documents, the output
+    rows, the removed rows by reason, and the marks not already removed by an earlier reason."""
+    n_in = ctx.docs_count(src)
+    eq(c.get("docs_in"), n_in, f"counters.docs_in vs {ctx.docs_step(src)} documents")
+    removed_c = {k: c.get(f"removed_{k}", 0) for k in ("exact", "fuzzy", "decontaminate")}
+    eq(c.get("docs_out"), c.get("docs_in", 0) - sum(removed_c.values()),
+        "counters.docs_out vs docs_in - removed_exact - removed_fuzzy - removed_decontaminate")
+    out_rows = ctx.rows(main)
+    eq(out_rows, c.get("docs_out"), "output parquet rows vs counters.docs_out")
+    by_reason = dict(ctx.q("select reason, count(*) from read_parquet(?) group by 1", [removed]))
+    for k, n in removed_c.items():
+        eq(by_reason.get(k, 0), n, f"{DocumentsDir.REMOVED} rows with reason {k} vs counters.removed_{k}")
+    expect = _expected_removals(ctx, src, attrs)
+    for k, n in expect.items():
+        eq(removed_c[k], n, f"counters.removed_{k} vs {k} marks not already removed by an earlier reason")
+    ctx.stage_info(name, rows=out_rows)
+    ctx.src_info(src, docs_in=c.get("docs_in"), docs_out=out_rows,
+                 **{f"removed_{k}": n for k, n in removed_c.items()})
+    return (f"{c.get('docs_in')} in = {out_rows} out + {removed_c['exact']} exact + {removed_c['fuzzy']} "
+            f"fuzzy + {removed_c['decontaminate']} contaminated")
+
 
 def _decon_where(ctx: RunContext, files: list[str], kept: bool) -> str:
     """The decontaminate rows that leave a document's id out of the output: action `remove` (kept=True:
