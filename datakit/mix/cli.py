@@ -75,7 +75,7 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     from datakit import pipeline
     from datakit.cli import EXIT_BAD_INPUT, EXIT_FAILED, _load, _resolve_prefix
     from datakit.core import fsio
-    from datakit.mix.search_steps import MIXTURE_FILE, SEARCH_STEP
+    from datakit.stages.mixture_steps import MIXTURE_FILE, SEARCH_STEP
     from datakit.report.events import event_lines
     from datakit.steps.runner import collect_steps
 
