@@ -77,7 +77,7 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     from datakit.core import fsio
     from datakit.report.events import event_lines
     from datakit.stages.mixture_steps import MIXTURE_FILE, SEARCH_STEP
-    from datakit.steps.runner import collect_steps
+    from datakit.steps import collect_steps
 
     m = _with_search(load(manifest), proxies, seed, target)
     out = resolve_prefix(m, prefix)
