@@ -114,10 +114,6 @@ class LocalBackend(Backend):
         self.capacity = max(1, max_workers or os.cpu_count() or 1)
         self.workers = [_Worker() for _ in range(self.capacity)]
 
-    @property
-    def pids(self) -> list[int]:
-        return [w.pid for w in self.workers]
-
     def submit(self, key: Any, payload: bytes) -> None:
         for w in self.workers:
             if w.key is None:

@@ -167,11 +167,6 @@ class StepContext:
         with self._lock:
             self.counters[name] = self.counters.get(name, 0) + int(n)
 
-    def add_counters(self, counters: dict[str, int]) -> None:
-        """Merge counters, e.g. ``RunResult.counters`` from a datakit.shuffle pipeline."""
-        for k, v in counters.items():
-            self.increment(k, v)
-
     def log(self, message: str, **fields: Any) -> None:
         """Log through ``logging`` and as a structured ``step_log`` event in events.jsonl."""
         logging.getLogger(f"datakit.steps.{self.step.name}").info(message)
