@@ -17,13 +17,14 @@ they are spread over the files. Written as ``--files`` jsonl.zst files of {"id",
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import random
 import re
 import sysconfig
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from benchmarks import filters as fm
 
 EXACT_FRACTION, NEAR_FRACTION = 0.05, 0.10
 MIN_PLANT_WORDS = 100  # originals this short give Jaccards dominated by a handful of 5-grams
@@ -32,14 +33,6 @@ _WS = re.compile(r"(\s+)")
 _LONG_RUN = re.compile(r"\S{1001}")
 MAX_DOC_CHARS = 10_000
 VERSION = 2  # bump when the corpus a given --mb/--files/--seed builds changes (invalidates --reuse)
-
-
-def _filters_module():
-    """benchmarks/filters.py, loaded by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("_bench_filters", Path(__file__).with_name("filters.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @dataclass
@@ -126,7 +119,6 @@ def cap(piece: str, max_chars: int) -> list[str]:
 
 def base_documents(target_bytes: int) -> list[str]:
     """Distinct real-text documents, round-robin over the kinds of text, about ``target_bytes`` in all."""
-    fm = _filters_module()
     files = fm._files()
     iters = {k: iter(v) for k, v in files.items() if v}
     seen: set[bytes] = set()

@@ -1,6 +1,6 @@
 """The datatrove side of benchmarks/pipeline.py; runs in the peer's own venv (.venv-bench), never imports datakit.
 
-    .venv-bench/bin/python benchmarks/_pipeline_peer.py ARGS_JSON RESULT_JSON
+    .venv-bench/bin/python -m benchmarks._pipeline_peer ARGS_JSON RESULT_JSON
 
 The pipeline is the one a datatrove 0.10 user writes for exact dedup -> MinHash dedup -> tokenization,
 each block a LocalPipelineExecutor run with `workers` processes (tasks: one per input file where a block
@@ -29,18 +29,13 @@ import os
 import sys
 import time
 
-# Run as a script, benchmarks/ comes first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize (imported by inspect, linecache, spaCy...): drop it.
-if sys.path and sys.path[0] and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 
 def doc_text(doc) -> str:
     """ExactDedupConfig's content getter; the return annotation picks datatrove's str hash function."""
     return doc.text
 
 
-def _word_tokenizer(words: str):
+def word_tokenizer(words: str):
     """datatrove's default English words (spaCy, "en"), or a whitespace splitter: spaCy is most of the
     signature block's time, so --peer-words whitespace shows the peer at its fastest."""
     if words == "spacy":
@@ -82,7 +77,7 @@ def _blocks(a: dict) -> list[tuple[str, list, int, int]]:
         ("read_exact_sigs", [reader(), ExactDedupSignature(f"{work}/exact_sigs", config=ex)], files, w),
         ("exact_find", [ExactFindDedups(f"{work}/exact_sigs", f"{work}/exact_dups", config=ex)], 1, 1),
         ("minhash_sigs", [reader(), ExactDedupFilter(f"{work}/exact_dups", config=ex),
-                          MinhashDedupSignature(f"{work}/mh_sigs", config=mh, language=_word_tokenizer(a["words"]))],
+                          MinhashDedupSignature(f"{work}/mh_sigs", config=mh, language=word_tokenizer(a["words"]))],
          files, w),
         ("minhash_buckets", [MinhashDedupBuckets(f"{work}/mh_sigs", f"{work}/mh_buckets", config=mh)],
          a["bands"], w),

@@ -21,8 +21,8 @@ The training set repeats the corpus's documents round-robin when the corpus hold
 and memory are the figures; its held-out metrics then score copies of training texts and mean little.
 
     .venv-bench/bin/pip install 'datatrove==0.10.*' spacy fasttext-numpy2-wheel fasteners
-    .venv/bin/python benchmarks/classifier.py --mb 10 --train-docs 100000
-    .venv/bin/python benchmarks/classifier.py --work-dir W --reuse      # scoring again, same corpus and model
+    .venv/bin/python -m benchmarks.classifier --mb 10 --train-docs 100000
+    .venv/bin/python -m benchmarks.classifier --work-dir W --reuse      # scoring again, same corpus and model
 
 Measured (2-core machine, quiet, 2026-11-25; 10.3 MB: 1,439 documents; 3 runs of 3 repeats, each run
 measuring both sides): scoring 4,909-5,820 docs per CPU-second vs datatrove's 1,724-2,286 (2.40-2.85x).
@@ -54,11 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-# benchmarks/tokenize.py would shadow the standard library's tokenize: drop this script's directory.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
-PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+from benchmarks.common import PEER_PYTHON, module_command
+from benchmarks.filters import build_corpus
 
 
 def _cpu() -> float:
@@ -174,13 +171,6 @@ def main() -> None:
     if a._ours:
         ours_main(a._ours[0], a._ours[1], int(a._ours[2]), a._ours[3], int(a._ours[4]))
         return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_filters", ROOT / "benchmarks" / "filters.py")
-    filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(filters)
-    build_corpus = filters.build_corpus
-
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="bench-classifier-"))
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus.jsonl"
@@ -195,8 +185,8 @@ def main() -> None:
 
     compact_model(model, str(work / "scoring.bin"))  # the training step writes it beside model.bin
     for name, chars in (("ours", 20_000), ("ours2k", 2_000)):
-        subprocess.run([sys.executable, __file__, "--_ours", str(corpus), model, str(a.repeats),
-                        str(work / f"{name}.json"), str(chars)], check=True)
+        subprocess.run(module_command(sys.executable, "classifier", "--_ours", str(corpus), model, str(a.repeats),
+                                      str(work / f"{name}.json"), str(chars)), check=True)
     subprocess.run([a.peer_python, "-c", PEER, str(corpus), model, str(a.repeats), str(work / "peer.json")],
                    check=True)
     ours, peer, ours2k = (json.load(open(work / f"{s}.json")) for s in ("ours", "peer", "ours2k"))

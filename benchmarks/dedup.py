@@ -40,36 +40,31 @@ for datakit with and without verification, and `ratios.quality` the F1 of every 
 Setup (datatrove 0.10 needs spaCy for its English tokenizer and xxhash<4, so it gets its own venv):
     python3 -m venv .venv-datatrove
     .venv-datatrove/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex tokenizers pyarrow orjson psutil zstandard
-    .venv/bin/python benchmarks/dedup.py                  # quick: 10k docs, all contenders
-    .venv/bin/python benchmarks/dedup.py --docs 20000 --peer-python .venv-bench/bin/python   # the README figures
-    .venv/bin/python benchmarks/dedup.py --only datakit,datasketch
+    .venv/bin/python -m benchmarks.dedup                  # quick: 10k docs, all contenders
+    .venv/bin/python -m benchmarks.dedup --docs 20000 --peer-python .venv-bench/bin/python   # the README figures
+    .venv/bin/python -m benchmarks.dedup --only datakit,datasketch
 Without .venv-datatrove (or --peer-python) the datatrove entries say why they were skipped.
 """
 
 from __future__ import annotations
 
-import sys
-
-# Run as a script, this directory is first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize (imported by inspect, linecache, datatrove, spaCy...): drop it.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
-
 import argparse
-import functools
 import json
 import os
 import re
 import resource
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks._pipeline_peer import word_tokenizer
+from benchmarks.common import REPO, module_command
+
 NGRAM, BANDS, ROWS = 5, 14, 8
 TRUE_THRESHOLD = 0.8
 ALL = ["datakit", "datakit_1core", "datakit_noverify", "datatrove_spacy", "datatrove_whitespace", "datasketch"]
@@ -272,7 +267,6 @@ def write_corpus(docs, vocab, out: Path, num_files: int) -> dict[str, int]:
     """Write the corpus as a normalized source (normalize's layout); returns id -> doc index."""
     import numpy as np
 
-    sys.path.insert(0, str(REPO))
     from datakit.dedup.fixtures import doc_id, write_normalized_source
 
     words = np.array(vocab, dtype=object)
@@ -286,7 +280,6 @@ def write_corpus(docs, vocab, out: Path, num_files: int) -> dict[str, int]:
 
 # ====================================================================== contenders (run in subprocesses)
 def role_datakit(src: str, work: str, workers: int, verify: bool) -> dict:
-    sys.path.insert(0, str(REPO))
     import psutil
     import pyarrow.parquet as pq
 
@@ -376,7 +369,7 @@ def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
     files = len(list(Path(src, "outputs/main").glob("*.parquet")))
     cfg = MinhashConfig(n_grams=NGRAM, num_buckets=BANDS, hashes_per_bucket=ROWS, seed=1,
                         hash_config=HashConfig(precision=64))
-    lang = _helper("_pipeline_peer")._word_tokenizer("whitespace" if tokenizer == "whitespace" else "spacy")
+    lang = word_tokenizer("whitespace" if tokenizer == "whitespace" else "spacy")
     main = f"{src}/outputs/main"
 
     def reader():
@@ -407,27 +400,17 @@ def role_datatrove(src: str, work: str, workers: int, tokenizer: str) -> dict:
 
 
 # ====================================================================== parent: run, monitor, score
-@functools.lru_cache(maxsize=None)
-def _helper(name: str):
-    """A sibling helper module (benchmarks/<name>.py), loaded once, by path: this directory is off sys.path."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up while a class is built
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
-    return _helper("_pipeline_measure").tree_sample(pid, cpu_seen)
+    from benchmarks._pipeline_measure import tree_sample  # psutil: needed by the parent only
+
+    return tree_sample(pid, cpu_seen)
 
 
 def run_contender(python: str, role_args: list[str], result_file: Path, timeout: float) -> dict:
-    cmd = [python, str(Path(__file__).resolve()), *role_args, "--result", str(result_file)]
+    cmd = module_command(python, "dedup", *role_args, "--result", str(result_file))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(REPO))
     peak = largest = 0
     cpu_seen: dict = {}

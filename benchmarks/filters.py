@@ -33,10 +33,10 @@ never a figure).
 The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours does not):
     python3 -m venv .venv-bench
     .venv-bench/bin/pip install 'datatrove==0.10.*' spacy
-    .venv/bin/python benchmarks/filters.py --mb 50          # a few minutes
-    .venv/bin/python benchmarks/filters.py                  # 200 MB
-    .venv/bin/python benchmarks/filters.py --peer-python /path/to/other/venv/bin/python
-    .venv/bin/python benchmarks/filters.py --work-dir W --reuse   # after a change to ours: datatrove's
+    .venv/bin/python -m benchmarks.filters --mb 50          # a few minutes
+    .venv/bin/python -m benchmarks.filters                  # 200 MB
+    .venv/bin/python -m benchmarks.filters --peer-python /path/to/other/venv/bin/python
+    .venv/bin/python -m benchmarks.filters --work-dir W --reuse   # after a change to ours: datatrove's
                                                                    # outputs in W are reused, ours re-measured
 
 Measured (2-core machine, quiet, 2026-11-25, 200 MB: 28,656 documents, 82% of them English): decisions
@@ -53,13 +53,6 @@ the tokenizer's shortcuts): against that figure, ours is 3.4x.
 
 from __future__ import annotations
 
-import sys
-
-# Run as a script, this directory comes first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize (imported by inspect, linecache, spacy...): drop it.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
-
 import argparse
 import gzip
 import hashlib
@@ -68,12 +61,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+from benchmarks.common import PEER_PYTHON, module_command
+
 DOC_CHARS = 8000
 RULES = ("gopher_repetition", "gopher_quality", "c4", "fineweb", "pii")
 EMAIL_PH, IP_PH = "<EMAIL_ADDRESS>", "<IP_ADDRESS>"
@@ -540,8 +534,8 @@ def compare(corpus: Path, ours: list[dict], peer: list[dict], peer_python: str, 
     if want:
         idx = corpus.with_suffix(".idx.json")
         idx.write_text(json.dumps(want))
-        pm = {int(k): v for k, v in _run([peer_python, "-P", __file__, "--peer-measures", str(corpus), "--indices",
-                                          str(idx)], "peer measures").items()}
+        pm = {int(k): v for k, v in _run(module_command(peer_python, "filters", "--peer-measures", str(corpus),
+                                                         "--indices", str(idx)), "peer measures").items()}
     out = {}
     for r in RULES:
         classes: dict[str, dict] = {}
@@ -588,13 +582,11 @@ def main() -> None:
     ap.add_argument("--indices", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ours:
-        sys.path.insert(0, str(ROOT))
         return ours_main(*args.ours)
     if args.peer:
         return peer_main(*args.peer)
     if args.peer_measures:
         return peer_measures_main(args.peer_measures, args.indices)
-    sys.path.insert(0, str(ROOT))
     if not os.path.exists(args.peer_python):
         raise SystemExit(f"{args.peer_python}: no peer venv; see this script's docstring to make one")
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dk-filters-bench-"))
@@ -609,11 +601,11 @@ def main() -> None:
             info["build_s"] = round(time.perf_counter() - t0, 1)
             info_path.write_text(json.dumps(info))
             peer_path.unlink(missing_ok=True)
-        ours = _run([sys.executable, "-P", __file__, "--ours", str(corpus), str(work / "ours.jsonl")], "ours")
+        ours = _run(module_command(sys.executable, "filters", "--ours", str(corpus), str(work / "ours.jsonl")), "ours")
         if args.reuse and peer_path.exists():
             peer = json.loads(peer_path.read_text())
         else:
-            peer = _run([args.peer_python, "-P", __file__, "--peer", str(corpus), str(work / "peer.jsonl")],
+            peer = _run(module_command(args.peer_python, "filters", "--peer", str(corpus), str(work / "peer.jsonl")),
                         "datatrove")
             peer_path.write_text(json.dumps(peer))
         if not peer.get("docs"):

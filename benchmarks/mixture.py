@@ -16,26 +16,19 @@ Figures:
 - ``target``: bits per byte of proportional and chosen, ``gain_bpb`` = proportional - chosen, and
   ``ratio`` = chosen / proportional (below 1: the search wins).
 
-    .venv/bin/python benchmarks/mixture.py --proxies 8 --proxy-steps 100 --workers 2
+    .venv/bin/python -m benchmarks.mixture --proxies 8 --proxy-steps 100 --workers 2
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
 
-# Run as a script, this directory is first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize module.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import yaml  # noqa: E402
+import yaml
 
 
 def _manifest(root: str, args: argparse.Namespace) -> str:

@@ -34,19 +34,12 @@ The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours do
     .venv-bench/bin/pip install 'datatrove==0.10.*' orjson zstandard warcio faust-cchardet python-magic \
         resiliparse trafilatura lxml_html_clean    # python-magic needs the system libmagic1; without
                                                    # zstandard datatrove reads 0 jsonl.zst documents
-    .venv/bin/python benchmarks/normalize.py                       # defaults: ~40 MB jsonl, 1500 pages
-    .venv/bin/python benchmarks/normalize.py --jsonl-mb 200 --pages 5000 --repeat 3   # the README's figures
+    .venv/bin/python -m benchmarks.normalize                       # defaults: ~40 MB jsonl, 1500 pages
+    .venv/bin/python -m benchmarks.normalize --jsonl-mb 200 --pages 5000 --repeat 3   # the README's figures
 Without .venv-bench the peer figures are null, with the reason.
 """
 
 from __future__ import annotations
-
-import sys
-
-# Run as a script, this directory comes first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize (imported by inspect, linecache, datatrove...): drop it.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
 
 import argparse
 import gzip
@@ -54,12 +47,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PEER_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
+from benchmarks.common import PEER_PYTHON, module_command
+
 PIECE_CHARS = 4000
 
 # Modules whose pydoc pages we render: importing them has no side effects.
@@ -345,7 +339,7 @@ def _resiliparse_extractor():
 def run_peer(kind: str, dirpath: Path) -> dict:
     if not PEER_PYTHON.exists():
         return {"error": f"{PEER_PYTHON} not found; see this file's docstring to create .venv-bench"}
-    proc = subprocess.run([str(PEER_PYTHON), "-P", __file__, "--peer", kind, "--dir", str(dirpath)],
+    proc = subprocess.run(module_command(PEER_PYTHON, "normalize", "--peer", kind, "--dir", str(dirpath)),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
@@ -402,7 +396,6 @@ def main() -> None:
     if args.peer:
         peer_main(args.peer, args.dir)
         return
-    sys.path.insert(0, str(ROOT))
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dk-norm-bench-in-"))
     try:
         jinfo = make_jsonl(work / "jsonl", args.jsonl_mb)

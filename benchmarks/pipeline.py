@@ -38,12 +38,12 @@ Setup (the peer has its own venv: datatrove 0.10 pins xxhash<4, spaCy is its wor
 reads the .zst files; without zstandard datatrove reads 0 documents):
     python3 -m venv .venv-bench
     .venv-bench/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy zstandard tokenizers
-    .venv/bin/python benchmarks/pipeline.py --mb 20                     # a smoke run, a few minutes
-    .venv/bin/python benchmarks/pipeline.py --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus, the
-    .venv/bin/python benchmarks/pipeline.py --reuse /tmp/dk-pipe        #   tokenizer and the peer's figures
+    .venv/bin/python -m benchmarks.pipeline --mb 20                     # a smoke run, a few minutes
+    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus, the
+    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        #   tokenizer and the peer's figures
                                                                         #   (they do not depend on our code)
-    .venv/bin/python benchmarks/pipeline.py --reuse /tmp/dk-pipe --rerun-peer
-    .venv/bin/python benchmarks/pipeline.py --reuse /tmp/dk-pipe --peer-words whitespace   # the peer at
+    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe --rerun-peer
+    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe --peer-words whitespace   # the peer at
                                                # its fastest: whitespace words instead of spaCy's
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
@@ -67,40 +67,23 @@ words (3.7x wall).
 
 from __future__ import annotations
 
-import sys
-
-# Run as a script, this directory is first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize: drop it, and import the helper modules by path.
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
-
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+from benchmarks import _pipeline_corpus as corpus_mod
+from benchmarks import _pipeline_measure as measure
+from benchmarks.common import PEER_PYTHON, REPO, module_command
+
 NGRAM, BANDS, ROWS = 5, 14, 8
 JACCARD_BINS = [(0.0, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-corpus_mod = _load("_pipeline_corpus")
-measure = _load("_pipeline_measure")
 
 
 @dataclass
@@ -120,7 +103,6 @@ class Setup:
 # ------------------------------------------------------------------------------------------------ setup
 def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[Path, "corpus_mod.CorpusInfo", Path]:
     """Build (or, when the recorded parameters match, reuse) the corpus and the tokenizer."""
-    sys.path.insert(0, str(REPO))
     params = {"mb": mb, "files": files, "seed": seed, "vocab": vocab, "corpus_version": corpus_mod.VERSION}
     stamp, corpus_dir = work / "params.json", work / "corpus"
     if not (stamp.exists() and json.loads(stamp.read_text()) == params and (work / "truth.json").exists()):
@@ -215,7 +197,7 @@ def run_datatrove(s: Setup, peer_python: str, all_ids: set[str]) -> dict:
             "words": s.peer_words}
     warm(peer_python, "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard", s.corpus_dir)
     result = work / "result.json"
-    tl = measure.run_sampled([peer_python, str(HERE / "_pipeline_peer.py"), json.dumps(args), str(result)],
+    tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer", json.dumps(args), str(result)),
                              dict(os.environ), str(REPO), s.timeout)
     if tl.returncode != 0 or not result.exists():
         return {"error": f"datatrove exited {tl.returncode}: {tl.stderr[-3000:]}"}
@@ -316,7 +298,7 @@ def main() -> None:
     ap.add_argument("--reuse", default=None, metavar="WORKDIR",
                     help="keep corpus, tokenizer and the peer's figures here and reuse them on the next run")
     ap.add_argument("--rerun-peer", action="store_true", help="with --reuse: measure the peer again")
-    ap.add_argument("--peer-python", default=str(REPO / ".venv-bench/bin/python"))
+    ap.add_argument("--peer-python", default=str(PEER_PYTHON))
     ap.add_argument("--peer-words", choices=["spacy", "whitespace"], default="spacy",
                     help="the peer's MinHash word splitter: spacy (its default, as its users run it) or "
                          "whitespace (its fastest)")

@@ -16,37 +16,25 @@ Idle samples (a process waiting on a pipe, a lock or sleep) are left out (py-spy
 --idle). One JSON object on stdout; the raw stacks stay in the work dir for a flame graph.
 
     .venv/bin/pip install py-spy            # a profiling tool, not a datakit dependency
-    .venv/bin/python benchmarks/profile_pipeline.py --mb 100 --work /tmp/dk-pipe-100
+    .venv/bin/python -m benchmarks.profile_pipeline --mb 100 --work /tmp/dk-pipe-100
 """
 
 from __future__ import annotations
 
-import sys
-
-if sys.path and sys.path[0] and __file__.startswith(sys.path[0].rstrip("/") + "/"):
-    sys.path.pop(0)
-
 import argparse
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
+from benchmarks import pipeline as pb
+from benchmarks.common import REPO
+
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
-
-
-def _pipeline():
-    spec = importlib.util.spec_from_file_location("pipeline_bench", HERE / "pipeline.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["pipeline_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _frames(stack: str) -> list[tuple[str, str]]:
@@ -95,7 +83,8 @@ def summarize(raw: Path, top: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=100)
-    ap.add_argument("--work", required=True, help="work dir (corpus and tokenizer reused, as pipeline.py --reuse)")
+    ap.add_argument("--work", required=True,
+                    help="work dir (corpus and tokenizer reused, as benchmarks.pipeline --reuse)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rate", type=int, default=100, help="samples per second per process")
     ap.add_argument("--top", type=int, default=25)
@@ -103,7 +92,6 @@ def main() -> None:
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if not spy:
         sys.exit("py-spy is not installed: .venv/bin/pip install py-spy")
-    pb = _pipeline()
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     corpus_dir, info, tok = pb.prepare(work, args.mb, max(2, round(args.mb / 50)), 0, 8192)

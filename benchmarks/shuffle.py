@@ -20,28 +20,23 @@ Ray Data, whose runs take 10-40 s each).
 
 Peers: Ray Data runs in its own virtualenv so it never shapes ours:
     python3 -m venv .venv-bench && .venv-bench/bin/pip install 'ray[data]' numpy pyarrow
-    .venv/bin/python benchmarks/shuffle.py --records 2000000            # prints one JSON object
+    .venv/bin/python -m benchmarks.shuffle --records 2000000            # prints one JSON object
 Without .venv-bench the Ray figures are reported as null with the reason.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# Sibling benchmark files (benchmarks/tokenize.py) must not shadow standard-library modules.
-if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.pop(0)
-
 import argparse
 import json
+import os
 import pickle
 import subprocess
+import sys
 import time
-from pathlib import Path
+
+from benchmarks.common import PEER_PYTHON, REPO, module_command
 
 PAYLOAD_BYTES = 250
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def gen_records(lo: int, hi: int, keys: int, payload: bool) -> list[dict]:
@@ -213,12 +208,11 @@ def run_ray(n: int, workload: str, workers: int, shards: int) -> dict:
 
 
 def peer_ray(n: int, workload: str, workers: int, shards: int, repeat: int = 1) -> dict:
-    py = ROOT / ".venv-bench" / "bin" / "python"
-    if not py.exists():
+    if not PEER_PYTHON.exists():
         return {"records_per_s": None, "skipped": "no .venv-bench (see this file's docstring)"}
-    cmd = [str(py), "-m", "benchmarks.shuffle", "--peer-ray", "--records", str(n), "--workload", workload,
-           "--workers", str(workers), "--shards", str(shards), "--ray-repeat", str(repeat)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    cmd = module_command(PEER_PYTHON, "shuffle", "--peer-ray", "--records", str(n), "--workload", workload,
+                         "--workers", str(workers), "--shards", str(shards), "--ray-repeat", str(repeat))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=REPO)
     if proc.returncode != 0:
         return {"records_per_s": None, "error": proc.stderr[-2000:]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -285,10 +279,10 @@ def paired(run, limit, repeat: int) -> tuple[dict, list[float]]:
 
 
 def _rss_probe(n: int, workers: int, shards: int, out: str, backend: str, reduce_mb: int, plane: str) -> float:
-    cmd = [sys.executable, "-m", "benchmarks.shuffle", "--rss-probe", "--records", str(n), "--workers",
-           str(workers), "--shards", str(shards), "--out", out, "--backend", backend,
-           "--reduce-memory-mb", str(reduce_mb), "--plane", plane]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+    cmd = module_command(sys.executable, "shuffle", "--rss-probe", "--records", str(n), "--workers",
+                         str(workers), "--shards", str(shards), "--out", out, "--backend", backend,
+                         "--reduce-memory-mb", str(reduce_mb), "--plane", plane)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=True)
     return float(proc.stdout.strip().splitlines()[-1])
 
 

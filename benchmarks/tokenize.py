@@ -51,28 +51,21 @@ Setup:
     .venv/bin/pip install -e .                 # datakit's own env (already has tokenizers, pyarrow)
     python3.11 -m venv .venv-bench             # the peer's env, separate: datatrove 0.10 wants xxhash<4
     .venv-bench/bin/pip install "datatrove==0.10.1" "xxhash<4" tokenizers pyarrow numpy zstandard
-    .venv/bin/python benchmarks/tokenize.py --mb 40 --threads 2 --workers 1
+    .venv/bin/python -m benchmarks.tokenize --mb 40 --threads 2 --workers 1
 Without .venv-bench the datatrove row is reported as skipped; without zstandard in it, datatrove 0.10
 reads 0 documents (check the datatrove row's ``docs``).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-# This file is named tokenize.py and Python puts a script's own directory first on sys.path, which would
-# shadow the standard library's `tokenize` (numpy, inspect and linecache import it). Drop that entry
-# before anything imports it.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
 import argparse
 import filecmp
 import json
+import os
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -80,12 +73,8 @@ from pathlib import Path
 
 import psutil
 
-ROOT = os.path.dirname(_HERE)
-sys.path.insert(0, ROOT)
-
-from datakit.core.layout import TOKENIZER_FILE, DocumentsDir  # noqa: E402  (after the sys.path fix-up)
-
-BENCH_PY = os.path.join(ROOT, ".venv-bench", "bin", "python")
+from benchmarks.common import PEER_PYTHON, module_command
+from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
 
 
 # ------------------------------------------------------------------------------------------------ children
@@ -233,7 +222,7 @@ def _measure(cmd: list[str], env: dict) -> tuple[dict, int, int, float]:
 
 
 def _run_child(mode: str, args: dict, env: dict) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, json.dumps(args)]
+    cmd = module_command(sys.executable, "tokenize", "--child", mode, json.dumps(args))
     res, peak_sum, peak_one, cpu = _measure(cmd, env)
     if mode != "raw":  # e2e contenders: the whole process tree, start to exit; raw: encode calls only
         res["cpu_s"] = cpu
@@ -282,11 +271,8 @@ def _more_real_text(work: str, short_bytes: int) -> list[str]:
     pages and the Debian Reference, cut into documents as benchmarks/filters.py builds its corpus."""
     if short_bytes <= 1_000_000:
         return []
-    import importlib.util
+    from benchmarks import filters
 
-    spec = importlib.util.spec_from_file_location("filters_bench", os.path.join(_HERE, "filters.py"))
-    filters = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(filters)
     path = os.path.join(work, "more-text.jsonl")
     filters.build_corpus(Path(path), short_bytes / 1e6)
     with open(path, encoding="utf-8") as f:
@@ -352,7 +338,7 @@ def main() -> None:
     raw_batch = a.batch_bytes or max(1 << 20, min(8 << 20, per_worker * (512 << 10)))
     raw_args = {"tokenizer": tokenizer, "parts": parts_dir, "batch_bytes": raw_batch, "engine": "hf"}
     tt_args = {**raw_args, "engine": "tiktoken", "tiktoken_threads": per_worker * a.workers}
-    run_datatrove = not a.skip_datatrove and os.path.exists(BENCH_PY)
+    run_datatrove = not a.skip_datatrove and os.path.exists(PEER_PYTHON)
     raw_runs, dk_runs, dt_runs, fixed_runs, tt_runs, tt1_runs, dkhf_runs = [], [], [], [], [], [], []
     same_bytes: list[dict] = []
     tiny = os.path.join(a.work, "source-tiny")
@@ -388,7 +374,7 @@ def main() -> None:
             shutil.rmtree(logs, ignore_errors=True)
             args = {"parts": parts_dir, "out": out, "logs": logs, "tokenizer": tokenizer, "eos": "<|endoftext|>",
                     "tasks": a.parts, "workers": a.workers}
-            r, peak_sum, peak_one, cpu = _measure([BENCH_PY, "-c", _DATATROVE, json.dumps(args)], env)
+            r, peak_sum, peak_one, cpu = _measure([str(PEER_PYTHON), "-c", _DATATROVE, json.dumps(args)], env)
             r.update(cpu_s=cpu, peak_rss_mb=round(peak_sum / 2**20, 1),
                      peak_rss_one_process_mb=round(peak_one / 2**20, 1))
             _rates(r)

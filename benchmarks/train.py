@@ -24,8 +24,8 @@ On a GPU/TPU the loop's datasheet table is used instead. The device is reported 
 Setup: nothing beyond the project venv (no peer framework is involved: the reference loop is plain
 JAX/optax in this file). Run:
 
-    .venv/bin/python benchmarks/train.py                      # nano + small on the local device
-    .venv/bin/python benchmarks/train.py --presets nano --steps 100
+    .venv/bin/python -m benchmarks.train                      # nano + small on the local device
+    .venv/bin/python -m benchmarks.train --presets nano --steps 100
 
 CPU use: JAX uses all cores of the machine; on a shared box keep ``--small-steps`` low.
 Prints one JSON object.
@@ -33,35 +33,27 @@ Prints one JSON object.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import os
-import sys
+import tempfile
+import time
 
-# Run as a script, this file's directory is sys.path[0], and benchmarks/tokenize.py there would
-# shadow the standard library's `tokenize` (which inspect/dataclasses import). Swap it for the repo root.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-from datakit.shuffle import ExecConfig  # noqa: E402
-from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source  # noqa: E402
-from datakit.tokenize.reader import TrainBatches  # noqa: E402
-from datakit.tokenize.tokenize_step import tokenize_source  # noqa: E402
-from datakit.tokenize.tokenizer import train_tokenizer  # noqa: E402
-from datakit.train import TrainConfig, train_model  # noqa: E402
-from datakit.train.hardware import compute_dtype_for, peak_flops_per_device  # noqa: E402
-from datakit.train.model import flops_per_token, init_params, loss_fn, param_count_for  # noqa: E402
-from datakit.train.optim import decay_mask, make_schedule  # noqa: E402
+from datakit.shuffle import ExecConfig
+from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
+from datakit.tokenize.reader import TrainBatches
+from datakit.tokenize.tokenize_step import tokenize_source
+from datakit.tokenize.tokenizer import train_tokenizer
+from datakit.train import TrainConfig, train_model
+from datakit.train.hardware import compute_dtype_for, peak_flops_per_device
+from datakit.train.model import flops_per_token, init_params, loss_fn, param_count_for
+from datakit.train.optim import decay_mask, make_schedule
 
 
 def build_caches(root: str, vocab_size: int, corpus_bytes: int) -> tuple[dict, dict, float]:

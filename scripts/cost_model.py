@@ -3,16 +3,16 @@ requests and bytes, and where the coordinator's limits are.
 
     python scripts/cost_model.py                       # 1 TB and 100 TB with the measured defaults
     python scripts/cost_model.py --tb 5 --cores-per-node 64 --hours 6
-    python scripts/cost_model.py --benchmark pipeline.json   # per-core cost from a benchmarks/pipeline.py run
+    python scripts/cost_model.py --benchmark pipeline.json   # per-core cost from a `python -m benchmarks.pipeline` run
     python scripts/cost_model.py --json                # the same figures as one JSON object
 
 Why a script: the plan is arithmetic on per-core figures that `benchmarks/` measures, so it is computed,
 never hand-edited, and reruns when a benchmark moves. The figures (defaults below, each with its source):
 
 - CPU-seconds per MB of text for normalize -> exact -> MinHash -> fuzzy -> consolidate -> tokenize:
-  0.46 (benchmarks/pipeline.py on 100 MB, 2 workers: 44-48 CPU-s; `datakit.projection.cpu_s_per_mb` in its
+  0.46 (python -m benchmarks.pipeline on 100 MB, 2 workers: 44-48 CPU-s; `datakit.projection.cpu_s_per_mb` in its
   JSON, read with --benchmark).
-- The quality layer (Gopher, C4, FineWeb rules): 131 documents per CPU-second (benchmarks/filters.py).
+- The quality layer (Gopher, C4, FineWeb rules): 131 documents per CPU-second (python -m benchmarks.filters).
 - Shuffle bytes per input byte, summed over the run's shuffles (exact-dedup hashes, MinHash band keys,
   connected components): 0.15, an estimate from the record layouts (~600 B of keys and ids per 4 KB
   document), not a measurement.
@@ -159,7 +159,7 @@ def table(plans: dict[str, dict]) -> str:
 
 
 def figures_from_benchmark(path: str, base: Figures) -> Figures:
-    """Per-core cost from the JSON benchmarks/pipeline.py prints (its `datakit.projection`)."""
+    """Per-core cost from the JSON `python -m benchmarks.pipeline` prints (its `datakit.projection`)."""
     with open(path) as f:
         report = json.load(f)
     per_mb = report["datakit"]["projection"]["cpu_s_per_mb"]
@@ -171,7 +171,7 @@ def figures_from_benchmark(path: str, base: Figures) -> Figures:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tb", type=float, nargs="+", default=[1, 100], help="input sizes in TB of text (default 1 100)")
-    ap.add_argument("--benchmark", help="a benchmarks/pipeline.py JSON report to take CPU-s per MB from")
+    ap.add_argument("--benchmark", help="a `python -m benchmarks.pipeline` JSON report to take CPU-s per MB from")
     for name, default in asdict(Figures()).items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None, help=f"default {default}")
     for name, default in asdict(Cluster()).items():

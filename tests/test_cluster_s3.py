@@ -366,7 +366,7 @@ def test_store_that_stays_down_fails_naming_the_store_and_what_to_do(store, monk
 def test_cost_model_finds_the_coordinator_limit_at_100_tb_and_sizes_that_clear_it(tmp_path):
     """scripts/cost_model.py: nothing binds at 1 TB; at 100 TB the sidecar reads (M x R x R) do, and the
     shard and reducer sizes it proposes bring them under 10% of the shuffle's data. Per-core cost comes
-    from a benchmarks/pipeline.py report when one is given."""
+    from a `python -m benchmarks.pipeline` report when one is given."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("cost_model", HERE.parent / "scripts" / "cost_model.py")

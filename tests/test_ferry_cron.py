@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from datakit.ferry.cli import ferry
+from datakit.cli.ferry import ferry
 from datakit.ferry.cron import TAG, Schedule
 
 FAKE_CRONTAB = """\

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from datakit.ferry import Envelopes, FerryLocked, ferry_lock, load_envelopes, prune_runs
-from datakit.ferry.cli import ferry
+from datakit.cli.ferry import ferry
 from datakit.ferry.plan import RunPlan, utc_iso, write_plan
 
 HOLDER = """\

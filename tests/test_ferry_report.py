@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from datakit.ferry.cli import ferry
+from datakit.cli.ferry import ferry
 from datakit.ferry.history import append_history, flag_slow_runs, read_history, slow_baseline
 from datakit.ferry.report import render_report, write_report
 

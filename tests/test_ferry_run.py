@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from datakit.cli import main
 from datakit.ferry import Envelopes, FerryOptions, read_history, read_plan, run_ferry, validate_run
 from datakit.ferry.checking import RunContext
-from datakit.ferry.cli import ferry
+from datakit.cli.ferry import ferry
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 LICENSES = Path("/usr/share/common-licenses")

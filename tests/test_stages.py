@@ -18,7 +18,7 @@ import pytest
 
 import datakit
 from datakit import pipeline
-from datakit.stages import KINDS, contract, lock
+from datakit.stages import KINDS, code_fingerprint, contract, lock
 from datakit.stages.registry import STAGES, sections
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_every_stage_reads_only_what_an_earlier_stage_produced():
 
 def test_each_stage_declares_code_and_checks_that_exist():
     for stage in STAGES:
-        assert stage.code and lock.module_fingerprint(stage.code)
+        assert stage.code and code_fingerprint.module_fingerprint(stage.code)
         assert f"datakit.stages.{stage.name}" in stage.code or "datakit.stages.user" in stage.code
         module, _, attr = stage.checks.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), stage.name

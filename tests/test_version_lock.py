@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from datakit.stages import code_fingerprint as fp
 from datakit.stages import lock as vlock
 
 _COUNTER = itertools.count()
@@ -73,7 +74,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_fingerprint_ignores_comments_docstrings_and_formatting(pkg):
     name, root = pkg
-    before = vlock.module_fingerprint([f"{name}.stage"])
+    before = fp.module_fingerprint([f"{name}.stage"])
     assert len(before) >= 16 and int(before, 16) >= 0
     (root / "stage.py").write_text(textwrap.dedent('''\
         # a new comment
@@ -86,40 +87,40 @@ def test_fingerprint_ignores_comments_docstrings_and_formatting(pkg):
 
             return text.lower(  )
         '''))
-    assert vlock.module_fingerprint([f"{name}.stage"]) == before
+    assert fp.module_fingerprint([f"{name}.stage"]) == before
 
 
 def test_fingerprint_changes_on_code_edit(pkg):
     name, root = pkg
-    before = vlock.module_fingerprint([f"{name}.stage"])
+    before = fp.module_fingerprint([f"{name}.stage"])
     _edit(root / "stage.py", "text.lower()", "text.upper()")
-    assert vlock.module_fingerprint([f"{name}.stage"]) != before
+    assert fp.module_fingerprint([f"{name}.stage"]) != before
 
 
 def test_package_fingerprint_covers_submodules_recursively(pkg):
     name, root = pkg
-    assert set(vlock.module_files(name)) == {name, f"{name}.stage", f"{name}.sub", f"{name}.sub.helper"}
-    before = vlock.module_fingerprint([name])
+    assert set(fp.module_files(name)) == {name, f"{name}.stage", f"{name}.sub", f"{name}.sub.helper"}
+    before = fp.module_fingerprint([name])
     _edit(root / "sub" / "helper.py", "x + 1", "x + 2")
-    assert vlock.module_fingerprint([name]) != before
+    assert fp.module_fingerprint([name]) != before
 
 
 def test_fingerprint_does_not_import_the_modules(pkg):
     name, root = pkg
     (root / "__init__.py").write_text("raise RuntimeError('imported')\n")
-    vlock.module_fingerprint([f"{name}.sub.helper", name])
+    fp.module_fingerprint([f"{name}.sub.helper", name])
     assert name not in sys.modules
 
 
 def test_fingerprint_of_a_missing_module_raises(pkg):
     name, _ = pkg
     with pytest.raises(ModuleNotFoundError):
-        vlock.module_fingerprint([f"{name}.nope"])
+        fp.module_fingerprint([f"{name}.nope"])
 
 
 def test_normalized_source_omits_empty_fields():
     """Fields newer Pythons add empty (type_params in 3.12) must not reach the hash."""
-    normalized = vlock.normalized_source("def f(x):\n    return x\n")
+    normalized = fp.normalized_source("def f(x):\n    return x\n")
     assert "type_params" not in normalized and "decorator_list" not in normalized
     assert "Return(value=Name(id='x'" in normalized
 
@@ -127,23 +128,23 @@ def test_normalized_source_omits_empty_fields():
 def test_callable_fingerprint_changes_when_function_body_changes(pkg):
     name, root = pkg
     module = importlib.import_module(f"{name}.stage")
-    before = vlock.callable_fingerprint(module.transform)
+    before = fp.callable_fingerprint(module.transform)
     _edit(root / "stage.py", '"""Lowercases."""', '"""Lowercases, documented again."""')
-    assert vlock.callable_fingerprint(module.transform) == before
+    assert fp.callable_fingerprint(module.transform) == before
     _edit(root / "stage.py", "text.lower()", "text.strip().lower()")
-    assert vlock.callable_fingerprint(module.transform) != before
+    assert fp.callable_fingerprint(module.transform) != before
 
 
 def test_callable_fingerprint_distinguishes_functions_of_one_module(pkg):
     name, root = pkg
     _edit(root / "stage.py", "def transform", "def other(text):\n    return text\n\n\ndef transform")
     module = importlib.import_module(f"{name}.stage")
-    assert vlock.callable_fingerprint(module.transform) != vlock.callable_fingerprint(module.other)
+    assert fp.callable_fingerprint(module.transform) != fp.callable_fingerprint(module.other)
 
 
 def test_callable_fingerprint_rejects_builtins():
     with pytest.raises(ValueError, match="no source file"):
-        vlock.callable_fingerprint(len)
+        fp.callable_fingerprint(len)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_main_record_then_check_then_fail(pkg, tmp_path, capsys):
 
     assert vlock.main(["record"], stages=stages, lock_path=lock_path) == 0
     text = lock_path.read_text()
-    assert text.endswith("}\n") and json.loads(text) == {"fake": {"1": vlock.module_fingerprint(stages[0].code)}}
+    assert text.endswith("}\n") and json.loads(text) == {"fake": {"1": fp.module_fingerprint(stages[0].code)}}
     assert text == vlock.dump_lock(json.loads(text))
     assert vlock.main([], stages=stages, lock_path=lock_path) == 0
 

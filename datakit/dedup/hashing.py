@@ -133,8 +133,3 @@ def node_file(nodes: np.ndarray) -> np.ndarray:
 
 def node_row(nodes: np.ndarray) -> np.ndarray:
     return np.asarray(nodes, dtype=np.int64) & np.int64(MAX_ROWS - 1)
-
-
-def node_source_file(nodes: np.ndarray) -> np.ndarray:
-    """(rank, file) part of the node, as one int64: identifies the source file a node lives in."""
-    return np.asarray(nodes, dtype=np.int64) >> np.int64(ROW_BITS)

@@ -43,15 +43,6 @@ def check_nonempty(value: Any) -> str | None:
     return "must not be empty" if not value else None
 
 
-def probe_local_file(path: str, timeout: float) -> list[str]:
-    """A benchmark-like input: must be a local file (its content is hashed into identities)."""
-    if is_remote(path):
-        return [f"{path}: must be a local path"]
-    if not os.path.isfile(local_path(path)):
-        return [f"file not found: {path}"]
-    return []
-
-
 def probe_tokenizer(tok: str, timeout: float) -> list[str]:
     """A tokenizer.json by path or URL; a hub name gets a hint, since nothing can be fetched from a hub."""
     if is_http(tok):

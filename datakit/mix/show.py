@@ -60,7 +60,7 @@ def _stats(path: str) -> dict:
 
 
 def _search_weights(graph, prefix: str) -> dict | None:
-    from datakit.mix.search_steps import SEARCH_STEP
+    from datakit.stages.mixture_steps import SEARCH_STEP
 
     path = _built(graph, prefix, SEARCH_STEP)
     if path is None:

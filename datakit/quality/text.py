@@ -193,11 +193,6 @@ def tokens(text: str) -> list[str]:
     return out
 
 
-def is_content(token: str) -> bool:
-    """A token with a character other than punctuation (a word, not a symbol)."""
-    return not PUNCTUATION.issuperset(token)
-
-
 def split_tokens(text: str) -> tuple[list[str], list[str]]:
     """(all tokens, content words)."""
     toks = tokens(text)

@@ -2,7 +2,8 @@
 indexes, pluggable backends (local process pool, inline, Ray). Imports nothing from datakit but the
 foundation, `datakit.core`."""
 
-from .backends import Capabilities, backend_capabilities
+from .backend_base import Capabilities
+from .backends import backend_capabilities
 from .context import ShardInfo, counters, current_shard
 from .dataset import Dataset
 from .executor import ExecConfig, RunResult, ShardFailed, StageStats, WorkerDeaths, format_stats

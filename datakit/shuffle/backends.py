@@ -1,9 +1,6 @@
-"""Backends run task attempts; the scheduler (executor.py) decides what to run and what to retry.
-
-The interface is deliberately tiny so a cluster backend slots in: `submit(key, payload)` starts one
-attempt, `wait(timeout)` returns finished attempts as events `(key, status, value)` where status is
-`ok`, `error` (user code raised; value describes it) or `died` (the worker vanished: kill -9, OOM,
-node loss). Payloads are cloudpickled `(TaskSpec, attempt)` so lambdas and closures travel.
+"""The backends that run attempts on this machine (local, inline) and the choice of a backend by name;
+the scheduler (executor.py) decides what to run and what to retry, and the interface every backend
+implements is backend_base.py.
 
 `local` runs its own small pool of spawned worker processes, one pipe each, rather than
 `ProcessPoolExecutor`: when a worker dies we know exactly which attempt it held, retry only that one,
@@ -14,75 +11,15 @@ from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import signal
 import socket
 import subprocess
 import sys
-import traceback
 from collections import deque
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait as mp_wait
 from typing import Any
 
-Event = tuple[Any, str, Any]
-
-
-def error_info(exc: BaseException) -> dict:
-    """Describe an exception so it always crosses a process boundary, picklable or not."""
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-    except Exception:
-        blob = None
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "exc": blob,
-    }
-
-
-def execute_payload(payload: bytes) -> dict:
-    from .tasks import run_task
-
-    spec, attempt = pickle.loads(payload)
-    return run_task(spec, attempt)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend can do, so callers ask about behaviour instead of comparing backend names.
-
-    in_process:     attempts run in the caller's process, one at a time (memory:// prefixes work; pdb works).
-    may_span_nodes: workers may sit on other machines, so shuffle files must live on storage every node
-                    sees (an object store or shared mount), never in a node-local temp dir.
-    """
-
-    in_process: bool = False
-    may_span_nodes: bool = False
-
-
-class Backend:
-    name = "base"
-    capacity = 1
-    capabilities = Capabilities()
-
-    def num_nodes(self) -> int:
-        """Machines the workers run on right now (1 unless the backend may span nodes)."""
-        return 1
-
-    def submit(self, key: Any, payload: bytes) -> None:
-        raise NotImplementedError
-
-    def wait(self, timeout: float | None) -> list[Event]:
-        raise NotImplementedError
-
-    def cancel_all(self) -> None:
-        """Stop every running attempt (used when the pipeline aborts)."""
-
-    def close(self) -> None:
-        pass
+from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
 
 
 class InlineBackend(Backend):
@@ -177,10 +114,6 @@ class LocalBackend(Backend):
         self.capacity = max(1, max_workers or os.cpu_count() or 1)
         self.workers = [_Worker() for _ in range(self.capacity)]
 
-    @property
-    def pids(self) -> list[int]:
-        return [w.pid for w in self.workers]
-
     def submit(self, key: Any, payload: bytes) -> None:
         for w in self.workers:
             if w.key is None:
@@ -249,7 +182,7 @@ def _close_pools() -> None:
 def backend_capabilities(name: str) -> Capabilities:
     """A backend's capabilities by name, without starting it (no Ray import, no cluster connection)."""
     caps = {"local": LocalBackend.capabilities, "inline": InlineBackend.capabilities,
-            "ray": Capabilities(may_span_nodes=True)}
+            "ray": RAY_CAPABILITIES}
     if name not in caps:
         raise ValueError(f"unknown backend {name!r}: expected local, inline or ray")
     return caps[name]

@@ -24,7 +24,8 @@ from typing import Any
 
 import cloudpickle
 
-from .backends import Backend, get_backend
+from .backend_base import Backend
+from .backends import get_backend
 from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove_tree
 from .io import format_output
 from .plan import SinkSpec, Stage

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from .backends import Backend, Event, backend_capabilities, error_info, execute_payload
+from .backend_base import RAY_CAPABILITIES, Backend, Event, error_info, execute_payload
 
 # Finished attempts per Ray node id in this driver process: operators (and the cluster tests) read it to
 # see that work really spread over the nodes.
@@ -36,7 +36,7 @@ def _run_attempt(payload: bytes) -> tuple[str, Any, str]:
 
 class RayBackend(Backend):
     name = "ray"
-    capabilities = backend_capabilities("ray")
+    capabilities = RAY_CAPABILITIES
 
     def __init__(self, max_workers: int | None = None, address: str | None = None, num_cpus_per_task: float = 1,
                  memory_per_task: int | None = None, **_: Any) -> None:

@@ -1,5 +1,5 @@
 """The mixture stage: owns the `mixture:` section (datakit.mix.config) and, when it has a `search:`,
-adds the proxy-model mixture search's steps after tokenize (datakit.mix.search_steps). The train stage
+adds the proxy-model mixture search's steps after tokenize (datakit.stages.mixture_steps). The train stage
 reads the same section to resolve its weights; `weights: search` makes it depend on mix-search."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from functools import partial
 
 from datakit.core.fsio import sha256_file
 from datakit.manifest import Section
-from datakit.mix import search_steps as S
 from datakit.mix.config import MixtureConfig, SearchConfig
 from datakit.steps import Step
 
+from . import mixture_steps as S
 from .contract import TOKENIZER, TOKENS, Graph, Stage, identity_fields
 
 VERSION = "1"
@@ -89,5 +89,6 @@ def build(graph: Graph) -> None:
 
 
 STAGE = Stage(name="mixture", version=VERSION, build=build, section=Section("mixture", MixtureConfig, optional=True),
-              consumes=(TOKENIZER, TOKENS), produces=(), code=("datakit.mix", "datakit.stages.mixture"),
+              consumes=(TOKENIZER, TOKENS), produces=(),
+              code=("datakit.mix", "datakit.stages.mixture", "datakit.stages.mixture_steps"),
               checks="datakit.ferry.checks_mixture:check_mixture")

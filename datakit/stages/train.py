@@ -115,7 +115,7 @@ def _mixture_step(graph: Graph, cfg: TrainConfig, mix: MixtureConfig) -> Step:
     weights need their counts), the section's weights settings are in the identity, and so are a
     mixture file's weights (its content, not its path) and the search step (as a dependency)."""
     from datakit.mix.file import read_mixture_file
-    from datakit.mix.search_steps import SEARCH_STEP
+    from datakit.stages.mixture_steps import SEARCH_STEP
 
     weights = dict(graph.weights)
     tokens = {n: graph.tokens[n].name for n in weights if n in graph.tokens}

@@ -32,6 +32,7 @@ from datakit.manifest import UserStageSpec
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
 
+from .code_fingerprint import callable_fingerprint
 from .contract import DOCUMENTS, Graph, Stage
 from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
@@ -164,8 +165,6 @@ def code_version(spec: UserStageSpec, search_dir: str | None) -> str:
     """The stage's explicit version, else a fingerprint of its function's module source."""
     if spec.version:
         return f"version:{spec.version}"
-    from .lock import callable_fingerprint
-
     fn = load_callable(spec.call, search_dir)
     try:
         return f"code:{callable_fingerprint(fn)}"

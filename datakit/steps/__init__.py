@@ -18,8 +18,8 @@ from .events import EVENTS_FILE, read_events
 from .fingerprint import InputFingerprint, digest_of, fingerprint_files
 from .identity import ConfigError, identity_of
 from .lease import Lease, LeaseLost
-from .runner import RunSummary, collect_steps, run_steps, step_status
-from .step import Step, StepContext, StepRecord
+from .runner import RunSummary, run_steps, step_status
+from .step import Step, StepContext, StepRecord, collect_steps
 
 __all__ = [
     "Step", "StepContext", "StepRecord", "RunSummary", "run_steps", "step_status", "identity_of",

@@ -30,7 +30,7 @@ from .events import EventLog
 from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
 from .lease import Lease, LeaseLost, is_lease_name, read_holder
-from .step import Step, StepContext, StepRecord
+from .step import Step, StepContext, StepRecord, collect_steps
 
 DEFAULT_LEASE_TIMEOUT_S = 60.0
 _MAX_LISTED = 5                     # changed keys / files / deps named in a reason, then "and N more"
@@ -86,36 +86,6 @@ class _Location:
 
     def url(self, step: Step) -> str:
         return storage.to_url(self.fs, self.step_dir(step))
-
-
-def collect_steps(steps: Step | Iterable[Step]) -> list[Step]:
-    """The given steps plus all their deps, deps first, in a deterministic order.
-    Names must be unique across the DAG (they key ``ctx.deps``, --only and --force)."""
-    roots = [steps] if isinstance(steps, Step) else list(steps)
-    order: list[Step] = []
-    seen: dict[str, Step] = {}
-    visiting: set[str] = set()
-
-    def visit(step: Step) -> None:
-        if not isinstance(step, Step):
-            raise TypeError(f"expected a Step, got {type(step).__name__}")
-        if step.name in seen:
-            if seen[step.name].identity != step.identity:
-                raise ValueError(f"two different steps are named {step.name!r} (identities "
-                                 f"{seen[step.name].identity} and {step.identity}); step names must be unique")
-            return
-        if step.name in visiting:
-            raise ValueError(f"dependency cycle through step {step.name!r}")
-        visiting.add(step.name)
-        for dep in step.deps:
-            visit(dep)
-        visiting.discard(step.name)
-        seen[step.name] = step
-        order.append(step)
-
-    for s in roots:
-        visit(s)
-    return order
 
 
 def _open(url: str | None, kind: str) -> _Location | None:

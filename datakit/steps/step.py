@@ -1,4 +1,4 @@
-"""The Step value and what its function sees at run time.
+"""The Step value, what its function sees at run time, and the order of a DAG of steps (deps first).
 
 A Step is a frozen description (name + function + versioned config + deps). Its identity is derived
 from everything except the function object: functions cannot be hashed reliably, so the ``version``
@@ -12,7 +12,7 @@ import posixpath
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .identity import ConfigError, canonical_config, compute_identity
 
@@ -167,14 +167,39 @@ class StepContext:
         with self._lock:
             self.counters[name] = self.counters.get(name, 0) + int(n)
 
-    def add_counters(self, counters: dict[str, int]) -> None:
-        """Merge counters, e.g. ``RunResult.counters`` from a datakit.shuffle pipeline."""
-        for k, v in counters.items():
-            self.increment(k, v)
-
     def log(self, message: str, **fields: Any) -> None:
         """Log through ``logging`` and as a structured ``step_log`` event in events.jsonl."""
         logging.getLogger(f"datakit.steps.{self.step.name}").info(message)
         if self._emit is not None:
             self._emit({"event": "step_log", "step": self.step.name, "identity": self.step.identity,
                         "message": message, **fields})
+
+
+def collect_steps(steps: Step | Iterable[Step]) -> list[Step]:
+    """The given steps plus all their deps, deps first, in a deterministic order.
+    Names must be unique across the DAG (they key ``ctx.deps``, --only and --force)."""
+    roots = [steps] if isinstance(steps, Step) else list(steps)
+    order: list[Step] = []
+    seen: dict[str, Step] = {}
+    visiting: set[str] = set()
+
+    def visit(step: Step) -> None:
+        if not isinstance(step, Step):
+            raise TypeError(f"expected a Step, got {type(step).__name__}")
+        if step.name in seen:
+            if seen[step.name].identity != step.identity:
+                raise ValueError(f"two different steps are named {step.name!r} (identities "
+                                 f"{seen[step.name].identity} and {step.identity}); step names must be unique")
+            return
+        if step.name in visiting:
+            raise ValueError(f"dependency cycle through step {step.name!r}")
+        visiting.add(step.name)
+        for dep in step.deps:
+            visit(dep)
+        visiting.discard(step.name)
+        seen[step.name] = step
+        order.append(step)
+
+    for s in roots:
+        visit(s)
+    return order

@@ -27,6 +27,7 @@ from datakit.core.fsio import stream_digest
 
 from . import markers, storage
 from .lease import is_lease_name
+from .step import collect_steps
 
 MANIFEST_FORMAT = "datakit.step_outputs"
 MANIFEST_VERSION = 1
@@ -171,8 +172,6 @@ def damage_reason(fs, step_dir: str) -> str | None:
 def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
     """``datakit verify``: each step of the DAG as {name, state, detail, path}; state is OK, DAMAGED,
     UNVERIFIED (built before output manifests existed) or NOT_BUILT."""
-    from .runner import collect_steps
-
     fs, root = storage.open_prefix(prefix)
     rows = []
     for step in collect_steps(steps):

@@ -303,9 +303,6 @@ class TokenCache:
     def shard_tokens(self, i: int) -> np.ndarray:
         return self._shards[i].tokens
 
-    def shard_offsets(self, i: int) -> np.ndarray:
-        return self._shards[i].offsets
-
     def doc_tokens(self, i: int) -> np.ndarray:
         """Tokens of document i (global index over shards), including its EOS (and BOS if built with one)."""
         if not 0 <= i < self.total_docs:

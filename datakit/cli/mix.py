@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, load, resolve_prefix
+
 
 @click.group()
 def mix() -> None:
@@ -22,11 +24,10 @@ def mix() -> None:
 def show(manifest, prefix, warn_epochs, as_json) -> None:
     """Per component of MANIFEST's training mixture: documents, tokens, proportional and manifest
     weights, the weight and epochs for the training budget. Reads the built token caches."""
-    from datakit.cli import EXIT_BAD_INPUT, _load, _resolve_prefix
     from datakit.mix.show import format_view, mix_view
 
-    m = _load(manifest, check_uris=False)
-    out = _resolve_prefix(m, prefix)
+    m = load(manifest, check_uris=False)
+    out = resolve_prefix(m, prefix)
     try:
         view = mix_view(m, out, warn_epochs=warn_epochs)
     except ValueError as e:
@@ -73,14 +74,13 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     """Search MANIFEST's mixture: proxies around token-proportional, a fit, the best mixture within the
     caps; builds the token caches first if needed. Finished proxies are reused on a rerun."""
     from datakit import pipeline
-    from datakit.cli import EXIT_BAD_INPUT, EXIT_FAILED, _load, _resolve_prefix
     from datakit.core import fsio
-    from datakit.mix.search_steps import MIXTURE_FILE, SEARCH_STEP
     from datakit.report.events import event_lines
-    from datakit.steps.runner import collect_steps
+    from datakit.stages.mixture_steps import MIXTURE_FILE, SEARCH_STEP
+    from datakit.steps import collect_steps
 
-    m = _with_search(_load(manifest), proxies, seed, target)
-    out = _resolve_prefix(m, prefix)
+    m = _with_search(load(manifest), proxies, seed, target)
+    out = resolve_prefix(m, prefix)
     try:
         steps = pipeline.build_steps(m, out)
     except ValueError as e:

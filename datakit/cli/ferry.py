@@ -1,4 +1,4 @@
-"""`datakit ferry ...`: run, validate, report, install-cron (registered by datakit/cli.py).
+"""`datakit ferry ...`: run, validate, report, install-cron (registered by datakit/cli/__init__.py).
 
 Exit codes: 0 ok, 1 the run or a check failed, 2 bad input (manifest, arguments, not a run dir),
 3 another ferry holds the lock, 130 interrupted.
@@ -12,13 +12,13 @@ import sys
 
 import click
 
-from .run import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK
+from datakit.ferry.run import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK
 
 DEFAULT_PREFIX = "ferry-out"
 
 
 def _envelopes(path: str | None):
-    from .envelopes import load_envelopes
+    from datakit.ferry.envelopes import load_envelopes
 
     try:
         return load_envelopes(path)
@@ -47,8 +47,8 @@ def run_cmd(prefix, run_id, keep_days, workers, manifest, envelopes_path, no_rep
     """Run the bundled manifest end to end into PREFIX/runs/RUN_ID, validate, record, report.
 
     Progress goes to stderr; the last stdout line is a JSON summary (run_id, status, failing)."""
-    from .lock import FerryLocked
-    from .run import FerryInputError, FerryOptions, run_ferry
+    from datakit.ferry.lock import FerryLocked
+    from datakit.ferry.run import FerryInputError, FerryOptions, run_ferry
 
     opts = FerryOptions(prefix=prefix, run_id=run_id, keep_days=keep_days, workers=workers, manifest=manifest,
                         envelopes=_envelopes(envelopes_path), report=not no_report)
@@ -75,7 +75,7 @@ def run_cmd(prefix, run_id, keep_days, workers, manifest, envelopes_path, no_rep
 @click.option("-v", "--verbose", is_flag=True, help="List every check, not only failures.")
 def validate_cmd(run_dir, manifest, envelopes_path, as_json, verbose) -> None:
     """Check RUN_DIR stage by stage; exit non-zero naming the first failing stage and check."""
-    from .validate import validate_run
+    from datakit.ferry.validate import validate_run
 
     if not os.path.isdir(run_dir):
         click.echo(f"error: {run_dir}: no such directory", err=True)
@@ -109,7 +109,7 @@ def validate_cmd(run_dir, manifest, envelopes_path, as_json, verbose) -> None:
 @click.option("--limit", type=int, default=30, show_default=True, help="Runs shown.")
 def report_cmd(prefix, out_file, limit) -> None:
     """Write a static HTML page of the last runs (status, times, loss curve, dedup counts)."""
-    from .report import write_report
+    from datakit.ferry.report import write_report
 
     if not os.path.isdir(prefix):
         click.echo(f"error: {prefix}: no such directory (no ferry has run there)", err=True)
@@ -127,7 +127,7 @@ def report_cmd(prefix, out_file, limit) -> None:
 @click.option("--workers", type=int, help="Passed to `ferry run`.")
 def install_cron_cmd(at, prefix, log_file, remove, systemd, keep_days, workers) -> None:
     """Install (or --remove) one daily crontab entry running the ferry under flock, logging to a file."""
-    from .cron import CronError, Schedule, format_systemd, install_cron, remove_cron, systemd_units
+    from datakit.ferry.cron import CronError, Schedule, format_systemd, install_cron, remove_cron, systemd_units
 
     try:
         schedule = Schedule.parse(at)

@@ -1,0 +1,8 @@
+"""`python -m datakit.cli`: the `datakit` command (the cron line and the tests run it this way)."""
+
+import sys
+
+from datakit.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

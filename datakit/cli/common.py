@@ -1,0 +1,42 @@
+"""What every command shares: the exit codes, loading a manifest (its errors printed, exit 2) and the
+output prefix a command works on."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def default_manifest() -> str:
+    """The embedded default: a real small corpus every Python machine has (see datakit/ferry/)."""
+    from datakit.defaults import default_manifest_path
+
+    return default_manifest_path()
+
+
+def load(manifest_path: str | None, *, check_uris: bool = True):
+    from datakit.manifest import ManifestInvalid
+    from datakit.pipeline import load_manifest
+
+    path = manifest_path or default_manifest()
+    try:
+        return load_manifest(path, check_uris=check_uris)
+    except ManifestInvalid as e:
+        for err in e.errors:
+            click.echo(str(err), err=True)
+        click.echo(f"{len(e.errors)} error(s) in {path}; nothing was run.", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except FileNotFoundError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
+    """--prefix, else the manifest's prefix; the embedded default writes to ./datakit-out."""
+    if prefix:
+        return prefix
+    return m.prefix if manifest_given else os.path.abspath("datakit-out")

@@ -1,0 +1,120 @@
+"""`datakit validate` and `datakit run`: check a manifest; run its pipeline or print the dry-run plan."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load, resolve_prefix
+
+
+@click.command()
+@click.argument("manifest", required=False)
+def validate(manifest: str | None) -> None:
+    """Check MANIFEST (all errors at once, with file:line:column) without running anything."""
+    m = load(manifest)
+    click.echo(f"{m.path}: ok ({len(m.sources)} sources)")
+
+
+def _print_summary(summary: dict, prefix: str) -> None:
+    from datakit.report.text import format_summary
+
+    click.echo(format_summary(summary, prefix), err=True)
+
+
+def _step_names(values: tuple[str, ...]) -> list[str]:
+    """Step names from repeated options, each of which may also list several names with commas."""
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
+
+
+@click.command()
+@click.argument("manifest", required=False)
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--backend", type=click.Choice(["local", "ray", "inline"]), help="Execution backend.")
+@click.option("--workers", type=int, help="Worker processes (default: one per core).")
+@click.option("--ray-address", help="Ray cluster address (with --backend ray).")
+@click.option("--mirror", help="Read-only prefix searched for already-built steps.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and what would be skipped; touch nothing.")
+@click.option("--only", multiple=True,
+              help="Run only these steps (repeatable, or comma-separated: a,b); their deps must be built.")
+@click.option("--force", multiple=True, help="Rebuild these steps even if built (repeatable, or comma-separated).")
+@click.option("--json", "as_json", is_flag=True, help="Last line of stdout: one JSON summary object.")
+def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, as_json) -> None:
+    """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
+    from datakit import pipeline
+    from datakit.steps import ConfigError
+    from datakit.steps.storage import PrefixNotWritable
+
+    m = load(manifest)
+    out = resolve_prefix(m, prefix, manifest is not None)
+    try:
+        pipeline.check_manifest(m)  # a manifest no stage can run is refused before the prefix is touched
+        if not dry_run:  # a prefix that cannot be written costs one line, before anything is planned
+            from datakit.steps.storage import check_writable, open_prefix
+
+            check_writable(*open_prefix(out))
+        steps = pipeline.build_steps(m, out, write_cache=not dry_run)
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (OSError, PrefixNotWritable) as e:
+        _exit_on_disk_error(e, out)
+        raise
+
+    from datakit.report.events import event_lines
+
+    by_name = {s.name: s for s in steps}
+
+    def on_event(ev: dict) -> None:
+        for line in event_lines(ev, by_name) if not as_json else ():
+            click.echo(line, err=True)
+
+    try:
+        summary = pipeline.run(m, prefix=out, steps=steps, backend=backend, workers=workers, mirror=mirror,
+                               dry_run=dry_run, only=_step_names(only) or None, force=_step_names(force),
+                               on_event=on_event,
+                               progress=not as_json and sys.stderr.isatty(),
+                               backend_options={"address": ray_address} if ray_address else {})
+    except (ValueError, ConfigError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (OSError, PrefixNotWritable) as e:
+        _exit_on_disk_error(e, out)
+        raise
+    except KeyboardInterrupt:
+        click.echo("interrupted: finished steps are kept; rerun the same command to resume.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    d = summary.to_dict()
+    if dry_run and not as_json:
+        _print_plan(d["steps"])
+    elif not as_json:
+        _print_summary(d, out)
+    if as_json:
+        keys = ("name", "status", "output", "wall_s", "counters", "reason", "error")
+        steps_out = [{k: s.get(k) for k in keys} for s in d["steps"]]
+        click.echo(json.dumps({"status": d["status"], "prefix": out, "steps": steps_out, "data": d["data"]}))
+    sys.exit(EXIT_OK if summary.ok else EXIT_FAILED)
+
+
+def _exit_on_disk_error(e: BaseException, prefix: str) -> None:
+    """A prefix that cannot be written at all (read-only, no permission, full before anything ran):
+    one line naming the path and what to do, exit 2. Returns for any other error (the caller re-raises)."""
+    from datakit.steps.storage import PrefixNotWritable, disk_problem
+
+    problem = e.problem if isinstance(e, PrefixNotWritable) else disk_problem(e)
+    if problem is None:
+        return
+    click.echo(f"error: {problem.message(prefix)}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _print_plan(steps: list[dict]) -> None:
+    """The dry-run plan: what would run and why, what would be skipped and where it already is."""
+    for s in steps:
+        click.echo(f"{s['status']:<11} {s['name']:<32} {s.get('output') or ''}")
+        if s.get("reason"):
+            click.echo(f"{'':<11} {'':<32} why: {s['reason']}")
+    n = sum(s["status"] == "would_run" for s in steps)
+    click.echo(f"{n} of {len(steps)} steps would run" if n else f"nothing to rebuild: all {len(steps)} steps are built")

@@ -1,0 +1,100 @@
+"""`datakit status`, `verify` and `gc`: the current plan's steps as built under the prefix."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .common import EXIT_FAILED, EXIT_OK, load, resolve_prefix
+
+
+@click.command()
+@click.argument("manifest", required=False)
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--deep", is_flag=True, help="Re-hash every output file (default: sizes, small files hashed).")
+@click.option("--json", "as_json", is_flag=True)
+def verify(manifest, prefix, deep, as_json) -> None:
+    """Check every built step's outputs against the manifest it wrote (exit 1 when any is damaged)."""
+    from datakit.pipeline import build_steps
+    from datakit.steps.verify import verify_steps
+
+    m = load(manifest, check_uris=False)
+    out = resolve_prefix(m, prefix, manifest is not None)
+    rows = verify_steps(build_steps(m, out, write_cache=False), out, deep=deep)
+    if as_json:
+        click.echo(json.dumps(rows))
+    else:
+        for r in rows:
+            click.echo(f"{r['state']:<9} {r['name']:<32} {r['detail']}")
+        bad = sum(r["state"] == "DAMAGED" for r in rows)
+        click.echo(f"{bad} damaged step(s): rerun `datakit run` to rebuild them and what depends on them" if bad
+                   else f"ok: every built step matches its output manifest ({'deep' if deep else 'sizes'})")
+    sys.exit(EXIT_FAILED if any(r["state"] == "DAMAGED" for r in rows) else EXIT_OK)
+
+
+@click.command()
+@click.argument("manifest", required=False)
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--mirror", help="Read-only prefix searched for already-built steps.")
+@click.option("--json", "as_json", is_flag=True)
+def status(manifest, prefix, mirror, as_json) -> None:
+    """Show each step of the current plan: its state, when, and its output (relative to the prefix)."""
+    from datakit.pipeline import build_steps
+    from datakit.report.summary import relative
+    from datakit.steps import step_status
+
+    m = load(manifest, check_uris=False)
+    out = resolve_prefix(m, prefix, manifest is not None)
+    rows = step_status(build_steps(m, out, write_cache=False), out, mirror=mirror or m.mirror)
+    for r in rows:
+        r["state"] = state_word(r)
+    if as_json:
+        click.echo(json.dumps(rows, default=str))
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        where = relative(r["path"], out) if r.get("location") != "mirror" else f"{r['path']} (mirror)"
+        click.echo(f"{r['state']:<11} {r['name']:<{width}}  {r.get('time') or '-':<20}  {where}")
+
+
+def state_word(row: dict) -> str:
+    """One vocabulary for step states in `run`, `status` and --json: succeeded, running, failed,
+    interrupted (a Ctrl-C or a kill), missing (never built); a RUNNING step whose lease is dead or
+    stale is a crashed run: interrupted."""
+    state = (row.get("state") or "").upper()
+    if state == "SUCCESS":
+        return "succeeded"
+    if state == "RUNNING":
+        return "running" if row.get("lease") == "live" else "interrupted"
+    if state == "FAILED":
+        return "interrupted" if str(row.get("error") or "").startswith("interrupted") else "failed"
+    return "missing" if state == "MISSING" else state.lower() or "missing"
+
+
+@click.command()
+@click.argument("manifest", required=False)
+@click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True)
+def gc(manifest, prefix, dry_run, as_json) -> None:
+    """Remove step outputs under the prefix that MANIFEST's current plan no longer uses.
+
+    Never touches a step a run is building (live lease), anything that is not a step dir, or a mirror."""
+    from datakit.pipeline import build_steps
+    from datakit.steps.gc import collect_garbage
+
+    m = load(manifest, check_uris=False)
+    out = resolve_prefix(m, prefix, manifest is not None)
+    report = collect_garbage(build_steps(m, out, write_cache=False), out, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, **report.to_dict()}))
+        return
+    verb = "would remove" if dry_run else "removed"
+    for name in report.removed:
+        click.echo(f"{verb} {name}")
+    for name in report.kept_running:
+        click.echo(f"kept {name} (a run is building it)")
+    click.echo(f"{verb} {len(report.removed)} outdated step output(s), {report.bytes_freed / 2**20:,.1f} MiB; "
+               f"{len(report.current)} current kept")
