@@ -99,7 +99,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
             from datakit.steps.storage import check_writable, open_prefix
 
             check_writable(*open_prefix(out))
-        steps = pipeline.build_steps(m, out, write_cache=not dry_run)
+        plan = pipeline.build_plan(m, out, write_cache=not dry_run)
     except (ValueError, FileNotFoundError, ImportError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -109,14 +109,14 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 
     from datakit.report.events import event_lines
 
-    by_name = {s.name: s for s in steps}
+    by_name = {s.name: s for s in plan.runnable}
 
     def on_event(ev: dict) -> None:
         for line in event_lines(ev, by_name) if not as_json else ():
             click.echo(line, err=True)
 
     try:
-        summary = pipeline.run(m, prefix=out, steps=steps, backend=backend, workers=workers, mirror=mirror,
+        summary = pipeline.run(m, prefix=out, plan=plan, backend=backend, workers=workers, mirror=mirror,
                                dry_run=dry_run, only=_step_names(only) or None, force=_step_names(force),
                                on_event=on_event,
                                progress=not as_json and sys.stderr.isatty(),
@@ -195,15 +195,19 @@ def _print_plan(steps: list[dict]) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def status(manifest, prefix, mirror, as_json) -> None:
     """Show each step of the current plan: its state, when, and its output (relative to the prefix)."""
-    from datakit.pipeline import build_steps
+    from datakit.pipeline import build_plan
     from datakit.report.summary import relative
     from datakit.steps import step_status
 
     m = _load(manifest, check_uris=False)
     out = _resolve_prefix(m, prefix, manifest is not None)
-    rows = step_status(build_steps(m, out, write_cache=False), out, mirror=mirror or m.mirror)
+    plan = build_plan(m, out, write_cache=False)
+    rows = step_status(list(plan.runnable), out, mirror=mirror or m.mirror)
     for r in rows:
         r["state"] = state_word(r)
+        ref = plan.step(r["name"])
+        if ref is not None:  # who built it and what it holds, from the plan
+            r.update(stage=ref.stage, source=ref.source, kind=ref.kind)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -236,12 +240,12 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
     """Remove step outputs under the prefix that MANIFEST's current plan no longer uses.
 
     Never touches a step a run is building (live lease), anything that is not a step dir, or a mirror."""
-    from datakit.pipeline import build_steps
+    from datakit.pipeline import build_plan
     from datakit.steps.gc import collect_garbage
 
     m = _load(manifest, check_uris=False)
     out = _resolve_prefix(m, prefix, manifest is not None)
-    report = collect_garbage(build_steps(m, out, write_cache=False), out, dry_run=dry_run)
+    report = collect_garbage(build_plan(m, out, write_cache=False).runnable, out, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, **report.to_dict()}))
         return
@@ -259,22 +263,26 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
 @click.option("--prefix", help="Output root, when TARGET is a manifest (default: the manifest's `prefix`).")
 @click.option("--out", "out_file", help="Where to write the page (default: <prefix>/report.html).")
 def report(target, prefix, out_file) -> None:
-    """Write an HTML report of a run: TARGET is its prefix (every step's newest build) or its manifest
-    (the current plan's steps); default: the embedded manifest's ./datakit-out."""
+    """Write an HTML report of a run: TARGET is its prefix (the plan its last run published) or its
+    manifest (the current plan's steps); default: the embedded manifest's ./datakit-out."""
     from datakit.report.run_report import write_run_report
 
     if target and os.path.isdir(target):
-        root, dirnames = target, None
+        root, plan = target, None
     else:
-        from datakit.pipeline import build_steps
+        from datakit.pipeline import build_plan
 
         m = _load(target, check_uris=False)
         root = _resolve_prefix(m, prefix, target is not None)
-        dirnames = [s.dirname for s in build_steps(m, root, write_cache=False)]
+        plan = build_plan(m, root, write_cache=False)
     if not os.path.isdir(root):
         click.echo(f"error: {root}: no such run prefix (run `datakit run` first, or point at a prefix)", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    click.echo(write_run_report(root, out_file, dirnames))
+    try:
+        click.echo(write_run_report(root, out_file, plan))
+    except FileNotFoundError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @main.group()

@@ -30,7 +30,7 @@ def build(graph: Graph) -> None:
         docs = graph.documents[n]
         step = Step(f"consolidate-{n}", partial(_consolidate, source=n, documents=docs.name, attributes=names),
                     {"attributes": list(names)}, deps=(docs, *attrs), version=VERSION, stage=STAGE.name, source=n)
-        graph.documents[n] = graph.add(step)
+        graph.advance(n, step)
 
 
 STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),

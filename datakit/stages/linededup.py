@@ -142,7 +142,7 @@ def build(graph: Graph) -> None:
         docs = graph.documents[n]
         step = Step(f"linededup-{n}", partial(_apply, source=n, documents=docs.name, index=index.name, rules=rules[n]),
                     {"rules": identity(rules[n])}, deps=(docs, index), version=VERSION, stage=STAGE.name, source=n)
-        graph.documents[n] = graph.add(step)
+        graph.advance(n, step)
 
 
 STAGE = Stage(name="linededup", version=VERSION, build=build,

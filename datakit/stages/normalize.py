@@ -100,7 +100,7 @@ def build(graph: Graph) -> None:
                                                       planned=planned),
                     config, deps=(download,) if download else (), version=VERSION, inputs=inputs,
                     stage=STAGE.name, source=spec.name)
-        graph.documents[spec.name] = graph.add(step)
+        graph.advance(spec.name, step)
 
 
 STAGE = Stage(name="normalize", version=VERSION, build=build,

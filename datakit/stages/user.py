@@ -191,7 +191,7 @@ def _build_place(graph: Graph, place: str) -> None:
                             config, deps=(docs,), version=VERSION, stage=place, source=n)
             except ConfigError as e:
                 raise UserStageError(f"stages: {spec.name}: its config cannot key a step: {e}") from None
-            graph.documents[n] = graph.add(step)
+            graph.advance(n, step)
 
 
 def build_after_normalize(graph: Graph) -> None:
