@@ -418,7 +418,7 @@ def test_docs_step_follows_user_and_quality_steps() -> None:
     ctx = RunContext("/nonexistent", RunPlan("r", None, plan), Envelopes())
     assert ctx.docs_step("a") == "quality-a" and ctx.docs_step("b") == "normalize-b"
     ctx.artifacts = {"quality-a": {"counters": {"docs_in": 9, "docs_out": 7}},
-                     "normalize-b": {"counters": {"records_out": 5}}}
+                     "normalize-b": {"counters": {"records_out": 5, "docs_out": 5}}}
     assert ctx.docs_count("a") == 7 and ctx.docs_count("b") == 5
 
 

@@ -98,3 +98,105 @@ def test_the_summary_report_and_ferry_follow_a_stage_they_never_heard_of(built):
     checks = validate_run(prefix, Envelopes(), plan=ferry_plan).checks
     mine = [c for c in checks if c.stage == "keep-long-code"]
     assert {c.check for c in mine} >= {"built", "files", "counts"} and all(c.ok for c in mine), mine
+
+
+# ------------------------------------------------------------------ only the stages know their names
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _stage_owned_modules() -> set[Path]:
+    """Where a stage's name may appear: the stage modules, the plan reader, each stage's own ferry check
+    module (named by its `checks=`, outside stages/ only because the ferry sits above them), and the
+    mixture stage's step functions (datakit/mix/search_steps.py, on their way into stages/)."""
+    from datakit.stages.registry import STAGES
+
+    owned = set((REPO / "datakit" / "stages").glob("*.py")) | {REPO / "datakit" / "mix" / "search_steps.py"}
+    owned |= {REPO / (s.checks.partition(":")[0].replace(".", "/") + ".py") for s in STAGES if s.checks}
+    return owned
+
+
+def _stage_spellings() -> set[str]:
+    """How the stage modules spell their step names: ``*_STEP`` constants and the names given to
+    ``Step(...)``, or their heads (``f"qscore-{source}"``)."""
+    import ast
+
+    out = set()
+    for path in _stage_owned_modules():
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id.endswith("_STEP") for t in n.targets):
+                out.update(_strings(n.value))
+            elif isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Step" and n.args:
+                first = n.args[0].values[0] if isinstance(n.args[0], ast.JoinedStr) else n.args[0]
+                out.update(x.rstrip("-") for x in _strings(first))
+    return out
+
+
+def _registered_names() -> tuple[set[str], set[str]]:
+    """(stage names and step-name stems, multi-word step names): the registry's stages, the steps of the
+    embedded default, and the names the stage modules spell."""
+    from datakit.defaults import default_manifest_path
+    from datakit.stages.registry import STAGES
+
+    plan = pipeline.build_plan(pipeline.load_manifest(default_manifest_path(), check_uris=False), write_cache=False)
+    stems = {s.name[: -len(s.source) - 1] if s.source else s.name for s in plan.steps} | _stage_spellings()
+    return {s.name for s in STAGES} | stems, {n for n in stems if "-" in n}
+
+
+def _strings(node) -> list[str]:
+    import ast
+
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def _is_tag(node) -> bool:
+    """``x.stage``, ``x.name``, ``stage`` or ``name``: what a step is found by."""
+    import ast
+
+    return (isinstance(node, ast.Attribute) and node.attr in ("stage", "name")) or \
+        (isinstance(node, ast.Name) and node.id in ("stage", "name"))
+
+
+def _finds_by_name(tree, names: set[str], multi: set[str]) -> list[tuple[int, str]]:
+    import ast
+
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare) and any(_is_tag(x) for x in (n.left, *n.comparators)):
+            out += [(n.lineno, s) for x in (n.left, *n.comparators) for s in _strings(x) if s in names]
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_tag(n.func.value) and \
+                n.func.attr in ("startswith", "endswith", "removeprefix", "removesuffix"):
+            out += [(n.lineno, s) for a in n.args for s in _strings(a) if s.rstrip("-") in names]
+        elif isinstance(n, ast.JoinedStr) and n.values and _strings(n.values[0]):
+            head = _strings(n.values[0])[0]
+            out += [(n.lineno, head)] if head.endswith("-") and head[:-1] in names else []
+        elif isinstance(n, ast.Constant) and id(n) not in docstrings and n.value in multi:
+            out.append((n.lineno, n.value))
+    return out
+
+
+def test_no_module_outside_the_stages_finds_a_step_by_a_stage_name():
+    """The report, the ferry's plumbing, `mix show`, the CLI, the API... ask the plan; only a stage (and
+    the plan reader) knows which steps it builds and what they are called."""
+    import ast
+
+    names, multi = _registered_names()
+    owned = _stage_owned_modules()
+    found = []
+    for path in sorted((REPO / "datakit").rglob("*.py")):
+        if path not in owned:
+            found += [f"{path.relative_to(REPO)}:{line}: {s!r}"
+                      for line, s in _finds_by_name(ast.parse(path.read_text()), names, multi)]
+    assert not found, "steps found by a stage's name outside the stages:\n" + "\n".join(found)
+
+
+def test_the_name_finder_sees_the_forms_it_forbids():
+    import ast
+
+    names, multi = {"normalize", "fuzzy-dups", "train"}, {"fuzzy-dups"}
+    code = ('a = s.stage == "normalize"\nb = step.name.startswith("normalize-")\nc = f"normalize-{src}"\n'
+            'd = "fuzzy-dups"\ne = r.get("kind") == "train"\nf = s.stage in ("train", "x")\n')
+    assert [line for line, _ in _finds_by_name(ast.parse(code), names, multi)] == [1, 2, 3, 4, 6]

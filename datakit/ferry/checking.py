@@ -144,8 +144,7 @@ class RunContext:
 
     def docs_count(self, src: str) -> int | None:
         """How many documents ``docs_step(src)`` holds, by its own counters."""
-        c = self.cnt(self.docs_step(src))
-        return c.get("docs_out", c.get("records_out"))
+        return self.cnt(self.docs_step(src)).get("docs_out")
 
     def documents(self, step: str) -> list[str]:
         """The main documents files a step wrote: as its result lists them, else its main dir's parts."""

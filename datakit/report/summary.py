@@ -18,12 +18,6 @@ from typing import Any, Iterable
 from datakit.stages.contract import DOCUMENTS, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
 
-# How the built-in stages' counters read as funnel rows: (label, counter).
-_NORMALIZE_REMOVED = (("rejects", "rejects"), ("in-source dups", "dups"), ("empty", "empty_dropped"))
-_CONSOLIDATE_REMOVED = (("exact dups", "removed_exact"), ("fuzzy dups", "removed_fuzzy"),
-                        ("contaminated", "removed_decontaminate"))
-
-
 @dataclass
 class SourceFunnel:
     """One source's documents through the pipeline, in step order."""
@@ -75,28 +69,19 @@ def emptied_warning(step: StepView) -> str | None:
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
-    c = step.counters
-    if step.stage == "normalize":
-        return c.get("records_in"), c.get("records_out")
-    if "docs_in" in c or "docs_out" in c:
-        return c.get("docs_in"), c.get("docs_out")
-    return None, None
+    return step.counters.get("docs_in"), step.counters.get("docs_out")
 
 
 def _removed(step: StepView) -> dict[str, int]:
-    c = step.counters
-    if step.stage == "normalize":
-        return {label: c.get(key, 0) for label, key in _NORMALIZE_REMOVED}
-    if step.stage == "consolidate":
-        return {label: c.get(key, 0) for label, key in _CONSOLIDATE_REMOVED}
-    reasons = {k.split("/", 1)[1]: v for k, v in c.items() if k.startswith("removed/")}
+    """Documents removed per reason (``removed/<reason>`` counters); a step that gives no reason counts
+    its losses under its stage's name."""
+    reasons = {k.split("/", 1)[1]: v for k, v in step.counters.items() if k.startswith("removed/")}
     if reasons:
         return reasons
     docs_in, docs_out = _docs_in_out(step)
     if docs_in is None or docs_out is None:
         return {}
-    label = (step.result or {}).get("stage") or step.name.removesuffix(f"-{step.source}")
-    return {label: docs_in - docs_out}
+    return {step.stage: docs_in - docs_out}
 
 
 def _add_document_step(funnel: SourceFunnel, step: StepView) -> None:

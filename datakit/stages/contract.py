@@ -163,6 +163,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def document_counters(docs_in: int, docs_out: int, removed: dict[str, int]) -> dict[str, int]:
+    """The one counter schema of a step that keeps or removes documents: ``docs_in``, ``docs_out`` and
+    ``removed/<reason>`` per reason; the run summary's funnel and the ferry read only these."""
+    return {"docs_in": int(docs_in), "docs_out": int(docs_out), **{f"removed/{r}": int(n) for r, n in removed.items()}}
+
+
 def counters_only(result: dict) -> dict:
     """The runner records `result["counters"]` in the artifact; it takes flat str -> int only."""
     counters = result.get("counters") or {}

@@ -155,6 +155,7 @@ def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str 
     except ValueError as e:
         raise UserStageError(str(e)) from None
     totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}
+    totals[f"removed/{spec.name}"] = totals["removed"]
     return {"stage": spec.name, "call": call_name(spec.call), "kind": spec.kind, "place": spec.place,
             **file_lists(names), "counters": totals}
 
