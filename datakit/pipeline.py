@@ -72,8 +72,8 @@ def _lift_callables(data: dict[str, Any]) -> tuple[dict[str, Any], dict[int, Cal
 def check_manifest(manifest: Manifest) -> None:
     """Every stage's refusal of the manifest (ValueError), before anything is read or written."""
     for stage in STAGES:
-        if stage.check is not None:
-            stage.check(manifest)
+        if stage.refuse is not None:
+            stage.refuse(manifest)
 
 
 def build_plan(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> Plan:

@@ -111,7 +111,7 @@ def _stage_owned_modules() -> set[Path]:
     from datakit.stages.registry import STAGES
 
     owned = set((REPO / "datakit" / "stages").glob("*.py")) | {REPO / "datakit" / "mix" / "search_steps.py"}
-    owned |= {REPO / (s.checks.partition(":")[0].replace(".", "/") + ".py") for s in STAGES if s.checks}
+    owned |= {REPO / (s.ferry_check.partition(":")[0].replace(".", "/") + ".py") for s in STAGES if s.ferry_check}
     return owned
 
 

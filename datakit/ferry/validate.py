@@ -97,9 +97,9 @@ def _handler(plan: RunPlan, name: str) -> tuple[Callable | None, str | None]:
 
     ref = plan.step(name)
     stage = next((s for s in STAGES if ref is not None and s.name == ref.stage), None)
-    if stage is None or not stage.checks:
+    if stage is None or not stage.ferry_check:
         return None, None
-    module, _, attr = stage.checks.partition(":")
+    module, _, attr = stage.ferry_check.partition(":")
     return getattr(importlib.import_module(module), attr), ref.source
 
 

@@ -42,4 +42,4 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),
               produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.stages.consolidate"),
-              checks="datakit.ferry.checks_data:check_consolidate")
+              ferry_check="datakit.ferry.checks_data:check_consolidate")

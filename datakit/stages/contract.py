@@ -3,7 +3,7 @@
 A stage is one module with one `STAGE = Stage(...)` value: its name and version, the config dataclass
 that is both its manifest section and its runtime config, the kinds of data it consumes and produces,
 the modules whose code determines its output (for the version lock), a function that adds its steps to
-the graph, and where its ferry check lives. `datakit.stages.registry` lists the stages in order;
+the graph, where its ferry check lives (`ferry_check`) and what manifests it refuses (`refuse`). `datakit.stages.registry` lists the stages in order;
 `build_steps` walks that list. Adding a stage is one module plus one registry entry.
 
 The graph carries, per source, the step whose output is that source's *current documents*: a stage that
@@ -54,12 +54,12 @@ class Stage:
     consumes / produces: kinds of data, from KINDS.
     build:    ``build(graph)`` adds the stage's steps for the manifest (or nothing, when switched off).
     code:     dotted modules/packages whose source determines the output (the version lock hashes them).
-    checks:   ``"module:function"`` of the ferry check run on each of its steps, ``fn(ctx, ref, source)``
+    ferry_check: ``"module:function"`` of the ferry check run on each of its steps, ``fn(ctx, ref, source)``
               (a string, so the stages never import the ferry that sits above them).
     version_source: where a developer bumps `version`, when not `datakit/stages/<name>.py: VERSION`
               (the version lock's messages point there).
-    check:    ``check(manifest)`` raising ValueError for a manifest the stage cannot run; every stage's
-              check runs before any stage builds, so a refused manifest leaves nothing behind.
+    refuse:   ``refuse(manifest)`` raising ValueError for a manifest the stage cannot run; every stage's
+              refusal runs before any stage builds, so a refused manifest leaves nothing behind.
     summarize: ``summarize(counters, result)`` of one built step of the stage -> StageSummary, or None:
               the stage's own lines in the run summary (the report never names a stage).
     """
@@ -71,9 +71,9 @@ class Stage:
     consumes: tuple[str, ...] = ()
     produces: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
-    checks: str | None = None
+    ferry_check: str | None = None
     version_source: str | None = None
-    check: Callable[[Manifest], None] | None = None
+    refuse: Callable[[Manifest], None] | None = None
     summarize: Callable[[dict, dict], StageSummary | None] | None = None
 
     def __post_init__(self) -> None:

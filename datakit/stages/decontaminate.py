@@ -73,4 +73,4 @@ STAGE = Stage(name="decontaminate", version=VERSION, build=build, summarize=summ
               code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
                     "datakit.dedup.consolidate",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
-              checks="datakit.ferry.checks_data:check_decontaminate")
+              ferry_check="datakit.ferry.checks_data:check_decontaminate")

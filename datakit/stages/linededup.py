@@ -150,4 +150,4 @@ STAGE = Stage(name="linededup", version=VERSION, build=build,
               produces=(DOCUMENTS,),
               code=("datakit.quality.linededup", "datakit.quality.config", "datakit.stages.linededup",
                     "datakit.stages.quality_common", "datakit.stages.transform"),
-              checks="datakit.ferry.checks_quality:check_linededup")
+              ferry_check="datakit.ferry.checks_quality:check_linededup")

@@ -91,4 +91,4 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="mixture", version=VERSION, build=build, section=Section("mixture", MixtureConfig, optional=True),
               consumes=(TOKENIZER, TOKENS), produces=(MIXTURE,), code=("datakit.mix", "datakit.stages.mixture"),
-              checks="datakit.ferry.checks_mixture:check_mixture")
+              ferry_check="datakit.ferry.checks_mixture:check_mixture")

@@ -110,4 +110,4 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="normalize", version=VERSION, build=build,
               section=Section("normalize", NormalizeConfig), consumes=(FILES,), produces=(DOCUMENTS,),
               code=("datakit.normalize", "datakit.sources.readers", "datakit.sources.extract", "datakit.stages.normalize"),
-              checks="datakit.ferry.checks_data:check_normalize")
+              ferry_check="datakit.ferry.checks_data:check_normalize")

@@ -194,7 +194,7 @@ def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, s
     graph.split(source, parts)
 
 
-def check(manifest: Manifest) -> None:
+def refuse(manifest: Manifest) -> None:
     """Source names the section gives must exist; a tier component must not be a source's name."""
     cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
     if cfg is None or not cfg.enabled:
@@ -235,4 +235,4 @@ STAGE = Stage(name="quality_classifier", version=VERSION, build=build, summarize
               section=Section("quality_classifier", ClassifierConfig, optional=True),
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
               code=("datakit.classify", "datakit.stages.quality_classifier", "datakit.stages.transform"),
-              checks="datakit.ferry.checks_classifier:check_quality_classifier", check=check)
+              ferry_check="datakit.ferry.checks_classifier:check_quality_classifier", refuse=refuse)

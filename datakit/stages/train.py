@@ -154,4 +154,4 @@ STAGE = Stage(name="train", version=VERSION, build=build, section=Section("train
                                                            "datakit.tokenize.feistel", "datakit.tokenize.mixture",
                                                            "datakit.stages.train", "datakit.mix.plan",
                                                            "datakit.mix.resolve"),
-              checks="datakit.ferry.checks_tokens:check_train")
+              ferry_check="datakit.ferry.checks_tokens:check_train")

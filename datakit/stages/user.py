@@ -207,7 +207,7 @@ _CODE = ("datakit.stages.user", "datakit.stages.transform")
 _WHERE = "datakit/stages/user.py: VERSION"
 AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
                         consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
-                        checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
+                        ferry_check="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
 AFTER_CONSOLIDATE = Stage(name="after_consolidate", version=VERSION, build=build_after_consolidate,
                           consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
-                          checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
+                          ferry_check="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
