@@ -5,7 +5,8 @@ engine):
 
     load_manifest(path)            a manifest, validated, every error located (file:line:column)
     manifest_from_dict(data)       the same from a dict (a user stage's `call` may be the function)
-    build_steps(manifest)          the DAG `datakit run` would execute
+    build_plan(manifest)           the DAG `datakit run` would execute, as data (what `<prefix>/plan.json` holds)
+    build_steps(manifest)          its runnable steps
     steps_by_name(manifest)        the same, by step name
     run(manifest, ...)             run it; RunSummary with every step's result and the data summary
     Step, StepContext, RunSummary  custom steps and what they receive and return
@@ -16,7 +17,7 @@ The engine is `datakit.shuffle` (`Dataset`); the design is docs/architecture.md 
 
 __version__ = "0.1.0"
 
-__all__ = ["load_manifest", "manifest_from_dict", "build_steps", "steps_by_name", "run", "Step", "StepContext",
+__all__ = ["load_manifest", "manifest_from_dict", "build_plan", "build_steps", "steps_by_name", "run", "Step", "StepContext",
            "RunSummary", "ExecConfig"]
 _API = set(__all__)
 

@@ -2,7 +2,8 @@
 
     import datakit
     manifest = datakit.load_manifest("sources.yaml")          # or datakit.manifest_from_dict({...})
-    steps = datakit.build_steps(manifest)                     # the DAG `datakit run` would execute
+    plan = datakit.build_plan(manifest)                       # the DAG `datakit run` would execute, as data
+    steps = datakit.build_steps(manifest)                     # its runnable steps
     summary = datakit.run(manifest, prefix="out", extra_steps=[my_step])
     summary.result("consolidate-web")                         # the step's typed result (a dict)
 
@@ -20,7 +21,7 @@ from typing import Callable, Iterable
 
 from datakit import pipeline
 from datakit.manifest import Manifest
-from datakit.pipeline import build_steps, load_manifest, manifest_from_dict
+from datakit.pipeline import build_plan, build_steps, load_manifest, manifest_from_dict
 from datakit.report.events import event_lines
 from datakit.shuffle import ExecConfig
 from datakit.steps import RunSummary, Step, StepContext
@@ -41,15 +42,15 @@ def run(manifest: Manifest | str, *, prefix: str | None = None, backend: str | N
     lines go (steps started and finished, why they ran, training progress, warnings): a callable taking
     a string, or a `logging.Logger`; default: the ``datakit`` logger at INFO."""
     m = load_manifest(manifest) if isinstance(manifest, (str, os.PathLike)) else manifest
-    steps = build_steps(m, prefix, write_cache=not dry_run)
-    by_name = {s.name: s for s in steps}
+    plan = build_plan(m, prefix, write_cache=not dry_run)
+    by_name = {s.name: s for s in plan.runnable}
     write = _writer(log)
 
     def on_event(ev: dict) -> None:
         for line in event_lines(ev, by_name):
             write(line)
 
-    return pipeline.run(m, prefix=prefix, backend=backend, workers=workers, steps=steps, extra_steps=extra_steps,
+    return pipeline.run(m, prefix=prefix, backend=backend, workers=workers, plan=plan, extra_steps=extra_steps,
                         dry_run=dry_run, only=only, force=force, mirror=mirror, on_event=on_event,
                         progress=progress)
 
@@ -62,5 +63,5 @@ def _writer(log: Callable[[str], None] | logging.Logger | None) -> Callable[[str
     return log
 
 
-__all__ = ["load_manifest", "manifest_from_dict", "build_steps", "steps_by_name", "run", "Step", "StepContext",
-           "RunSummary", "ExecConfig"]
+__all__ = ["load_manifest", "manifest_from_dict", "build_plan", "build_steps", "steps_by_name", "run", "Step",
+           "StepContext", "RunSummary", "ExecConfig"]

@@ -1,8 +1,10 @@
 """The one composition root: manifest -> steps -> run. The CLI, the Python API and the ferry all come here.
 
     load_manifest(path)          the manifest, validated against every stage's section
-    build_steps(manifest)        walk the stage registry: each stage adds its steps to one graph
-    run(manifest, ...)           build, then run the steps with the engine settings of this run
+    build_plan(manifest)         walk the stage registry: each stage adds its steps to one graph, published
+                                 as a Plan (datakit.stages.plan; `<prefix>/plan.json` on every run)
+    build_steps(manifest)        the plan's runnable steps
+    run(manifest, ...)           build, write the plan, then run the steps with the engine settings of this run
 
     download? -> normalize -> [user stages] -> exact ─┐
                                             -> minhash -> fuzzy ─┼─> consolidate -> [user stages]
@@ -26,6 +28,7 @@ from datakit.manifest.errors import ManifestError
 from datakit.report.summary import data_summary, views
 from datakit.shuffle import ExecConfig, backend_capabilities
 from datakit.stages.contract import Graph
+from datakit.stages.plan import Plan, plan_of, write_plan
 from datakit.stages.registry import STAGES, sections
 from datakit.steps import RunSummary, Step, run_steps
 
@@ -69,19 +72,24 @@ def _lift_callables(data: dict[str, Any]) -> tuple[dict[str, Any], dict[int, Cal
 def check_manifest(manifest: Manifest) -> None:
     """Every stage's refusal of the manifest (ValueError), before anything is read or written."""
     for stage in STAGES:
-        if stage.check is not None:
-            stage.check(manifest)
+        if stage.refuse is not None:
+            stage.refuse(manifest)
 
 
-def build_steps(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> list[Step]:
-    """The whole DAG for a manifest, in a deterministic order: every registered stage adds its steps.
-    ``prefix`` (default: the manifest's) is where content fingerprints of local inputs are cached;
+def build_plan(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> Plan:
+    """The whole DAG for a manifest as a Plan, in a deterministic order: every registered stage adds its
+    steps. ``prefix`` (default: the manifest's) is where content fingerprints of local inputs are cached;
     ``write_cache=False`` only reads that cache (dry runs and status write nothing)."""
     check_manifest(manifest)
     graph = Graph(manifest, str(prefix or manifest.prefix), write_cache)
     for stage in STAGES:
         stage.build(graph)
-    return graph.steps
+    return plan_of(graph)
+
+
+def build_steps(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> list[Step]:
+    """The plan's runnable steps (see build_plan)."""
+    return list(build_plan(manifest, prefix, write_cache=write_cache).runnable)
 
 
 def exec_config(prefix: str, backend: str, workers: int | None = None, **options: Any) -> ExecConfig:
@@ -102,15 +110,19 @@ def exec_config(prefix: str, backend: str, workers: int | None = None, **options
 
 
 def run(manifest: Manifest, *, prefix: str | None = None, backend: str | None = None, workers: int | None = None,
-        steps: list[Step] | None = None, extra_steps: Iterable[Step] = (), dry_run: bool = False,
-        only: list[str] | None = None, force: Iterable[str] = (), mirror: str | None = None,
+        plan: Plan | None = None, steps: list[Step] | None = None, extra_steps: Iterable[Step] = (),
+        dry_run: bool = False, only: list[str] | None = None, force: Iterable[str] = (), mirror: str | None = None,
         on_event: Callable[[dict], None] | None = None, **engine: Any) -> RunSummary:
-    """Build (unless ``steps`` are given) and run a manifest's pipeline plus ``extra_steps`` under
-    ``prefix`` (default: the manifest's). ``engine`` options go to the ExecConfig (progress, backend_options)."""
+    """Build the plan (unless given) and run its steps (or only ``steps``, a part of it) plus ``extra_steps``
+    under ``prefix`` (default: the manifest's); a real run first publishes the plan as `<prefix>/plan.json`.
+    ``engine`` options go to the ExecConfig (progress, backend_options)."""
     out = str(prefix or manifest.prefix)
-    planned = list(steps) if steps is not None else build_steps(manifest, out, write_cache=not dry_run)
+    plan = plan or build_plan(manifest, out, write_cache=not dry_run)
+    planned = list(steps) if steps is not None else list(plan.runnable)
     cfg = exec_config(out, backend or manifest.backend, workers or manifest.workers, **engine)
+    if not dry_run:
+        write_plan(out, plan)
     summary = run_steps(planned + list(extra_steps), out, mirror=mirror or manifest.mirror, dry_run=dry_run,
                         only=only, force=list(force), exec_config=cfg, on_event=on_event)
-    summary.data = data_summary(views(summary, planned), out).to_dict()
+    summary.data = data_summary(views(summary, plan), plan, out).to_dict()
     return summary

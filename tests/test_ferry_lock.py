@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from datakit.ferry import Envelopes, FerryLocked, ferry_lock, load_envelopes, prune_runs
 from datakit.cli.ferry import ferry
 from datakit.ferry.plan import RunPlan, utc_iso, write_plan
+from datakit.stages.plan import Plan
 
 HOLDER = """\
 import sys, time
@@ -72,7 +73,7 @@ def test_lock_is_reentrant_sequentially_and_exclusive_concurrently(tmp_path: Pat
 
 def _fake_run(prefix: Path, name: str, started: float) -> Path:
     d = prefix / "runs" / name
-    write_plan(str(d), RunPlan(run_id=name, manifest=None, sources=(), steps=(), started=utc_iso(started)))
+    write_plan(str(d), RunPlan(run_id=name, manifest=None, plan=Plan((), ()), started=utc_iso(started)))
     (d / "payload.bin").write_bytes(b"x" * 10)
     return d
 

@@ -400,20 +400,25 @@ def test_smoke_quality_layer_seeded_faults(smoke_run, tmp_path: Path) -> None:
 
 
 def test_docs_step_follows_user_and_quality_steps() -> None:
-    """The documents the corpus-level stages read: normalize-<src>, then down the chain of steps that
-    rewrite them before dedup (a user stage placed after_normalize, then the quality stage)."""
-    from datakit.ferry.plan import RunPlan, StepRef
+    """The documents the corpus-level stages read: the link of the source's chain in the plan that the
+    attribute steps read (here after a user stage placed after_normalize, then the quality stage)."""
+    from datakit.ferry.plan import RunPlan
+    from datakit.stages.plan import Plan, PlanStep
 
-    steps = (StepRef("normalize-a", "1", (), "normalize", "a"), StepRef("normalize-b", "2", (), "normalize", "b"),
-             StepRef("drop-short-a", "3", ("normalize-a",), "after_normalize", "a"),
-             StepRef("quality-a", "4", ("drop-short-a",), "quality", "a"),
-             StepRef("exact-dedup", "5", ("quality-a", "normalize-b"), "exact", None),
-             StepRef("consolidate-a", "6", ("quality-a", "exact-dedup"), "consolidate", "a"),
-             StepRef("linededup-a", "7", ("consolidate-a",), "linededup", "a"))
-    ctx = RunContext("/nonexistent", RunPlan("r", None, ("a", "b"), steps), Envelopes())
+    steps = (PlanStep("normalize-a", "1", "normalize", "a", "documents"),
+             PlanStep("normalize-b", "2", "normalize", "b", "documents"),
+             PlanStep("drop-short-a", "3", "after_normalize", "a", "documents", ("normalize-a",)),
+             PlanStep("quality-a", "4", "quality", "a", "documents", ("drop-short-a",)),
+             PlanStep("exact-dedup", "5", "exact", None, "attributes", ("quality-a", "normalize-b")),
+             PlanStep("consolidate-a", "6", "consolidate", "a", "documents", ("quality-a", "exact-dedup")),
+             PlanStep("linededup-a", "7", "linededup", "a", "documents", ("consolidate-a",)))
+    chains = {"a": ("normalize-a", "drop-short-a", "quality-a", "consolidate-a", "linededup-a"),
+              "b": ("normalize-b",)}
+    plan = Plan(("a", "b"), steps, chains, attributes=("exact-dedup",))
+    ctx = RunContext("/nonexistent", RunPlan("r", None, plan), Envelopes())
     assert ctx.docs_step("a") == "quality-a" and ctx.docs_step("b") == "normalize-b"
     ctx.artifacts = {"quality-a": {"counters": {"docs_in": 9, "docs_out": 7}},
-                     "normalize-b": {"counters": {"records_out": 5}}}
+                     "normalize-b": {"counters": {"records_out": 5, "docs_out": 5}}}
     assert ctx.docs_count("a") == 7 and ctx.docs_count("b") == 5
 
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from datakit.cli import main
 from datakit.mix.file import read_mixture_file
 from datakit.mix.fixtures import write_corpus
-from datakit.pipeline import build_steps, load_manifest, run
+from datakit.pipeline import build_plan, build_steps, load_manifest, run
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ def test_the_run_report_plots_the_search(corpus):
     from datakit.report.run_report import render_run_report
 
     m = corpus["manifest"]
-    page = render_run_report(m.prefix, [s.dirname for s in build_steps(m, write_cache=False)])
+    page = render_run_report(m.prefix, build_plan(m, write_cache=False))
     assert 'id="mixture-search"' in page and 'id="mix-proxies-chart"' in page and 'id="mix-choice-chart"' in page
     assert "leave-one-out RMSE" in page
 

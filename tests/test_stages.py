@@ -40,7 +40,7 @@ def test_each_stage_declares_code_and_checks_that_exist():
     for stage in STAGES:
         assert stage.code and code_fingerprint.module_fingerprint(stage.code)
         assert f"datakit.stages.{stage.name}" in stage.code or "datakit.stages.user" in stage.code
-        module, _, attr = stage.checks.partition(":")
+        module, _, attr = stage.ferry_check.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), stage.name
     assert [s.key for s in sections()] == ["normalize", "quality", "dedup", "decontaminate", "line_dedup", "pii",
                                            "quality_classifier", "tokenize", "mixture", "train"]

@@ -76,24 +76,24 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     from datakit import pipeline
     from datakit.core import fsio
     from datakit.report.events import event_lines
-    from datakit.stages.mixture_steps import MIXTURE_FILE, SEARCH_STEP
+    from datakit.stages.mixture_steps import MIXTURE_FILE
     from datakit.steps import collect_steps
 
     m = _with_search(load(manifest), proxies, seed, target)
     out = resolve_prefix(m, prefix)
     try:
-        steps = pipeline.build_steps(m, out)
+        plan = pipeline.build_plan(m, out)
     except ValueError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    wanted = collect_steps([s for s in steps if s.name == SEARCH_STEP])
+    wanted = collect_steps([s for s in plan.runnable if s.name == plan.mixture])
     by_name = {s.name: s for s in wanted}
-    summary = pipeline.run(m, prefix=out, steps=wanted, backend=backend, workers=workers,
+    summary = pipeline.run(m, prefix=out, plan=plan, steps=wanted, backend=backend, workers=workers,
                            on_event=lambda ev: [click.echo(line, err=True) for line in event_lines(ev, by_name)])
     if not summary.ok:
         click.echo(f"error: the search failed: {json.dumps(summary.to_dict()['steps'][-1].get('error'))}", err=True)
         sys.exit(EXIT_FAILED)
-    rec = summary.records[SEARCH_STEP]
+    rec = summary.records[plan.mixture]
     text = fsio.open_read(rec.path(MIXTURE_FILE)).read().decode()
     if out_file:
         fsio.atomic_write_bytes(out_file, text.encode())

@@ -15,19 +15,23 @@ from .common import EXIT_BAD_INPUT, load, resolve_prefix
 @click.option("--prefix", help="Output root, when TARGET is a manifest (default: the manifest's `prefix`).")
 @click.option("--out", "out_file", help="Where to write the page (default: <prefix>/report.html).")
 def report(target, prefix, out_file) -> None:
-    """Write an HTML report of a run: TARGET is its prefix (every step's newest build) or its manifest
-    (the current plan's steps); default: the embedded manifest's ./datakit-out."""
+    """Write an HTML report of a run: TARGET is its prefix (the plan its last run published) or its
+    manifest (the current plan's steps); default: the embedded manifest's ./datakit-out."""
     from datakit.report.run_report import write_run_report
 
     if target and os.path.isdir(target):
-        root, dirnames = target, None
+        root, plan = target, None
     else:
-        from datakit.pipeline import build_steps
+        from datakit.pipeline import build_plan
 
         m = load(target, check_uris=False)
         root = resolve_prefix(m, prefix, target is not None)
-        dirnames = [s.dirname for s in build_steps(m, root, write_cache=False)]
+        plan = build_plan(m, root, write_cache=False)
     if not os.path.isdir(root):
         click.echo(f"error: {root}: no such run prefix (run `datakit run` first, or point at a prefix)", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    click.echo(write_run_report(root, out_file, dirnames))
+    try:
+        click.echo(write_run_report(root, out_file, plan))
+    except FileNotFoundError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)

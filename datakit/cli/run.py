@@ -55,7 +55,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
             from datakit.steps.storage import check_writable, open_prefix
 
             check_writable(*open_prefix(out))
-        steps = pipeline.build_steps(m, out, write_cache=not dry_run)
+        plan = pipeline.build_plan(m, out, write_cache=not dry_run)
     except (ValueError, FileNotFoundError, ImportError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -65,14 +65,14 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 
     from datakit.report.events import event_lines
 
-    by_name = {s.name: s for s in steps}
+    by_name = {s.name: s for s in plan.runnable}
 
     def on_event(ev: dict) -> None:
         for line in event_lines(ev, by_name) if not as_json else ():
             click.echo(line, err=True)
 
     try:
-        summary = pipeline.run(m, prefix=out, steps=steps, backend=backend, workers=workers, mirror=mirror,
+        summary = pipeline.run(m, prefix=out, plan=plan, backend=backend, workers=workers, mirror=mirror,
                                dry_run=dry_run, only=_step_names(only) or None, force=_step_names(force),
                                on_event=on_event,
                                progress=not as_json and sys.stderr.isatty(),

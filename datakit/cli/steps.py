@@ -17,12 +17,12 @@ from .common import EXIT_FAILED, EXIT_OK, load, resolve_prefix
 @click.option("--json", "as_json", is_flag=True)
 def verify(manifest, prefix, deep, as_json) -> None:
     """Check every built step's outputs against the manifest it wrote (exit 1 when any is damaged)."""
-    from datakit.pipeline import build_steps
+    from datakit.pipeline import build_plan
     from datakit.steps.verify import verify_steps
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    rows = verify_steps(build_steps(m, out, write_cache=False), out, deep=deep)
+    rows = verify_steps(build_plan(m, out, write_cache=False).runnable, out, deep=deep)
     if as_json:
         click.echo(json.dumps(rows))
     else:
@@ -41,15 +41,19 @@ def verify(manifest, prefix, deep, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def status(manifest, prefix, mirror, as_json) -> None:
     """Show each step of the current plan: its state, when, and its output (relative to the prefix)."""
-    from datakit.pipeline import build_steps
+    from datakit.pipeline import build_plan
     from datakit.report.summary import relative
     from datakit.steps import step_status
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    rows = step_status(build_steps(m, out, write_cache=False), out, mirror=mirror or m.mirror)
+    plan = build_plan(m, out, write_cache=False)
+    rows = step_status(list(plan.runnable), out, mirror=mirror or m.mirror)
     for r in rows:
         r["state"] = state_word(r)
+        ref = plan.step(r["name"])
+        if ref is not None:  # who built it and what it holds, from the plan
+            r.update(stage=ref.stage, source=ref.source, kind=ref.kind)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -82,12 +86,12 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
     """Remove step outputs under the prefix that MANIFEST's current plan no longer uses.
 
     Never touches a step a run is building (live lease), anything that is not a step dir, or a mirror."""
-    from datakit.pipeline import build_steps
+    from datakit.pipeline import build_plan
     from datakit.steps.gc import collect_garbage
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    report = collect_garbage(build_steps(m, out, write_cache=False), out, dry_run=dry_run)
+    report = collect_garbage(build_plan(m, out, write_cache=False).runnable, out, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, **report.to_dict()}))
         return

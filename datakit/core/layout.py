@@ -28,6 +28,7 @@ from typing import ClassVar, Iterable
 from datakit.core.fsio import exists, fs_for, is_local, local_path
 
 __all__ = [
+    "PLAN_FILE",
     "TOKENIZER_FILE",
     "AttributesDir",
     "DocumentsDir",
@@ -41,6 +42,11 @@ __all__ = [
     "part_names",
     "work_part_name",
 ]
+
+PLAN_FILE = "plan.json"
+"""The published plan of a run, at ``<prefix>/plan.json`` (``datakit.stages.plan``): every step with its
+stage, source and kind of output, each source's chain of document steps, the mixture components and
+the named products. Readers (report, ferry, ``mix show``) find steps through it, never by name."""
 
 TOKENIZER_FILE = "tokenizer.json"
 """What the tokenizer step writes (and the token cache keeps a copy of): one HF tokenizers JSON file."""

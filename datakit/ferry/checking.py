@@ -1,6 +1,6 @@
 """The validator's plumbing: check results, the run context every stage check reads through.
 
-A stage check is a function ``(ctx: RunContext, ref: StepRef, source) -> None`` (checks_data.py,
+A stage check is a function ``(ctx: RunContext, ref: PlanStep, source) -> None`` (checks_data.py,
 checks_tokens.py) that calls ``ctx.check(stage, name, fn)`` once per property; ``fn`` returns a short
 "what was verified" message or raises CheckFailed with what the operator should read. RunContext owns
 the DuckDB connection, the artifact records of built steps, which steps are no longer trustworthy
@@ -64,14 +64,6 @@ def fmt_range(r: tuple[float, float]) -> str:
 def read_json(path: str) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def _before_dedup_stages() -> frozenset[str]:
-    """Stage tags of the per-source steps that rewrite documents before the corpus-level stages: user
-    stages placed after_normalize (their step's stage is the place) and the quality stage."""
-    from datakit.stages.quality import STAGE as QUALITY
-
-    return frozenset(("after_normalize", QUALITY.name))
 
 
 def collapse(text: str) -> str:
@@ -143,21 +135,16 @@ class RunContext:
 
     # ------------------------------------------------------------------ shared by the stage checks
     def docs_step(self, src: str) -> str:
-        """The step whose documents the corpus-level stages (exact, fuzzy, decontaminate, consolidate)
-        read for ``src``: normalize-<src>, followed down the chain of document-rewriting steps placed
-        between it and dedup (user stages placed after_normalize, the quality stage), each one reading
-        the one before it."""
-        name = f"normalize-{src}"
-        stages = _before_dedup_stages()
-        for ref in self.plan.steps:  # dependency order: a step comes after the step it reads
-            if ref.source == src and ref.stage in stages and name in ref.deps:
-                name = ref.name
-        return name
+        """The step whose documents the corpus-level stages (the attribute steps: exact, fuzzy,
+        decontaminate; then consolidate) read for ``src``: the link of its chain in the plan that they
+        depend on (the chain's last step when there are none)."""
+        step = self.plan.plan.read_by_attributes(src)
+        assert step is not None, f"source {src} has no documents step in the plan"
+        return step
 
     def docs_count(self, src: str) -> int | None:
         """How many documents ``docs_step(src)`` holds, by its own counters."""
-        step = self.docs_step(src)
-        return self.cnt(step).get("records_out" if step == f"normalize-{src}" else "docs_out")
+        return self.cnt(self.docs_step(src)).get("docs_out")
 
     def documents(self, step: str) -> list[str]:
         """The main documents files a step wrote: as its result lists them, else its main dir's parts."""
@@ -190,17 +177,25 @@ class RunContext:
             missing = sorted(set(want) - set(have))
             extra = sorted(set(have) - set(want))
             raise CheckFailed(f"{self.rel(d)}: {len(have)} parquet files, expected the {len(want)} of "
-                              f"normalize-{src}" + (f"; missing {', '.join(missing[:3])}" if missing else "")
+                              f"{self.docs_step(src)}" + (f"; missing {', '.join(missing[:3])}" if missing else "")
                               + (f"; unexpected {', '.join(extra[:3])}" if extra else ""))
         meta_path = attrs.meta
         if not os.path.exists(meta_path):
             raise CheckFailed(f"{self.rel(meta_path)} missing")
         meta = read_json(meta_path)
-        eq(meta.get("files"), want, f"{self.rel(meta_path)} files vs normalize-{src} main files")
+        eq(meta.get("files"), want, f"{self.rel(meta_path)} files vs {self.docs_step(src)} main files")
         return d
 
-    def sources_with(self, prefix: str) -> list[str]:
-        return [s for s in self.plan.sources if self.has(f"{prefix}-{s}")]
+    def sources_with(self, stage: str) -> list[str]:
+        """The sources, in manifest order, that have a step of ``stage`` in the plan."""
+        have = {ref.source for ref in self.plan.steps if ref.stage == stage}
+        return [s for s in self.plan.sources if s in have]
+
+    def _decontaminate_step(self) -> str | None:
+        """The decontaminate stage's step in the plan (the benchmarks' recorded digests and n-gram size)."""
+        from datakit.stages.decontaminate import STAGE
+
+        return next((ref.name for ref in self.plan.steps if ref.stage == STAGE.name), None)
 
     def needles(self) -> list[tuple[str, str]]:
         """(item label, collapsed text) of every benchmark text with at least `ngram` words: the texts
@@ -211,7 +206,7 @@ class RunContext:
         from datakit.dedup.shingles import normalize_text
 
         out: list[tuple[str, str]] = []
-        cfg = self.artifacts.get("decontaminate", {}).get("config") or {}
+        cfg = self.artifacts.get(self._decontaminate_step() or "", {}).get("config") or {}
         ngram = int(cfg.get("ngram", 13))
         recorded = {b.get("name"): b.get("sha256") for b in cfg.get("benchmarks", [])}
         for b in self.plan.benchmarks:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from .checking import CheckFailed, RunContext
 from .checks_data import with_outputs_check
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
 def _model(ctx: RunContext, name: str) -> str:
@@ -55,7 +55,7 @@ def _selection(ctx: RunContext, name: str) -> str:
 
 
 @with_outputs_check
-def check_quality_classifier(ctx: RunContext, ref: StepRef, src: str | None) -> None:
+def check_quality_classifier(ctx: RunContext, ref: PlanStep, src: str | None) -> None:
     name = ref.name
     if name.startswith("quality-classifier-train"):
         ctx.check(name, "model", lambda: _model(ctx, name))

@@ -11,7 +11,7 @@ from datakit.core.layout import DocumentsDir, parquet_names, part_names
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac
 from .envelopes import within
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
 def check_outputs(ctx: RunContext, name: str) -> None:
@@ -40,7 +40,7 @@ def with_outputs_check(fn):
     import functools
 
     @functools.wraps(fn)
-    def run(ctx: RunContext, ref: StepRef, src) -> None:
+    def run(ctx: RunContext, ref: PlanStep, src) -> None:
         fn(ctx, ref, src)
         check_outputs(ctx, ref.name)
 
@@ -48,7 +48,7 @@ def with_outputs_check(fn):
 
 
 @with_outputs_check
-def check_normalize(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_normalize(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
 
     def files() -> str:
@@ -125,7 +125,7 @@ def _duplicates_envelope(ctx: RunContext, name: str, per: dict, needs: tuple[str
 
 
 @with_outputs_check
-def check_exact(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_exact(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
         return
@@ -156,7 +156,7 @@ def _fraction_envelope(ctx: RunContext, name: str, marked: int, key: str) -> str
     return f"{marked}/{docs} = {f:.4f} within {fmt_range(rng)}"
 
 @with_outputs_check
-def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_minhash(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, needs = ref.name, (ctx.docs_step(src),)
 
     def files() -> str:
@@ -176,7 +176,7 @@ def check_minhash(ctx: RunContext, ref: StepRef, src: str) -> None:
     ctx.check(name, "rows", rows, needs)
 
 @with_outputs_check
-def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_fuzzy(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
         return
@@ -213,7 +213,7 @@ def check_fuzzy(ctx: RunContext, ref: StepRef, _src: None) -> None:
     _duplicates_envelope(ctx, name, per, needs, "fuzzy_fraction")
 
 @with_outputs_check
-def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_decontaminate(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, needs = ref.name, _norm_needs(ctx)
     if not _files_check(ctx, name, needs):
         return
@@ -258,7 +258,7 @@ def check_decontaminate(ctx: RunContext, ref: StepRef, _src: None) -> None:
         ctx, name, sum(per[s].get("contaminated", 0) for s in per), "decontaminate_fraction"), needs)
 
 @with_outputs_check
-def check_consolidate(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_consolidate(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
     norm = ctx.docs_step(src)
     attrs = [a for a in (ctx.artifacts[name].get("config") or {}).get("attributes", []) if ctx.has(a)]

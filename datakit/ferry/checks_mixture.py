@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 from .checking import CheckFailed, RunContext
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
-def check_mixture(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_mixture(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, res = ref.name, ctx.res(ref.name)
 
     def target() -> str:

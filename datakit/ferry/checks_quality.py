@@ -23,7 +23,7 @@ import re
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac
 from .checks_data import with_outputs_check
 from .envelopes import within
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 PLANTED = "planted"
 REMOVED_BY = {"non_english": ("langid.",), "spam": ("gopher_repetition.", "gopher_quality.")}
@@ -44,7 +44,7 @@ def _files(ctx: RunContext, name: str) -> tuple[list[str], list[str]]:
     return main, removed
 
 
-def _input(ctx: RunContext, ref: StepRef, src: str) -> str:
+def _input(ctx: RunContext, ref: PlanStep, src: str) -> str:
     """The documents step a per-source step reads (its dependency of the same source)."""
     dep = next((d for d in ref.deps if ctx.plan.step(d) is not None and ctx.plan.step(d).source == src), None)
     if dep is None:
@@ -223,7 +223,7 @@ def _ids_kept(ctx: RunContext, dep: str, main: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the checks
-def _documents_step(ctx: RunContext, ref: StepRef, src: str) -> tuple[dict[str, list[str]], str] | None:
+def _documents_step(ctx: RunContext, ref: PlanStep, src: str) -> tuple[dict[str, list[str]], str] | None:
     """files + counts of a documents-rewriting step; (files, input step) when its files are readable."""
     name, got = ref.name, {}
 
@@ -240,7 +240,7 @@ def _documents_step(ctx: RunContext, ref: StepRef, src: str) -> tuple[dict[str, 
 
 
 @with_outputs_check
-def check_quality(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_quality(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name = ref.name
     step = _documents_step(ctx, ref, src)
     if step is None:
@@ -252,7 +252,7 @@ def check_quality(ctx: RunContext, ref: StepRef, src: str) -> None:
 
 
 @with_outputs_check
-def check_linededup(ctx: RunContext, ref: StepRef, src: str | None) -> None:
+def check_linededup(ctx: RunContext, ref: PlanStep, src: str | None) -> None:
     if src is None:  # the corpus-wide index: one removals file per source
         def files() -> str:
             per = ctx.res(ref.name).get("sources") or {}
@@ -275,7 +275,7 @@ def check_linededup(ctx: RunContext, ref: StepRef, src: str | None) -> None:
 
 
 @with_outputs_check
-def check_pii(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_pii(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name = ref.name
     step = _documents_step(ctx, ref, src)
     if step is None:

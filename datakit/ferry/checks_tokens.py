@@ -16,11 +16,11 @@ from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir, TrainDir
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac, read_json, sha256_file
 from .envelopes import within
 from .checks_data import with_outputs_check
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
 @with_outputs_check
-def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_tokenizer(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, res = ref.name, ctx.res(ref.name)
 
     def files() -> str:
@@ -40,7 +40,7 @@ def check_tokenizer(ctx: RunContext, ref: StepRef, _src: None) -> None:
     ctx.check(name, "files", files, breaks=True)
 
 @with_outputs_check
-def check_tokenize(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_tokenize(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
     final = next((d for d in ref.deps if ctx.plan.step(d) is not None and ctx.plan.step(d).source == src), None)
     splits = res.get("splits") or {}
@@ -154,7 +154,7 @@ def _tokenize_checksums(ctx: RunContext, name: str, splits: dict, ledgers: dict[
 
 
 @with_outputs_check
-def check_train(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_train(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     name, res = ref.name, ctx.res(ref.name)
     points: list[tuple[int, float]] = []
 

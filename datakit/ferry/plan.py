@@ -4,7 +4,9 @@ The validator finds every output through this record (step name + identity -> ``
 and the step's own artifact.json), never through globs over the directory: a layout change then shows
 up as a failing check naming the step, instead of a glob that quietly matches nothing.
 
-The plan is written by ``datakit ferry run`` as ``<run>/ferry.json`` from ``datakit.pipeline.build_steps``.
+The plan is written by ``datakit ferry run`` as ``<run>/ferry.json``: the pipeline's published plan
+(``datakit.pipeline.build_plan``, a ``datakit.stages.plan.Plan``: every step with its stage, source and
+kind, the sources' document chains, the products) plus what the ferry adds (run id, benchmarks, host).
 Recording it (rather than rebuilding it at validation time) matters because local inputs enter step
 identities as content fingerprints: an ``apt upgrade`` between the run and a later ``validate``
 would otherwise change the identities and make a perfectly good run look missing. For a directory made
@@ -20,9 +22,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from datakit.core.fsio import atomic_write_bytes
+from datakit.stages.plan import Plan, PlanStep
 
 PLAN_FILE = "ferry.json"
-PLAN_FORMAT = 2  # 2: each step records its stage and source (1 re-spelled them from the step name)
+PLAN_FORMAT = 3  # 3: the pipeline's Plan inside; 2: steps with stage and source; 1: spelled from step names
 
 
 def bundled_manifest() -> str:
@@ -44,22 +47,6 @@ def parse_utc_iso(s: str) -> float:
 
 
 @dataclass(frozen=True)
-class StepRef:
-    """One planned step: where it lives in the run dir, what it depends on, and the stage (and source)
-    that built it, which picks its checks."""
-
-    name: str
-    identity: str
-    deps: tuple[str, ...] = ()
-    stage: str = ""
-    source: str | None = None
-
-    @property
-    def dirname(self) -> str:
-        return f"{self.name}-{self.identity}"
-
-
-@dataclass(frozen=True)
 class BenchmarkRef:
     name: str
     path: str
@@ -73,20 +60,28 @@ class RunPlan:
 
     run_id: str
     manifest: str | None
-    sources: tuple[str, ...]
-    steps: tuple[StepRef, ...]
+    plan: Plan
     benchmarks: tuple[BenchmarkRef, ...] = ()
     started: str = ""
     host: str = ""
     extra: dict = field(default_factory=dict)
 
-    def step(self, name: str) -> StepRef | None:
-        return next((s for s in self.steps if s.name == name), None)
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.plan.sources
+
+    @property
+    def steps(self) -> tuple[PlanStep, ...]:
+        """Every planned step, each after the steps it reads (the order the validator checks them)."""
+        return self.plan.steps
+
+    def step(self, name: str) -> PlanStep | None:
+        return self.plan.step(name)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["format"] = PLAN_FORMAT
-        return d
+        return {"format": PLAN_FORMAT, "run_id": self.run_id, "manifest": self.manifest, "plan": self.plan.to_dict(),
+                "benchmarks": [asdict(b) for b in self.benchmarks], "started": self.started, "host": self.host,
+                "extra": dict(self.extra)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = PLAN_FILE) -> "RunPlan":
@@ -94,9 +89,7 @@ class RunPlan:
             raise ValueError(f"{where}: unsupported plan format {d.get('format')!r} (expected {PLAN_FORMAT})")
         try:
             return cls(
-                run_id=str(d["run_id"]), manifest=d.get("manifest"), sources=tuple(d["sources"]),
-                steps=tuple(StepRef(s["name"], s["identity"], tuple(s.get("deps", ())), s.get("stage", ""),
-                                    s.get("source")) for s in d["steps"]),
+                run_id=str(d["run_id"]), manifest=d.get("manifest"), plan=Plan.from_dict(d["plan"], where),
                 benchmarks=tuple(BenchmarkRef(b["name"], b["path"], tuple(b["text_fields"]), b.get("format"))
                                  for b in d.get("benchmarks", ())),
                 started=d.get("started", ""), host=d.get("host", ""), extra=dict(d.get("extra") or {}),
@@ -105,16 +98,12 @@ class RunPlan:
             raise ValueError(f"{where}: malformed plan record ({type(e).__name__}: {e})") from None
 
 
-def plan_from_steps(run_id: str, manifest, steps) -> RunPlan:
-    """The plan of ``steps`` (from build_steps(manifest)), in the runner's dependency order."""
-    from datakit.steps import collect_steps
-
-    order = collect_steps(steps)
+def run_plan(run_id: str, manifest, plan: Plan) -> RunPlan:
+    """The ferry's record of ``plan`` (from build_plan(manifest))."""
     return RunPlan(
         run_id=run_id,
         manifest=manifest.path,
-        sources=tuple(s.name for s in manifest.sources),
-        steps=tuple(StepRef(s.name, s.identity, tuple(d.name for d in s.deps), s.stage, s.source) for s in order),
+        plan=plan,
         benchmarks=tuple(BenchmarkRef(b.name, b.path, tuple(b.text_fields), b.format)
                          for b in manifest.decontaminate.benchmarks),
         started=utc_iso(),
@@ -124,10 +113,10 @@ def plan_from_steps(run_id: str, manifest, steps) -> RunPlan:
 
 def plan_from_manifest(manifest_path: str, run_id: str = "") -> RunPlan:
     """Rebuild the plan of a manifest (for run dirs made by `datakit run`, which record no plan)."""
-    from datakit.pipeline import build_steps, load_manifest
+    from datakit.pipeline import build_plan, load_manifest
 
     m = load_manifest(manifest_path, check_uris=False)
-    return plan_from_steps(run_id, m, build_steps(m, write_cache=False))
+    return run_plan(run_id, m, build_plan(m, write_cache=False))
 
 
 def write_plan(run_dir: str, plan: RunPlan) -> None:

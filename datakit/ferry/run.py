@@ -28,7 +28,7 @@ import datakit
 from .envelopes import Envelopes
 from .history import append_history, read_status, write_status
 from .lock import ferry_lock
-from .plan import bundled_manifest, parse_utc_iso, plan_from_steps, read_plan, utc_iso, write_plan
+from .plan import bundled_manifest, parse_utc_iso, read_plan, run_plan, utc_iso, write_plan
 from .validate import Check, Validation, validate_run
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -73,7 +73,7 @@ def default_run_id(t: float | None = None) -> str:
 
 def _load(manifest_path: str, prefix: str):
     from datakit.manifest import ManifestInvalid
-    from datakit.pipeline import build_steps, load_manifest
+    from datakit.pipeline import build_plan, load_manifest
 
     try:
         m = load_manifest(manifest_path)
@@ -83,7 +83,7 @@ def _load(manifest_path: str, prefix: str):
     except FileNotFoundError as e:
         raise FerryInputError(str(e)) from None
     try:
-        return m, build_steps(m, prefix)
+        return m, build_plan(m, prefix)
     except (ValueError, FileNotFoundError, ImportError) as e:
         raise FerryInputError(f"{manifest_path}: {e}") from None
 
@@ -178,11 +178,11 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
         raise FerryInputError(f"--keep-days must be >= 0, got {opts.keep_days}")
     if opts.run_id is not None and not _RUN_ID.match(opts.run_id):
         raise FerryInputError(f"run id {opts.run_id!r} is not path-safe (letters, digits, '.', '_', '-')")
-    m, steps = _load(manifest_path, prefix)           # a bad manifest fails before the prefix is touched
+    m, built = _load(manifest_path, prefix)           # a bad manifest fails before the prefix is touched
     with ferry_lock(prefix, run_id=opts.run_id or "(default)", since=utc_iso()):
         _record_dead_run(prefix, log)
         run_id, run_dir = _choose_run_dir(prefix, opts.run_id)
-        plan = plan_from_steps(run_id, m, steps)
+        plan = run_plan(run_id, m, built)
         write_plan(run_dir, plan)
         started = time.time()
         write_status(prefix, {"run_id": run_id, "status": "running", "started": plan.started,
@@ -190,7 +190,7 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
         log(f"ferry {run_id}: {len(plan.steps)} steps of {manifest_path} into {run_dir}")
         summary, validation, error, status = None, None, None, "failed"
         try:
-            summary = _run_steps(m, steps, run_dir, opts.workers, log)
+            summary = _run_steps(m, built, run_dir, opts.workers, log)
             log(f"ferry {run_id}: pipeline {summary.status} in {summary.wall_s:.1f}s; validating")
             try:
                 validation = validate_run(run_dir, opts.envelopes, plan=plan)
@@ -244,11 +244,11 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
         return FerryOutcome(run_id, run_dir, status, exit_code, record, validation, pruned)
 
 
-def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str], None]):
+def _run_steps(m, plan, run_dir: str, workers: int | None, log: Callable[[str], None]):
     from datakit import pipeline
     from datakit.report.events import event_lines
 
-    by_name = {s.name: s for s in steps}
+    by_name = {s.name: s for s in plan.runnable}
 
     def on_event(ev: dict) -> None:
         if ev.get("event") == "step_skipped":
@@ -256,4 +256,4 @@ def _run_steps(m, steps, run_dir: str, workers: int | None, log: Callable[[str],
         for line in event_lines(ev, by_name):
             log(line)
 
-    return pipeline.run(m, prefix=run_dir, steps=steps, workers=workers, on_event=on_event, progress=False)
+    return pipeline.run(m, prefix=run_dir, plan=plan, workers=workers, on_event=on_event, progress=False)

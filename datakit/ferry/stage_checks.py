@@ -8,10 +8,10 @@ import os
 
 from .checking import CheckFailed, RunContext, eq, sha256_file
 from .checks_data import check_fuzzy, check_minhash
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
-def check_download(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_download(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, files = ref.name, ctx.res(ref.name).get("files") or []
 
     def fetched() -> str:
@@ -29,14 +29,14 @@ def check_download(ctx: RunContext, ref: StepRef, src: str) -> None:
     ctx.check(name, "files", fetched, breaks=True)
 
 
-def check_fuzzy_stage(ctx: RunContext, ref: StepRef, src: str | None) -> None:
+def check_fuzzy_stage(ctx: RunContext, ref: PlanStep, src: str | None) -> None:
     if src is None:
         check_fuzzy(ctx, ref, None)
     else:
         check_minhash(ctx, ref, src)
 
 
-def check_user_stage(ctx: RunContext, ref: StepRef, src: str) -> None:
+def check_user_stage(ctx: RunContext, ref: PlanStep, src: str) -> None:
     name, res, c = ref.name, ctx.res(ref.name), ctx.cnt(ref.name)
     main = [ctx.path(name, r) for r in res.get("main_files") or []]
     removed = [ctx.path(name, r) for r in res.get("removed_files") or []]

@@ -23,7 +23,9 @@ from typing import Callable
 
 from .checking import FAILED, OK, SKIPPED, Check, CheckFailed, RunContext, eq, read_json
 from .envelopes import Envelopes
-from .plan import RunPlan, StepRef, plan_from_manifest, read_plan
+from datakit.stages.plan import PlanStep
+
+from .plan import RunPlan, plan_from_manifest, read_plan
 
 STATUS_FILE, ARTIFACT_FILE = ".status", "artifact.json"
 
@@ -95,13 +97,13 @@ def _handler(plan: RunPlan, name: str) -> tuple[Callable | None, str | None]:
 
     ref = plan.step(name)
     stage = next((s for s in STAGES if ref is not None and s.name == ref.stage), None)
-    if stage is None or not stage.checks:
+    if stage is None or not stage.ferry_check:
         return None, None
-    module, _, attr = stage.checks.partition(":")
+    module, _, attr = stage.ferry_check.partition(":")
     return getattr(importlib.import_module(module), attr), ref.source
 
 
-def _check_built(ctx: RunContext, ref: StepRef) -> bool:
+def _check_built(ctx: RunContext, ref: PlanStep) -> bool:
     """SUCCESS marker + artifact record with the plan's identity; loads the record for later checks.
     A step never built because a dependency failed is `skipped`, so the cause is reported once."""
     bad_deps = [d for d in ref.deps if d in ctx.broken]

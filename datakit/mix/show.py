@@ -31,23 +31,11 @@ class MixView:
                 "missing": self.missing, "mode": self.mode}
 
 
-def build_graph(manifest, prefix: str):
-    """The manifest's step graph (as `build_steps` makes it), kept: its components and token steps."""
-    from datakit.pipeline import check_manifest
-    from datakit.stages.contract import Graph
-    from datakit.stages.registry import STAGES
-
-    check_manifest(manifest)
-    graph = Graph(manifest, prefix, write_cache=False)
-    for stage in STAGES:
-        stage.build(graph)
-    return graph
-
-
-def _built(graph, prefix: str, name: str) -> str | None:
+def _built(plan, prefix: str, name: str | None) -> str | None:
+    """The output dir of the plan's step ``name`` when it is built under ``prefix``."""
     from datakit.steps import step_status
 
-    step = next((s for s in graph.steps if s.name == name), None)
+    step = next((s for s in plan.runnable if s.name == name), None) if name else None
     if step is None:
         return None
     row = step_status([step], prefix)[-1]
@@ -59,10 +47,8 @@ def _stats(path: str) -> dict:
         return json.loads(f.read())
 
 
-def _search_weights(graph, prefix: str) -> dict | None:
-    from datakit.stages.mixture_steps import SEARCH_STEP
-
-    path = _built(graph, prefix, SEARCH_STEP)
+def _search_weights(plan, prefix: str) -> dict | None:
+    path = _built(plan, prefix, plan.mixture)
     if path is None:
         return None
     with fsio.open_read(f"{path}/artifact.json") as f:
@@ -70,14 +56,16 @@ def _search_weights(graph, prefix: str) -> dict | None:
 
 
 def mix_view(manifest, prefix: str, *, warn_epochs: float | None = None) -> MixView:
-    """The table for MANIFEST's components over the token caches built under ``prefix``."""
-    graph = build_graph(manifest, prefix)
+    """The table for MANIFEST's components (its plan's) over the token caches built under ``prefix``."""
+    from datakit.pipeline import build_plan
+
+    plan = build_plan(manifest, prefix, write_cache=False)
     mix: MixtureConfig = manifest.sections.get("mixture") or MixtureConfig()
     warn = warn_epochs if warn_epochs is not None else mix.warn_epochs
-    weights = dict(graph.weights)
+    weights = plan.weights()
     stats, missing = {}, []
     for n in weights:
-        path = _built(graph, prefix, graph.tokens[n].name) if n in graph.tokens else None
+        path = _built(plan, prefix, plan.tokens.get(n))
         if path is None:
             missing.append(n)
         else:
@@ -91,31 +79,31 @@ def mix_view(manifest, prefix: str, *, warn_epochs: float | None = None) -> MixV
         return view
     tokens = {n: int(s["total_tokens"]) for n, s in stats.items()}
     prop = proportional({n: t for n, t in tokens.items() if weights[n] > 0} or tokens, mix.temperature)
-    plan = _plan(view, mix, tokens, weights, train, graph, prefix)
+    mixture = _plan(view, mix, tokens, weights, train, plan, prefix)
     windows = windows_of(tokens, train.seq_len) if train else {}
     for n in sorted(weights):
         row = {"component": n, "documents": int(stats[n]["total_docs"]), "tokens": tokens[n],
                "proportional": prop.get(n, 0.0), "manifest": weights[n],
-               "weight": plan.weights.get(n, 0.0) if plan else None,
-               "epochs": plan.epochs.get(n, 0.0) if plan else None, "windows": windows.get(n),
-               "capped": bool(plan and n in plan.capped)}
+               "weight": mixture.weights.get(n, 0.0) if mixture else None,
+               "epochs": mixture.epochs.get(n, 0.0) if mixture else None, "windows": windows.get(n),
+               "capped": bool(mixture and n in mixture.capped)}
         view.rows.append(row)
         if row["epochs"] is not None and row["epochs"] > warn:
             view.warnings.append(f"{n} is repeated {row['epochs']:.1f} epochs over the training budget "
                                  f"(more than {warn:g}); lower its weight or set mixture.max_epochs")
-    if plan is not None:
-        view.phases = [{"start": s, "weights": {n: c / plan.block_size for n, c in counts.items()}}
-                       for s, counts in plan.phases]
+    if mixture is not None:
+        view.phases = [{"start": s, "weights": {n: c / mixture.block_size for n, c in counts.items()}}
+                       for s, counts in mixture.phases]
     return view
 
 
-def _plan(view: MixView, mix: MixtureConfig, tokens, weights, train, graph, prefix):
+def _plan(view: MixView, mix: MixtureConfig, tokens, weights, train, plan, prefix):
     if train is None:
         view.warnings.append("no train: section, so no training budget: epochs are not computed")
         return None
     searched = None
     if mix.uses_search:
-        searched = _search_weights(graph, prefix)
+        searched = _search_weights(plan, prefix)
         if searched is None:
             view.warnings.append("weights: search, but the search has not run: run `datakit mix search MANIFEST`")
             return None

@@ -1,8 +1,10 @@
 """`datakit report`: a static HTML page for any run, from its prefix (or its manifest's current plan).
 
-Everything comes from what the steps wrote (artifact.json records, tagged with stage and source; the
-parquet outputs read with DuckDB; the token caches' results; the training metrics), so the page works for
-any stage list and for runs made by `datakit run`, the API or the ferry. Sections: the per-source funnel,
+Everything comes from the run's plan (datakit.stages.plan: which steps hold each source's documents, its
+token cache, the attribute sets, the mixture and the model) and what the steps wrote (artifact.json
+records; the parquet outputs read with DuckDB; the token caches' results; the training metrics), so the
+page works for any stage list, never names a stage, and covers runs made by `datakit run`, the API or
+the ferry. Sections: the per-source funnel,
 removal reasons with sample documents and their measured values, histograms (document length, language
 and its score, quality score, dedup cluster sizes), tokens per source against the planned mixture, the
 loss curves, and time per step.
@@ -12,20 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
-from typing import Iterable
 
 import duckdb
 
 from datakit.core.layout import DocumentsDir, TrainDir
+from datakit.stages.contract import ATTRIBUTES
+from datakit.stages.plan import Plan, read_plan
 
 from . import charts
 from .html import esc, num, page, section, table
 from .summary import StepView, data_summary, removal_labels
-from .text import classifier_line
 
-_STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
 SAMPLES_PER_REASON = 3
 EXCERPT_CHARS = 300
 
@@ -48,22 +48,18 @@ def _read_artifact(d: str) -> dict | None:
         return None
 
 
-def load_steps(prefix: str, dirnames: Iterable[str] | None = None) -> list[BuiltStep]:
-    """The built steps of a prefix: the plan's dirs when given, else the newest build of every step name;
-    in the order they finished (which respects dependencies)."""
-    names = list(dirnames) if dirnames is not None else [e.name for e in os.scandir(prefix) if e.is_dir()]
-    newest: dict[str, BuiltStep] = {}
-    for dirname in names:
-        m = _STEP_DIR.match(dirname)
-        art = _read_artifact(os.path.join(prefix, dirname)) if m else None
+def load_steps(prefix: str, plan: Plan) -> list[BuiltStep]:
+    """The plan's built steps under a prefix, in the order they finished (which respects dependencies)."""
+    built = []
+    for ref in plan.steps:
+        path = os.path.join(prefix, ref.dirname)
+        art = _read_artifact(path)
         if art is None:
             continue
-        view = StepView(art.get("name", m["name"]), art.get("stage") or "", art.get("source"),
-                        art.get("counters") or {}, art.get("result") or {}, os.path.join(prefix, dirname))
-        old = newest.get(view.name)
-        if old is None or art.get("finished", "") > old.artifact.get("finished", ""):
-            newest[view.name] = BuiltStep(view, art, os.path.join(prefix, dirname))
-    return sorted(newest.values(), key=lambda b: b.artifact.get("finished", ""))
+        view = StepView(ref.name, ref.stage, ref.source, art.get("counters") or {}, art.get("result") or {}, path,
+                        ref.kind)
+        built.append(BuiltStep(view, art, path))
+    return sorted(built, key=lambda b: b.artifact.get("finished", ""))
 
 
 # ------------------------------------------------------------------ queries
@@ -87,15 +83,6 @@ def _removed_files(step: BuiltStep) -> list[str]:
         return [os.path.join(step.path, r) for r in res["removed_files"]]
     d = os.path.join(step.path, res.get("removed", DocumentsDir.REMOVED))
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".parquet")) if os.path.isdir(d) else []
-
-
-def _input_step(step: BuiltStep, by_path: dict[str, BuiltStep]) -> BuiltStep | None:
-    """The documents step this step read (its dependency of the same source)."""
-    for dep in (step.artifact.get("deps") or {}).values():
-        other = by_path.get(os.path.normpath(dep.get("output") or ""))
-        if other is not None and other.view.source == step.view.source:
-            return other
-    return None
 
 
 def removal_samples(con, step: BuiltStep, source: BuiltStep | None) -> list[tuple]:
@@ -153,8 +140,8 @@ def _column(con, files: str, expr: str, column: str) -> list:
 
 
 # ------------------------------------------------------------------ sections
-def _funnel_section(steps: list[BuiltStep], prefix: str) -> str:
-    data = data_summary([s.view for s in steps], prefix).to_dict()
+def _funnel_section(steps: list[BuiltStep], plan: Plan, prefix: str) -> str:
+    data = data_summary([s.view for s in steps], plan, prefix).to_dict()
     sources = data["sources"]
     if not sources:
         return section("funnel", "Documents per source", "<p class=muted>No per-source steps were built.</p>")
@@ -162,8 +149,7 @@ def _funnel_section(steps: list[BuiltStep], prefix: str) -> str:
     rows = [[name, f.get("docs_in"), *(f.get("removed", {}).get(k) for k in labels), f.get("docs_out"), f.get("tokens")]
             for name, f in sources.items()]
     warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])
-    classifier = classifier_line(data.get("classifier") or {})
-    warn += f"<p>{esc(classifier)}</p>" if classifier else ""
+    warn += "".join(f"<p>{esc(line)}</p>" for line in data.get("notes") or [])
     body = (charts.funnel(sources) + table(["source", "docs in", *labels, "docs out", "tokens"], rows, cls="funnel")
             + warn)
     return section("funnel", "Documents per source", body)
@@ -179,31 +165,29 @@ def _samples_html(kind: str, step: str, groups: list[tuple]) -> str:
     return "".join(parts)
 
 
-def _removals_section(con, steps: list[BuiltStep]) -> str:
-    by_path = {os.path.normpath(s.path): s for s in steps}
+def _removals_section(con, steps: list[BuiltStep], plan: Plan) -> str:
+    by_name = {s.view.name: s for s in steps}
     parts = []
     for s in steps:
         if s.view.source is None:
             continue
-        if s.view.stage == "normalize":
-            parts.append(_samples_html("rejected", s.view.name, reject_samples(con, s)))
-            parts.append(_samples_html("removed", s.view.name, dup_samples(con, s)))
-        parts.append(_samples_html("removed", s.view.name, removal_samples(con, s, _input_step(s, by_path))))
+        parts.append(_samples_html("rejected", s.view.name, reject_samples(con, s)))
+        parts.append(_samples_html("removed", s.view.name, dup_samples(con, s)))
+        source = by_name.get(plan.input_of(s.view.name) or "")
+        parts.append(_samples_html("removed", s.view.name, removal_samples(con, s, source)))
     body = "".join(parts) or "<p class=muted>Nothing was removed or rejected.</p>"
     return section("removals", "Removal reasons, with samples", body)
 
 
-def _final_documents(steps: list[BuiltStep]) -> dict[str, list[str]]:
-    """Per source, the documents that were tokenized (the last document step of each source)."""
-    out: dict[str, list[str]] = {}
-    for s in steps:
-        if s.view.source and s.view.stage not in ("download", "fuzzy", "tokenize") and _main_files(s):
-            out[s.view.source] = _main_files(s)
-    return out
+def _final_documents(steps: list[BuiltStep], plan: Plan) -> dict[str, list[str]]:
+    """Per source (or component), the documents that were tokenized: the last step of its chain."""
+    by_name = {s.view.name: s for s in steps}
+    last = {source: by_name.get(plan.documents(source) or "") for source in plan.chains}
+    return {source: _main_files(s) for source, s in last.items() if s is not None and _main_files(s)}
 
 
-def _histograms_section(con, steps: list[BuiltStep]) -> str:
-    files = _parquet([f for fs in _final_documents(steps).values() for f in fs])
+def _histograms_section(con, steps: list[BuiltStep], plan: Plan) -> str:
+    files = _parquet([f for fs in _final_documents(steps, plan).values() for f in fs])
     charts_html = []
     if files:
         lengths = _column(con, files, "length(text)", "text")
@@ -220,30 +204,37 @@ def _histograms_section(con, steps: list[BuiltStep]) -> str:
             values = _column(con, files, column, column)
             if values:
                 charts_html.append(charts.histogram(values, column, chart_id))
-    sizes = _cluster_sizes(con, steps)
+    sizes = _cluster_sizes(con, steps, plan)
     if sizes:
         charts_html.append(charts.histogram(sizes, "documents per near-duplicate cluster", "hist-clusters"))
     body = f"<div class=charts>{''.join(charts_html)}</div>" if charts_html else "<p class=muted>No documents.</p>"
     return section("histograms", "Distributions", body)
 
 
-def _cluster_sizes(con, steps: list[BuiltStep]) -> list[int]:
-    """The size of every near-duplicate cluster (one row per cluster: its canonical member)."""
-    fuzzy = next((s for s in steps if s.view.name == "fuzzy-dups"), None)
-    if fuzzy is None:
-        return []
-    files = _parquet([os.path.join(root, n) for root, _, names in os.walk(fuzzy.path) for n in names
-                      if n.endswith(".parquet")])
-    if files is None or not _column(con, files, "1", "cluster_size"):
-        return []
-    return [r[0] for r in con.execute(f"select cluster_size from read_parquet({files}, union_by_name=true) "
-                                      "where is_canonical").fetchall()]
+def _cluster_sizes(con, steps: list[BuiltStep], plan: Plan) -> list[int]:
+    """The size of every near-duplicate cluster (one row per cluster: its canonical member), from the
+    attribute sets that record clusters (a ``cluster_size`` column)."""
+    attributes = {a.name for a in plan.of_kind(ATTRIBUTES)}
+    sizes: list[int] = []
+    for step in (s for s in steps if s.view.name in attributes):
+        files = _parquet([os.path.join(root, n) for root, _, names in os.walk(step.path) for n in names
+                          if n.endswith(".parquet")])
+        if files is None or not _column(con, files, "1", "cluster_size"):
+            continue
+        sizes += [r[0] for r in con.execute(f"select cluster_size from read_parquet({files}, union_by_name=true) "
+                                            "where is_canonical").fetchall()]
+    return sizes
 
 
-def _mixture_section(steps: list[BuiltStep]) -> str:
-    tokens = {s.view.source: sum(int(x.get("tokens", 0)) for x in (s.view.result.get("splits") or {}).values())
-              for s in steps if s.view.stage == "tokenize" and s.view.source}
-    train = next((s for s in steps if s.view.stage == "train"), None)
+def _product(steps: list[BuiltStep], name: str | None) -> BuiltStep | None:
+    return next((s for s in steps if s.view.name == name), None) if name else None
+
+
+def _mixture_section(steps: list[BuiltStep], plan: Plan) -> str:
+    caches = {step: source for source, step in plan.tokens.items()}
+    tokens = {caches[s.view.name]: sum(int(x.get("tokens", 0)) for x in (s.view.result.get("splits") or {}).values())
+              for s in steps if s.view.name in caches}
+    train = _product(steps, plan.model)
     weights = (train.artifact.get("config") or {}).get("weights") if train else None
     resolved = ((train.view.result or {}).get("mixture") or {}).get("phases") if train else None
     if resolved:  # a `mixture:` section: the weights the run trained on (first phase), not the manifest's
@@ -259,10 +250,10 @@ def _mixture_section(steps: list[BuiltStep]) -> str:
     return section("mixture", "Tokens and mixture", body)
 
 
-def _search_section(steps: list[BuiltStep]) -> str:
+def _search_section(steps: list[BuiltStep], plan: Plan) -> str:
     """The mixture search: every proxy's weights against its target loss; the chosen mixture beside
     proportional, with their measured (and predicted) target bits per byte. Empty without a search."""
-    search = next((s for s in steps if s.view.name == "mix-search"), None)
+    search = _product(steps, plan.mixture)
     res = (search.view.result or {}) if search else {}
     if not res.get("proxies"):
         return ""
@@ -286,8 +277,8 @@ def _weights_text(weights: dict) -> str:
     return ", ".join(f"{n} {float(w):.3f}" for n, w in weights.items())
 
 
-def _loss_section(steps: list[BuiltStep]) -> str:
-    train = next((s for s in steps if s.view.stage == "train"), None)
+def _loss_section(steps: list[BuiltStep], plan: Plan) -> str:
+    train = _product(steps, plan.model)
     metrics = os.path.join(train.path, TrainDir.METRICS) if train else None
     if not metrics or not os.path.exists(metrics):
         return section("loss", "Loss", "<p class=muted>No training run.</p>")
@@ -310,19 +301,31 @@ def _time_section(steps: list[BuiltStep]) -> str:
                                                           "time-chart"))
 
 
-def render_run_report(prefix: str, dirnames: Iterable[str] | None = None, title: str = "datakit run report") -> str:
-    steps = load_steps(prefix, dirnames)
+def published_plan(prefix: str) -> Plan:
+    """The plan the last run under ``prefix`` published (FileNotFoundError naming what to do if none)."""
+    plan = read_plan(prefix)
+    if plan is None:
+        raise FileNotFoundError(f"{prefix}: no plan.json (no run has published its plan here); "
+                                "rerun `datakit run`, or give the manifest instead of the prefix")
+    return plan
+
+
+def render_run_report(prefix: str, plan: Plan | None = None, title: str = "datakit run report") -> str:
+    """The page for ``plan``'s built steps under ``prefix`` (default: the plan the prefix holds)."""
+    plan = plan or published_plan(prefix)
+    steps = load_steps(prefix, plan)
     con = duckdb.connect()
-    sections = [_funnel_section(steps, prefix), _removals_section(con, steps), _histograms_section(con, steps),
-                _mixture_section(steps), _search_section(steps), _loss_section(steps), _time_section(steps)]
+    sections = [_funnel_section(steps, plan, prefix), _removals_section(con, steps, plan),
+                _histograms_section(con, steps, plan), _mixture_section(steps, plan), _search_section(steps, plan),
+                _loss_section(steps, plan), _time_section(steps)]
     sections = [s for s in sections if s]
     return page(title, f"{prefix} · {len(steps)} built steps", sections)
 
 
-def write_run_report(prefix: str, out: str | None = None, dirnames: Iterable[str] | None = None) -> str:
+def write_run_report(prefix: str, out: str | None = None, plan: Plan | None = None) -> str:
     from datakit.core.fsio import atomic_write_bytes
 
     path = out or os.path.join(prefix, "report.html")
-    atomic_write_bytes(path, render_run_report(prefix, dirnames).encode("utf-8"))
+    atomic_write_bytes(path, render_run_report(prefix, plan).encode("utf-8"))
     return path
 

@@ -1,11 +1,12 @@
 """The data summary of a run: per source, the funnel from documents in to documents out and tokens, the
 tokenizer and the training figures, and warnings for every source a stage emptied.
 
-It is computed from what the steps recorded (their counters and results, tagged with the stage and
-source that built them), so it covers any stage list: the built-in stages by their known counters, any
-other per-source step (user stages, filters) by its ``docs_in`` / ``docs_out`` counters and, when it
-gives them, its ``removed/<reason>`` counters. `datakit run` prints it, `--json` carries it, the API
-returns it (`RunSummary.data`), and `datakit report` draws it.
+It is computed from what the steps recorded (their counters and results) read through the run's plan
+(datakit.stages.plan): a source's funnel is its documents steps (``docs_in`` / ``docs_out`` counters and,
+when given, ``removed/<reason>``), its tokens are its token cache, the tokenizer and training figures are
+the plan's tokenizer and model, and a stage with more to say gives a ``summarize`` hook (sections of
+this summary and lines for its text). So it covers any stage list and never names a stage. `datakit run`
+prints it, `--json` carries it, the API returns it (`RunSummary.data`), and `datakit report` draws it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-# How the built-in stages' counters read as funnel rows: (label, counter).
-_NORMALIZE_REMOVED = (("rejects", "rejects"), ("in-source dups", "dups"), ("empty", "empty_dropped"))
-_CONSOLIDATE_REMOVED = (("exact dups", "removed_exact"), ("fuzzy dups", "removed_fuzzy"),
-                        ("contaminated", "removed_decontaminate"))
-
+from datakit.stages.contract import DOCUMENTS, MODEL, TOKENIZER, TOKENS
+from datakit.stages.plan import Plan
 
 @dataclass
 class SourceFunnel:
@@ -37,12 +35,13 @@ class DataSummary:
     sources: dict[str, SourceFunnel] = field(default_factory=dict)
     tokenizer: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
-    contamination: dict[str, dict[str, int]] = field(default_factory=dict)  # benchmark -> source -> docs flagged
-    classifier: dict[str, Any] = field(default_factory=dict)  # quality classifier: held-out metrics, examples
+    stages: dict[str, Any] = field(default_factory=dict)   # sections the stages' summarize hooks gave
+    notes: list[str] = field(default_factory=list)         # their lines, in plan order
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        return {**d.pop("stages"), **d}
 
 
 @dataclass(frozen=True)
@@ -55,11 +54,12 @@ class StepView:
     counters: dict[str, int]
     result: dict | None
     output: str | None
+    kind: str | None = None   # the kind of data the plan says it produces
 
 
 def emptied_warning(step: StepView) -> str | None:
     """A warning when a per-source document step left its source without documents."""
-    if step.source is None:
+    if step.source is None or step.kind != DOCUMENTS:
         return None
     docs_in, docs_out = _docs_in_out(step)
     if docs_out == 0 and docs_in:
@@ -69,28 +69,19 @@ def emptied_warning(step: StepView) -> str | None:
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
-    c = step.counters
-    if step.stage == "normalize":
-        return c.get("records_in"), c.get("records_out")
-    if "docs_in" in c or "docs_out" in c:
-        return c.get("docs_in"), c.get("docs_out")
-    return None, None
+    return step.counters.get("docs_in"), step.counters.get("docs_out")
 
 
 def _removed(step: StepView) -> dict[str, int]:
-    c = step.counters
-    if step.stage == "normalize":
-        return {label: c.get(key, 0) for label, key in _NORMALIZE_REMOVED}
-    if step.stage == "consolidate":
-        return {label: c.get(key, 0) for label, key in _CONSOLIDATE_REMOVED}
-    reasons = {k.split("/", 1)[1]: v for k, v in c.items() if k.startswith("removed/")}
+    """Documents removed per reason (``removed/<reason>`` counters); a step that gives no reason counts
+    its losses under its stage's name."""
+    reasons = {k.split("/", 1)[1]: v for k, v in step.counters.items() if k.startswith("removed/")}
     if reasons:
         return reasons
     docs_in, docs_out = _docs_in_out(step)
     if docs_in is None or docs_out is None:
         return {}
-    label = (step.result or {}).get("stage") or step.name.removesuffix(f"-{step.source}")
-    return {label: docs_in - docs_out}
+    return {step.stage: docs_in - docs_out}
 
 
 def _add_document_step(funnel: SourceFunnel, step: StepView) -> None:
@@ -122,17 +113,6 @@ def _train_figures(step: StepView, prefix: str) -> dict[str, Any]:
     return out
 
 
-def contamination(counters: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Documents flagged per benchmark and per source, from the decontaminate step's
-    ``contaminated/<source>/<benchmark>`` counters."""
-    out: dict[str, dict[str, int]] = {}
-    for key, n in sorted(counters.items()):
-        parts = key.split("/")
-        if len(parts) == 3 and parts[0] == "contaminated":
-            out.setdefault(parts[2], {})[parts[1]] = n
-    return out
-
-
 def removal_labels(sources: dict[str, dict]) -> list[str]:
     """Every removal reason of every source, in pipeline order: a reason first seen in a later source goes
     right after the reason that precedes it in that source (quality filters before exact dedup)."""
@@ -152,42 +132,52 @@ def relative(path: str, prefix: str) -> str:
     return path[len(root):] if path.startswith(root) else path
 
 
-def data_summary(steps: Iterable[StepView], prefix: str) -> DataSummary:
+def _stage_summary(out: DataSummary, step: StepView) -> None:
+    """What the step's own stage says about it (its `summarize` hook), if the stage is registered."""
+    from datakit.stages.registry import STAGES
+
+    stage = next((s for s in STAGES if s.name == step.stage), None)
+    said = stage.summarize(step.counters, step.result or {}) if stage and stage.summarize else None
+    if said is not None:
+        out.stages.update(said.sections)
+        out.notes.extend(said.lines)
+
+
+def _add_step(out: DataSummary, step: StepView, prefix: str) -> None:
+    if step.kind == DOCUMENTS and step.source is not None:
+        _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step)
+        warning = emptied_warning(step)
+        if warning:
+            out.warnings.append(warning)
+    elif step.kind == TOKENS and step.source is not None:
+        _add_tokens(out.sources.setdefault(step.source, SourceFunnel()), step)
+    elif step.kind == TOKENIZER:
+        out.tokenizer = {"vocab_size": step.result.get("vocab_size") or
+                         (step.result.get("identity") or {}).get("vocab_size")}
+    elif step.kind == MODEL:
+        out.train = _train_figures(step, prefix)
+        for name in out.train.get("skipped_sources") or []:
+            out.warnings.append(f"source {name}: no training tokens; training skipped it (weight ignored)")
+
+
+def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSummary:
     """The data summary of the built steps, in plan order (module docstring)."""
     out = DataSummary()
     for step in steps:
-        if step.result is None:
+        if step.result is None or plan.step(step.name) is None:
             continue
-        if step.source is not None:
-            funnel = out.sources.setdefault(step.source, SourceFunnel())
-            if step.stage == "tokenize":
-                _add_tokens(funnel, step)
-            elif step.stage not in ("download",) and not step.stage.startswith(("minhash", "fuzzy")):
-                _add_document_step(funnel, step)
-            warning = emptied_warning(step)
-            if warning:
-                out.warnings.append(warning)
-        elif step.stage == "decontaminate":
-            out.contamination = contamination(step.counters)
-        elif step.stage == "quality_classifier":
-            out.classifier = {"metrics": step.result.get("metrics"), **step.counters}
-        elif step.stage == "tokenizer":
-            out.tokenizer = {"vocab_size": step.result.get("vocab_size") or
-                             (step.result.get("identity") or {}).get("vocab_size")}
-        elif step.stage == "train":
-            out.train = _train_figures(step, prefix)
-            for name in out.train.get("skipped_sources") or []:
-                out.warnings.append(f"source {name}: no training tokens; training skipped it (weight ignored)")
+        _add_step(out, step, prefix)
+        _stage_summary(out, step)
     return out
 
 
-def views(summary: Any, steps: Iterable[Any]) -> list[StepView]:
-    """StepViews of a RunSummary's steps (tags from the planned Steps, results from its records)."""
-    by_name = {s.name: s for s in steps}
+def views(summary: Any, plan: Plan) -> list[StepView]:
+    """StepViews of a RunSummary's steps (tags from the plan, results from its records)."""
     out = []
     for entry in summary.steps:
-        step = by_name.get(entry["name"])
+        step = plan.step(entry["name"])
         rec = summary.records.get(entry["name"])
-        out.append(StepView(entry["name"], getattr(step, "stage", "") or "", getattr(step, "source", None),
-                            dict(entry.get("counters") or {}), rec.result if rec else None, entry.get("output")))
+        out.append(StepView(entry["name"], step.stage if step else "", step.source if step else None,
+                            dict(entry.get("counters") or {}), rec.result if rec else None, entry.get("output"),
+                            step.kind if step else None))
     return out

@@ -1,5 +1,5 @@
 """The run summary as plain text for a terminal or a log: the steps, the data funnel per source, the
-tokenizer and training figures, warnings. Columns size to their content and nothing is ever cut, so a
+tokenizer and training figures, the stages' own lines, warnings. Columns size to their content and nothing is ever cut, so a
 path reads the same at 80 columns, in a pipe or in CI."""
 
 from __future__ import annotations
@@ -55,16 +55,6 @@ def train_line(train: dict) -> str | None:
     return "train: " + ", ".join(parts)
 
 
-def classifier_line(classifier: dict) -> str | None:
-    """The quality classifier's held-out figures (quality_classifier stage), one line."""
-    m = (classifier or {}).get("metrics")
-    if not m:
-        return None
-    return (f"quality classifier: held-out precision {_num(m.get('precision'))}, recall {_num(m.get('recall'))}, "
-            f"F1 {_num(m.get('f1'))}, AUC {_num(m.get('auc'))} on {m.get('heldout')} documents "
-            f"({classifier.get('train_docs')} trained on)")
-
-
 def format_summary(d: dict, prefix: str) -> str:
     """The whole human summary of a `datakit run` (``d`` is RunSummary.to_dict())."""
     data = d.get("data") or {}
@@ -73,12 +63,7 @@ def format_summary(d: dict, prefix: str) -> str:
     funnel = funnel_table(data.get("sources") or {})
     if funnel:
         lines += [""] + funnel
-    for bench, per in (data.get("contamination") or {}).items():
-        flagged = ", ".join(f"{src} {n:,}" for src, n in per.items())
-        lines.append(f"contamination: {bench}: {sum(per.values()):,} documents flagged ({flagged})")
-    classifier = classifier_line(data.get("classifier") or {})
-    if classifier:
-        lines.append(classifier)
+    lines += list(data.get("notes") or [])  # the stages' own lines (their summarize hooks)
     if (data.get("tokenizer") or {}).get("vocab_size"):
         lines.append(f"tokenizer: vocabulary {data['tokenizer']['vocab_size']:,}")
     train = train_line(data.get("train") or {})

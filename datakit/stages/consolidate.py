@@ -8,7 +8,10 @@ from functools import partial
 
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, document_counters
+
+# The removal reasons of the run summary, per kind of mark (the reason recorded in outputs/removed/).
+_REASONS = {"exact": "exact dups", "fuzzy": "fuzzy dups", "decontaminate": "contaminated"}
 
 VERSION = "2"
 
@@ -18,7 +21,11 @@ def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tupl
 
     res = consolidate(source, ctx.deps[documents].output, [ctx.deps[a].output for a in attributes], ctx.output,
                       ctx.exec_config)
-    return counters_only(res.to_dict())
+    out = counters_only(res.to_dict())
+    c = out["counters"]
+    removed = {label: c.get(f"removed_{kind}", 0) for kind, label in _REASONS.items()}
+    out["counters"] = {**c, **document_counters(c["docs_in"], c["docs_out"], removed)}
+    return out
 
 
 def build(graph: Graph) -> None:
@@ -30,9 +37,9 @@ def build(graph: Graph) -> None:
         docs = graph.documents[n]
         step = Step(f"consolidate-{n}", partial(_consolidate, source=n, documents=docs.name, attributes=names),
                     {"attributes": list(names)}, deps=(docs, *attrs), version=VERSION, stage=STAGE.name, source=n)
-        graph.documents[n] = graph.add(step)
+        graph.advance(n, step)
 
 
 STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),
               produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.stages.consolidate"),
-              checks="datakit.ferry.checks_data:check_consolidate")
+              ferry_check="datakit.ferry.checks_data:check_consolidate")

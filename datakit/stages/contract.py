@@ -3,7 +3,7 @@
 A stage is one module with one `STAGE = Stage(...)` value: its name and version, the config dataclass
 that is both its manifest section and its runtime config, the kinds of data it consumes and produces,
 the modules whose code determines its output (for the version lock), a function that adds its steps to
-the graph, and where its ferry check lives. `datakit.stages.registry` lists the stages in order;
+the graph, where its ferry check lives (`ferry_check`) and what manifests it refuses (`refuse`). `datakit.stages.registry` lists the stages in order;
 `build_steps` walks that list. Adding a stage is one module plus one registry entry.
 
 The graph carries, per source, the step whose output is that source's *current documents*: a stage that
@@ -28,7 +28,17 @@ ATTRIBUTES = "attributes"  # per-source attribute files co-partitioned with the 
 TOKENIZER = "tokenizer"    # a tokenizer.json
 TOKENS = "tokens"          # a token cache per source
 MODEL = "model"            # a trained model's checkpoints and metrics
-KINDS = (FILES, DOCUMENTS, ATTRIBUTES, TOKENIZER, TOKENS, MODEL)
+MIXTURE = "mixture"        # a searched training mixture (its chosen weights and mixture file)
+KINDS = (FILES, DOCUMENTS, ATTRIBUTES, TOKENIZER, TOKENS, MIXTURE, MODEL)
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """What a stage adds to the run's data summary for one of its built steps: top-level sections of the
+    summary (``{"contamination": {...}}``) and human lines, so a new stage needs no report edit."""
+
+    sections: dict[str, Any] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,12 +54,14 @@ class Stage:
     consumes / produces: kinds of data, from KINDS.
     build:    ``build(graph)`` adds the stage's steps for the manifest (or nothing, when switched off).
     code:     dotted modules/packages whose source determines the output (the version lock hashes them).
-    checks:   ``"module:function"`` of the ferry check run on each of its steps, ``fn(ctx, ref, source)``
+    ferry_check: ``"module:function"`` of the ferry check run on each of its steps, ``fn(ctx, ref, source)``
               (a string, so the stages never import the ferry that sits above them).
     version_source: where a developer bumps `version`, when not `datakit/stages/<name>.py: VERSION`
               (the version lock's messages point there).
-    check:    ``check(manifest)`` raising ValueError for a manifest the stage cannot run; every stage's
-              check runs before any stage builds, so a refused manifest leaves nothing behind.
+    refuse:   ``refuse(manifest)`` raising ValueError for a manifest the stage cannot run; every stage's
+              refusal runs before any stage builds, so a refused manifest leaves nothing behind.
+    summarize: ``summarize(counters, result)`` of one built step of the stage -> StageSummary, or None:
+              the stage's own lines in the run summary (the report never names a stage).
     """
 
     name: str
@@ -59,9 +71,10 @@ class Stage:
     consumes: tuple[str, ...] = ()
     produces: tuple[str, ...] = ()
     code: tuple[str, ...] = ()
-    checks: str | None = None
+    ferry_check: str | None = None
     version_source: str | None = None
-    check: Callable[[Manifest], None] | None = None
+    refuse: Callable[[Manifest], None] | None = None
+    summarize: Callable[[dict, dict], StageSummary | None] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.consumes + self.produces) - set(KINDS))
@@ -73,7 +86,9 @@ class Stage:
 class Graph:
     """The steps built so far for one manifest, and what each later stage reads.
 
-    documents: source name -> the step whose output is that source's current documents.
+    documents: source name -> the step whose output is that source's current documents. Stages move it
+               with `advance` (and `split`), never by assignment, so `chains` records every step.
+    chains: source (or mixture component) -> every step that wrote its documents, in order.
     attributes: steps writing attribute files that consolidate applies (exact, fuzzy, decontaminate).
     weights: the training mixture's components (a source, or a part of one such as a quality tier) and
              their manifest weights. Starts as the sources' `weight:`; a stage that splits a source into
@@ -90,7 +105,9 @@ class Graph:
     tokenizer: Step | None = None
     tokens: dict[str, Step] = field(default_factory=dict)
     model: Step | None = None
+    mixture: Step | None = None
     weights: dict[str, float] = field(default_factory=dict)
+    chains: dict[str, list[Step]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.weights:
@@ -99,6 +116,23 @@ class Graph:
     def add(self, step: Step) -> Step:
         self.steps.append(step)
         return step
+
+    def advance(self, source: str, step: Step) -> Step:
+        """Add ``step`` as ``source``'s current documents (the next link of its chain)."""
+        self.chains[source] = [*self.chains.get(source, []), step]
+        self.documents[source] = self.add(step)
+        return step
+
+    def split(self, source: str, parts: dict[str, tuple[Step, float]]) -> None:
+        """Replace ``source`` by mixture components, each (its documents step, its weight), each chain
+        continuing the source's."""
+        chain = self.chains.pop(source, [])
+        del self.documents[source]
+        self.weights.pop(source, None)
+        for component, (step, weight) in parts.items():
+            self.chains[component] = [*chain, step]
+            self.documents[component] = self.add(step)
+            self.weights[component] = weight
 
     def config(self, stage: Stage) -> Any:
         """The stage's section of the manifest (its config object; None for an optional one left out)."""
@@ -127,6 +161,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def document_counters(docs_in: int, docs_out: int, removed: dict[str, int]) -> dict[str, int]:
+    """The one counter schema of a step that keeps or removes documents: ``docs_in``, ``docs_out`` and
+    ``removed/<reason>`` per reason; the run summary's funnel and the ferry read only these."""
+    return {"docs_in": int(docs_in), "docs_out": int(docs_out), **{f"removed/{r}": int(n) for r, n in removed.items()}}
 
 
 def counters_only(result: dict) -> dict:

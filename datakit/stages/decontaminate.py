@@ -12,7 +12,7 @@ from datakit.dedup.decontaminate import BenchmarkSpec, DecontamConfig, benchmark
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only
 from .dedup_common import document_refs, documents_of
 
 VERSION = "2"
@@ -49,9 +49,28 @@ def build(graph: Graph) -> None:
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="decontaminate", version=VERSION, build=build,
+def contamination(counters: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Documents flagged per benchmark and per source, from the step's ``contaminated/<source>/<benchmark>``
+    counters."""
+    out: dict[str, dict[str, int]] = {}
+    for key, n in sorted(counters.items()):
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "contaminated":
+            out.setdefault(parts[2], {})[parts[1]] = n
+    return out
+
+
+def summarize(counters: dict[str, int], result: dict) -> StageSummary:
+    """The run summary's ``contamination`` section and one line per benchmark."""
+    found = contamination(counters)
+    lines = tuple(f"contamination: {bench}: {sum(per.values()):,} documents flagged "
+                  f"({', '.join(f'{src} {n:,}' for src, n in per.items())})" for bench, per in found.items())
+    return StageSummary({"contamination": found}, lines)
+
+
+STAGE = Stage(name="decontaminate", version=VERSION, build=build, summarize=summarize,
               section=Section("decontaminate", DecontamConfig), consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
                     "datakit.dedup.consolidate",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
-              checks="datakit.ferry.checks_data:check_decontaminate")
+              ferry_check="datakit.ferry.checks_data:check_decontaminate")

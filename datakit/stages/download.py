@@ -42,4 +42,4 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="download", version=VERSION, build=build, produces=(FILES,),
               code=("datakit.sources.fetch", "datakit.stages.download"),
-              checks="datakit.ferry.stage_checks:check_download")
+              ferry_check="datakit.ferry.stage_checks:check_download")

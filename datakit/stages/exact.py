@@ -31,9 +31,9 @@ def build(graph: Graph) -> None:
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="exact", version=VERSION, build=build, check=require_one_row_per_id,
+STAGE = Stage(name="exact", version=VERSION, build=build, refuse=require_one_row_per_id,
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.exact", "datakit.dedup.hashing", "datakit.dedup.batches", "datakit.dedup.layout",
                     "datakit.stages.exact", "datakit.stages.dedup_common"),
-              checks="datakit.ferry.checks_data:check_exact")
+              ferry_check="datakit.ferry.checks_data:check_exact")

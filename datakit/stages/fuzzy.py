@@ -51,11 +51,11 @@ def build(graph: Graph) -> None:
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="fuzzy", version=VERSION, build=build, check=require_one_row_per_id,
+STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row_per_id,
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.minhash", "datakit.dedup.fuzzy", "datakit.dedup.components",
                     "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
                     "datakit.dedup.batches", "datakit.dedup.layout", "datakit.dedup.config",
                     "datakit.stages.fuzzy", "datakit.stages.dedup_common"),
-              checks="datakit.ferry.stage_checks:check_fuzzy_stage")
+              ferry_check="datakit.ferry.stage_checks:check_fuzzy_stage")

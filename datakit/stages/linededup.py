@@ -142,7 +142,7 @@ def build(graph: Graph) -> None:
         docs = graph.documents[n]
         step = Step(f"linededup-{n}", partial(_apply, source=n, documents=docs.name, index=index.name, rules=rules[n]),
                     {"rules": identity(rules[n])}, deps=(docs, index), version=VERSION, stage=STAGE.name, source=n)
-        graph.documents[n] = graph.add(step)
+        graph.advance(n, step)
 
 
 STAGE = Stage(name="linededup", version=VERSION, build=build,
@@ -150,4 +150,4 @@ STAGE = Stage(name="linededup", version=VERSION, build=build,
               produces=(DOCUMENTS,),
               code=("datakit.quality.linededup", "datakit.quality.config", "datakit.stages.linededup",
                     "datakit.stages.quality_common", "datakit.stages.transform"),
-              checks="datakit.ferry.checks_quality:check_linededup")
+              ferry_check="datakit.ferry.checks_quality:check_linededup")

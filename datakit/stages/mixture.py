@@ -1,6 +1,7 @@
 """The mixture stage: owns the `mixture:` section (datakit.mix.config) and, when it has a `search:`,
-adds the proxy-model mixture search's steps after tokenize (datakit.stages.mixture_steps). The train stage
-reads the same section to resolve its weights; `weights: search` makes it depend on mix-search."""
+adds the proxy-model mixture search's steps after tokenize (datakit.stages.mixture_steps); the last of them
+is the graph's `mixture` product. The train stage reads the same section to resolve its weights;
+`weights: search` makes it depend on that product."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from datakit.mix.config import MixtureConfig, SearchConfig
 from datakit.steps import Step
 
 from . import mixture_steps as S
-from .contract import TOKENIZER, TOKENS, Graph, Stage, identity_fields
+from .contract import MIXTURE, TOKENIZER, TOKENS, Graph, Stage, identity_fields
 
 VERSION = "1"
 
@@ -85,10 +86,10 @@ def add_search_steps(graph: Graph, mix: MixtureConfig) -> Step:
 def build(graph: Graph) -> None:
     mix: MixtureConfig | None = graph.config(STAGE)
     if mix is not None and mix.search is not None:
-        add_search_steps(graph, mix)
+        graph.mixture = add_search_steps(graph, mix)
 
 
 STAGE = Stage(name="mixture", version=VERSION, build=build, section=Section("mixture", MixtureConfig, optional=True),
-              consumes=(TOKENIZER, TOKENS), produces=(),
+              consumes=(TOKENIZER, TOKENS), produces=(MIXTURE,),
               code=("datakit.mix", "datakit.stages.mixture", "datakit.stages.mixture_steps"),
-              checks="datakit.ferry.checks_mixture:check_mixture")
+              ferry_check="datakit.ferry.checks_mixture:check_mixture")

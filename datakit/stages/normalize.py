@@ -19,7 +19,7 @@ from datakit.shuffle import FileInfo, list_files
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
 
-from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, identity_fields
+from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, identity_fields
 
 VERSION = "2"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
@@ -60,7 +60,11 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
         bare=spec.bare, dedup=spec.dedup, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
         planned=plan,
     )
-    return counters_only(result.to_dict())
+    out = counters_only(result.to_dict())
+    c = out["counters"]
+    removed = {"rejects": c.get("rejects", 0), "in-source dups": c.get("dups", 0), "empty": c.get("empty_dropped", 0)}
+    out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
+    return out
 
 
 def _plan(listed: list[FileInfo], hashes: dict[str, str]) -> tuple[PlannedFile, ...]:
@@ -100,10 +104,10 @@ def build(graph: Graph) -> None:
                                                       planned=planned),
                     config, deps=(download,) if download else (), version=VERSION, inputs=inputs,
                     stage=STAGE.name, source=spec.name)
-        graph.documents[spec.name] = graph.add(step)
+        graph.advance(spec.name, step)
 
 
 STAGE = Stage(name="normalize", version=VERSION, build=build,
               section=Section("normalize", NormalizeConfig), consumes=(FILES,), produces=(DOCUMENTS,),
               code=("datakit.normalize", "datakit.sources.readers", "datakit.sources.extract", "datakit.stages.normalize"),
-              checks="datakit.ferry.checks_data:check_normalize")
+              ferry_check="datakit.ferry.checks_data:check_normalize")

@@ -67,4 +67,4 @@ STAGE = Stage(name="pii", version=VERSION, build=build, section=Section("pii", P
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
               code=("datakit.quality.pii", "datakit.quality.config", "datakit.stages.pii",
                     "datakit.stages.quality_common", "datakit.stages.transform"),
-              checks="datakit.ferry.checks_quality:check_pii")
+              ferry_check="datakit.ferry.checks_quality:check_pii")

@@ -109,4 +109,4 @@ STAGE = Stage(name="quality", version=VERSION, build=build, section=Section("qua
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
               code=("datakit.quality", "datakit.stages.quality", "datakit.stages.quality_common",
                     "datakit.stages.transform"),
-              checks="datakit.ferry.checks_quality:check_quality")
+              ferry_check="datakit.ferry.checks_quality:check_quality")

@@ -38,7 +38,7 @@ from datakit.classify.config import ClassifierConfig
 from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
-from .contract import DOCUMENTS, Graph, Stage, identity_fields
+from .contract import DOCUMENTS, Graph, Stage, StageSummary, identity_fields
 from .transform import file_lists, input_names, run_per_file
 
 VERSION = "1"
@@ -165,16 +165,15 @@ def build(graph: Graph) -> None:
     model = _train_step(graph, cfg)
     for n in cfg.scored_sources(graph.source_names):
         docs = graph.documents[n]
-        scored = graph.add(Step(f"qscore-{n}", partial(_score, source=n, documents=docs.name, model=model.name,
-                                                          cfg=cfg), {"max_chars": cfg.max_chars},
-                                deps=(docs, model), version=VERSION, stage=STAGE.name, source=n))
-        graph.documents[n] = scored
+        scored = graph.advance(n, Step(f"qscore-{n}", partial(_score, source=n, documents=docs.name,
+                                                               model=model.name, cfg=cfg), {"max_chars": cfg.max_chars},
+                                       deps=(docs, model), version=VERSION, stage=STAGE.name, source=n))
         if cfg.select == "none":
             continue
         sel_config = {k: v for k, v in identity_fields(cfg).items()
                       if k in ("select", "threshold", "top_fraction", "tiers")}
         if cfg.select != "tiers":
-            graph.documents[n] = graph.add(Step(
+            graph.advance(n, Step(
                 f"qselect-{n}", partial(_select, source=n, documents=scored.name, cfg=cfg, tier=None), sel_config,
                 deps=(scored,), version=VERSION, stage=STAGE.name, source=n))
             continue
@@ -183,19 +182,19 @@ def build(graph: Graph) -> None:
 
 def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, sel_config: dict) -> None:
     """One step per tier; the source's mixture component is replaced by one per tier."""
-    del graph.documents[source]
-    weight = graph.weights.pop(source, 1.0)
+    weight = graph.weights.get(source, 1.0)
+    parts = {}
     for tier in cfg.tiers:
         component = f"{source}.{tier.name}"
-        step = graph.add(Step(f"qselect-{component}", partial(_select, source=source, documents=scored.name,
-                                                                cfg=cfg, tier=tier.name),
-                              {**sel_config, "tier": tier.name}, deps=(scored,), version=VERSION,
-                              stage=STAGE.name, source=component))
-        graph.documents[component] = step
-        graph.weights[component] = tier.weight * weight
+        step = Step(f"qselect-{component}", partial(_select, source=source, documents=scored.name, cfg=cfg,
+                                                     tier=tier.name),
+                    {**sel_config, "tier": tier.name}, deps=(scored,), version=VERSION, stage=STAGE.name,
+                    source=component)
+        parts[component] = (step, tier.weight * weight)
+    graph.split(source, parts)
 
 
-def check(manifest: Manifest) -> None:
+def refuse(manifest: Manifest) -> None:
     """Source names the section gives must exist; a tier component must not be a source's name."""
     cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
     if cfg is None or not cfg.enabled:
@@ -216,8 +215,24 @@ def check(manifest: Manifest) -> None:
         raise ValueError("quality_classifier: no source left to sample negatives from; give negative_sources")
 
 
-STAGE = Stage(name="quality_classifier", version=VERSION, build=build,
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def summarize(counters: dict[str, int], result: dict) -> StageSummary | None:
+    """The classifier's held-out figures (the training step's result): the summary's ``classifier``
+    section and one line."""
+    m = result.get("metrics")
+    if not m:
+        return None
+    line = (f"quality classifier: held-out precision {_num(m.get('precision'))}, recall {_num(m.get('recall'))}, "
+            f"F1 {_num(m.get('f1'))}, AUC {_num(m.get('auc'))} on {m.get('heldout')} documents "
+            f"({counters.get('train_docs')} trained on)")
+    return StageSummary({"classifier": {"metrics": m, **counters}}, (line,))
+
+
+STAGE = Stage(name="quality_classifier", version=VERSION, build=build, summarize=summarize,
               section=Section("quality_classifier", ClassifierConfig, optional=True),
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
               code=("datakit.classify", "datakit.stages.quality_classifier", "datakit.stages.transform"),
-              checks="datakit.ferry.checks_classifier:check_quality_classifier", check=check)
+              ferry_check="datakit.ferry.checks_classifier:check_quality_classifier", refuse=refuse)

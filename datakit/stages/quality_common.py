@@ -23,7 +23,7 @@ def add_source_steps(graph: Graph, stage: Stage, config: Any, run: Callable[...,
         docs = graph.documents[n]
         step = Step(f"{stage.name}-{n}", partial(run, source=n, documents=docs.name, rules=rules),
                     {"rules": identity(rules)}, deps=(docs,), version=stage.version, stage=stage.name, source=n)
-        graph.documents[n] = graph.add(step)
+        graph.advance(n, step)
 
 
 def _file_digest(path: str) -> str:

@@ -39,5 +39,5 @@ STAGE = Stage(name="tokenize", version=VERSION, build=build, section=Section("to
               consumes=(DOCUMENTS, TOKENIZER), produces=(TOKENS,),
               code=("datakit.tokenize.tokenize_step", "datakit.tokenize.cache", "datakit.tokenize.encode",
                     "datakit.tokenize.engine", "datakit.stages.tokenize"),
-              checks="datakit.ferry.checks_tokens:check_tokenize",
+              ferry_check="datakit.ferry.checks_tokens:check_tokenize",
               version_source="datakit/tokenize/tokenize_step.py: VERSION")

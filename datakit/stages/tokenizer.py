@@ -55,4 +55,4 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="tokenizer", version=VERSION, build=build, section=Section("tokenize", TokenizeConfig),
               consumes=(DOCUMENTS,), produces=(TOKENIZER,),
               code=("datakit.tokenize.tokenizer", "datakit.stages.tokenizer"),
-              checks="datakit.ferry.checks_tokens:check_tokenizer")
+              ferry_check="datakit.ferry.checks_tokens:check_tokenizer")

@@ -13,7 +13,7 @@ from datakit.mix.config import MixtureConfig
 from datakit.steps import Step, StepContext
 from datakit.train.config import TrainConfig
 
-from .contract import MODEL, TOKENS, Graph, Stage
+from .contract import MIXTURE, MODEL, TOKENS, Graph, Stage
 
 VERSION = "1"
 
@@ -115,12 +115,11 @@ def _mixture_step(graph: Graph, cfg: TrainConfig, mix: MixtureConfig) -> Step:
     weights need their counts), the section's weights settings are in the identity, and so are a
     mixture file's weights (its content, not its path) and the search step (as a dependency)."""
     from datakit.mix.file import read_mixture_file
-    from datakit.stages.mixture_steps import SEARCH_STEP
 
     weights = dict(graph.weights)
     tokens = {n: graph.tokens[n].name for n in weights if n in graph.tokens}
     file_weights = read_mixture_file(mix.file)["weights"] if mix.file else None
-    search = next((s for s in graph.steps if s.name == SEARCH_STEP), None) if mix.uses_search else None
+    search = graph.mixture if mix.uses_search else None
     if mix.uses_search and search is None:
         raise ValueError("mixture: weights: search, but no search step was built (give mixture.search)")
     config = {"train": cfg.to_dict(), "weights": weights,
@@ -151,8 +150,8 @@ def build(graph: Graph) -> None:
 
 
 STAGE = Stage(name="train", version=VERSION, build=build, section=Section("train", TrainConfig, optional=True),
-              consumes=(TOKENS,), produces=(MODEL,), code=("datakit.train", "datakit.tokenize.reader",
+              consumes=(TOKENS, MIXTURE), produces=(MODEL,), code=("datakit.train", "datakit.tokenize.reader",
                                                            "datakit.tokenize.feistel", "datakit.tokenize.mixture",
                                                            "datakit.stages.train", "datakit.mix.plan",
                                                            "datakit.mix.resolve"),
-              checks="datakit.ferry.checks_tokens:check_train")
+              ferry_check="datakit.ferry.checks_tokens:check_train")

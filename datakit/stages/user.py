@@ -156,6 +156,7 @@ def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str 
     except ValueError as e:
         raise UserStageError(str(e)) from None
     totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}
+    totals[f"removed/{spec.name}"] = totals["removed"]
     return {"stage": spec.name, "call": call_name(spec.call), "kind": spec.kind, "place": spec.place,
             **file_lists(names), "counters": totals}
 
@@ -190,7 +191,7 @@ def _build_place(graph: Graph, place: str) -> None:
                             config, deps=(docs,), version=VERSION, stage=place, source=n)
             except ConfigError as e:
                 raise UserStageError(f"stages: {spec.name}: its config cannot key a step: {e}") from None
-            graph.documents[n] = graph.add(step)
+            graph.advance(n, step)
 
 
 def build_after_normalize(graph: Graph) -> None:
@@ -205,7 +206,7 @@ _CODE = ("datakit.stages.user", "datakit.stages.transform")
 _WHERE = "datakit/stages/user.py: VERSION"
 AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
                         consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
-                        checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
+                        ferry_check="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
 AFTER_CONSOLIDATE = Stage(name="after_consolidate", version=VERSION, build=build_after_consolidate,
                           consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
-                          checks="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
+                          ferry_check="datakit.ferry.stage_checks:check_user_stage", version_source=_WHERE)
