@@ -273,13 +273,14 @@ def write_corpus(docs, vocab, out: Path, num_files: int) -> dict[str, int]:
     import numpy as np
 
     sys.path.insert(0, str(REPO))
-    from datakit.dedup.fixtures import doc_id, write_normalized_source
+    from datakit.core.documents import content_id
+    from datakit.dedup.fixtures import write_normalized_source
 
     words = np.array(vocab, dtype=object)
     texts = [" ".join(words[d]) for d in docs]
     ids = {}
     for i, t in enumerate(texts):
-        ids.setdefault(doc_id(t), i)
+        ids.setdefault(content_id(t), i)
     write_normalized_source(str(out), "corpus", texts, num_files, [str(i) for i in range(len(texts))])
     return ids
 

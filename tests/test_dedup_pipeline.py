@@ -32,7 +32,8 @@ from datakit.dedup import (
     minhash_source,
     shingle_set,
 )
-from datakit.dedup.fixtures import doc_id, write_normalized_source
+from datakit.core.documents import content_id
+from datakit.dedup.fixtures import write_normalized_source
 from datakit.shuffle import ExecConfig, ShardFailed
 
 LOCAL1 = ExecConfig(backend="local", max_workers=1)
@@ -97,8 +98,8 @@ def test_exact_dups_across_sources_by_priority(tmp_path):
     res = exact_dups([("a", a, 0), ("b", b, 1), ("c", c, 2)], str(out), LOCAL2)
     marks = {s: {r["id"]: r["duplicate_of"] for r in attr_rows(out, s)} for s in "abc"}
     assert marks["a"] == {}
-    assert marks["b"] == {doc_id(shared_ab): "a", doc_id(shared_all): "a"}
-    assert marks["c"] == {doc_id(shared_bc): "b", doc_id(shared_all): "a"}
+    assert marks["b"] == {content_id(shared_ab): "a", content_id(shared_all): "a"}
+    assert marks["c"] == {content_id(shared_bc): "b", content_id(shared_all): "a"}
     assert res.sources["b"]["duplicates"] == 2 and res.sources["c"]["duplicates"] == 2
     assert res.sources["a"]["docs"] == 4 and res.sources["b"]["docs"] == 4
     # co-partitioned: one attribute file per source file, same names, ids sorted
@@ -117,7 +118,7 @@ def test_exact_dups_across_sources_by_priority(tmp_path):
     out2 = tmp_path / "exact2"
     exact_dups([("a", a, 2), ("b", b, 1), ("c", c, 0)], str(out2), LOCAL2)
     marks_a = {r["id"]: r["duplicate_of"] for r in attr_rows(out2, "a")}
-    assert marks_a == {doc_id(shared_ab): "b", doc_id(shared_all): "c"}
+    assert marks_a == {content_id(shared_ab): "b", content_id(shared_all): "c"}
 
 
 def test_missing_shard_is_an_error(tmp_path):
@@ -449,7 +450,7 @@ def test_consolidate_refuses_bad_attribute_sets(tmp_path):
 def test_consolidate_rejects_unsorted_source(tmp_path):
     d = tmp_path / "s"
     (d / "outputs/main").mkdir(parents=True)
-    ids = sorted(doc_id(text(10, i)) for i in range(3))[::-1]
+    ids = sorted(content_id(text(10, i)) for i in range(3))[::-1]
     pq.write_table(pa.table({"id": ids, "text": ["x", "y", "z"]}), d / "outputs/main/part-00000-of-00001.parquet")
     exact_dups([("s", str(d), 0)], str(tmp_path / "e"), LOCAL2)
     with pytest.raises(ShardFailed, match="row 1: ids are not sorted"):
@@ -500,7 +501,7 @@ def test_verification_texts_are_streamed_by_row_group(tmp_path):
 
     texts = [text(40 + i % 50, 1000 + i) for i in range(700)]
     path = tmp_path / "doc.parquet"
-    table = pa.table({"id": [doc_id(t) for t in texts], "text": texts})
+    table = pa.table({"id": [content_id(t) for t in texts], "text": texts})
     pq.write_table(table, path, row_group_size=97)  # 8 row groups, the last one short
     assert pq.ParquetFile(path).metadata.num_row_groups == 8
     cfg = ShingleConfig()

@@ -23,8 +23,9 @@ import zstandard
 
 from datakit.normalize import (
     NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError, clean_record, compact_whitespace,
-    content_id, normalize_source,
+    normalize_source,
 )
+from datakit.core.documents import content_id
 from datakit.normalize.clean import CleanSpec
 from datakit.normalize.pipeline import common_root, file_refs, output_shards, pack_shards
 from datakit.shuffle import ExecConfig, FileInfo, list_files, route, encode_key

@@ -8,7 +8,7 @@ Output under `out_dir`: `outputs/main/part-00000-of-000NN.parquet` (zstd, each f
 (file, line, offset, reason, detail, excerpt of every bad record).
 """
 
-from .clean import CORE_COLUMNS, CleanSpec, clean_record, compact_whitespace, content_id
+from .clean import CleanSpec, clean_record, compact_whitespace
 from .config import (
     SCHEMA_VERSION, NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError,
 )
@@ -16,5 +16,5 @@ from .pipeline import normalize_source
 
 __all__ = [
     "SCHEMA_VERSION", "NormalizeConfig", "NormalizeResult", "NormalizeError", "SchemaConflictError",
-    "normalize_source", "CORE_COLUMNS", "CleanSpec", "clean_record", "compact_whitespace", "content_id",
+    "normalize_source", "CleanSpec", "clean_record", "compact_whitespace",
 ]

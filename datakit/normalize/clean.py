@@ -1,6 +1,6 @@
 """Turn one raw record into one output row (or a drop, or a reject): pure functions, no I/O.
 
-The row's `id` is the xxh3-128 of the *final* UTF-8 text, so it is computed last, after whitespace
+The row's `id` is the content id of the *final* text (`datakit.core.documents`), so it is computed last, after whitespace
 compaction: two documents that differ only in an over-long whitespace run get the same id and are
 deduplicated as they should be.
 """
@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import xxhash
-
+from datakit.core.documents import CORE_COLUMNS, content_id_utf8
 from datakit.sources.readers import BINARY, OVERSIZED, WRONG_TYPE, RawRecord, Reject, decode_bytes, excerpt_of
 
-CORE_COLUMNS = ("id", "text", "source", "source_id", "url")
 _CORE = frozenset(CORE_COLUMNS)
 # Field names of records that lack the text field are remembered (as counters "field/<name>") for the
 # "wrong text_field?" message; a sample of such records per task is plenty.
@@ -58,11 +56,6 @@ class CleanSpec:
     max_record_chars: int = 10_000_000
     binary_fraction: float = 0.3
     strip_control: bool = False
-
-
-def content_id(text: str) -> str:
-    """32 hex chars: xxh3-128 of the UTF-8 text."""
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 @lru_cache(maxsize=16)
@@ -198,7 +191,7 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
             stats["whitespace_compacted"] += 1
             stats["whitespace_runs_capped"] += runs
             data = text.encode("utf-8")
-    doc_id = xxhash.xxh3_128_hexdigest(data)
+    doc_id = content_id_utf8(data)
 
     source_id = raw.source_id
     idf = spec.id_field
@@ -226,4 +219,4 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
     return (doc_id, raw.file_index, raw.pos, row)
 
 
-__all__ = ["CORE_COLUMNS", "CleanSpec", "Item", "clean_record", "compact_whitespace", "content_id", "output_name"]
+__all__ = ["CleanSpec", "Item", "clean_record", "compact_whitespace", "output_name"]

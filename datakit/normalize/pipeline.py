@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
+from datakit.core.documents import CORE_SCHEMA
 from datakit.core.fsio import exists, fs_for, is_local, open_read
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
@@ -39,7 +40,7 @@ from .config import (
 )
 from .planned import check_planned, planned_error, planned_failures
 from .schema import (
-    CORE_SCHEMA, Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
+    Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
     plain_type, schema_to_dict, unify_types,
 )
 from .write import (

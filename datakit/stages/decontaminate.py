@@ -52,6 +52,6 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="decontaminate", version=VERSION, build=build,
               section=Section("decontaminate", DecontamConfig), consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
-                    "datakit.dedup.consolidate",
+                    "datakit.dedup.consolidate", "datakit.core.documents",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
               checks="datakit.ferry.checks_data:check_decontaminate")

@@ -84,7 +84,7 @@ def _index(ctx: StepContext, inputs: list[tuple[str, str, str, int]]) -> dict:
 
 def rewrite_file(src: str, removals: dict[str, dict[str, set[int]]], rules: LineDedupRules):
     """One documents file without its later copies of repeated segments."""
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     name = src.rstrip("/").rsplit("/", 1)[-1]
     plan = removals.get(name, {})
@@ -148,6 +148,6 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="linededup", version=VERSION, build=build,
               section=Section("line_dedup", LineDedupConfig, optional=True), consumes=(DOCUMENTS,),
               produces=(DOCUMENTS,),
-              code=("datakit.quality.linededup", "datakit.quality.config", "datakit.stages.linededup",
-                    "datakit.stages.quality_common", "datakit.stages.transform"),
+              code=("datakit.quality.linededup", "datakit.quality.config", "datakit.core.documents",
+                    "datakit.stages.linededup", "datakit.stages.quality_common", "datakit.stages.transform"),
               checks="datakit.ferry.checks_quality:check_linededup")

@@ -105,5 +105,6 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="normalize", version=VERSION, build=build,
               section=Section("normalize", NormalizeConfig), consumes=(FILES,), produces=(DOCUMENTS,),
-              code=("datakit.normalize", "datakit.sources.readers", "datakit.sources.extract", "datakit.stages.normalize"),
+              code=("datakit.normalize", "datakit.core.documents", "datakit.sources.readers", "datakit.sources.extract",
+                    "datakit.stages.normalize"),
               checks="datakit.ferry.checks_data:check_normalize")

@@ -219,5 +219,6 @@ def check(manifest: Manifest) -> None:
 STAGE = Stage(name="quality_classifier", version=VERSION, build=build,
               section=Section("quality_classifier", ClassifierConfig, optional=True),
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
-              code=("datakit.classify", "datakit.stages.quality_classifier", "datakit.stages.transform"),
+              code=("datakit.classify", "datakit.core.documents", "datakit.stages.quality_classifier",
+                    "datakit.stages.transform"),
               checks="datakit.ferry.checks_classifier:check_quality_classifier", check=check)

@@ -107,7 +107,7 @@ def _annotate_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> l
 
 
 def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[list[dict], list[tuple], int]:
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     out, removed, changed = [], [], 0
     for doc in rows:
@@ -202,7 +202,7 @@ def build_after_consolidate(graph: Graph) -> None:
     _build_place(graph, "after_consolidate")
 
 
-_CODE = ("datakit.stages.user", "datakit.stages.transform")
+_CODE = ("datakit.stages.user", "datakit.stages.transform", "datakit.core.documents")
 _WHERE = "datakit/stages/user.py: VERSION"
 AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
                         consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
