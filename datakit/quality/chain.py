@@ -58,10 +58,7 @@ class Chain:
         self.urls = UrlLists.build((*u.block_domains, *read_list(u.block_file)), u.block_urls,
                                    (*u.allow_domains, *read_list(u.allow_file)), u.allow_urls,
                                    u.allow_only) if u.enabled else None
-        k = rules.c4
-        words = frozenset(w.lower() for w in (*k.bad_words, *read_list(k.bad_words_file)))
-        self.c4 = c4.C4Options(k.remove_citations, k.terminal_punct, k.min_words_per_line, k.max_word_length,
-                               k.javascript, k.policy, k.lorem_ipsum, k.curly_bracket, k.min_sentences, words)
+        self.c4_bad_words = c4.bad_words(rules.c4)
 
     def run(self, doc: dict) -> Outcome:
         r, out = self.rules, Outcome(doc["text"])
@@ -114,7 +111,7 @@ class Chain:
     def _c4(self, doc: dict, out: Outcome) -> Failure | None:
         if not self.rules.c4.enabled:
             return None
-        text, m, rule, drops = c4.clean(out.text, self.c4)
+        text, m, rule, drops = c4.clean(out.text, self.rules.c4, self.c4_bad_words)
         out.measures.update(m)
         out.line_drops = drops
         out.text = text
