@@ -19,7 +19,7 @@ from datakit.shuffle import FileInfo, list_files
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
 
-from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, identity_fields
+from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, step_identity
 
 VERSION = "2"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
@@ -93,8 +93,7 @@ def build(graph: Graph) -> None:
             fp = fingerprint_files(paths, _cache_dir(graph.prefix) if local else None, save=graph.write_cache)
             fingerprint, inputs = fp.digest, fp.files
             planned = _plan(listed, fp.files) if local else None
-        source = {k: getattr(spec, k) for k in _SOURCE_KEYS}
-        config = {"source": source, "normalize": identity_fields(cfg), "input": fingerprint}
+        config = {"source": step_identity(spec, _SOURCE_KEYS), "normalize": step_identity(cfg), "input": fingerprint}
         step = Step(f"normalize-{spec.name}", partial(_normalize, spec=spec, cfg=cfg,
                                                       download=download.name if download else None,
                                                       planned=planned),

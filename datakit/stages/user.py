@@ -32,7 +32,7 @@ from datakit.manifest import UserStageSpec
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
 
-from .contract import DOCUMENTS, Graph, Stage
+from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
 VERSION = "1"
@@ -183,8 +183,7 @@ def _build_place(graph: Graph, place: str) -> None:
         code = code_version(spec, search_dir)
         for n in spec.sources or graph.source_names:
             docs = graph.documents[n]
-            config = {"call": call_name(spec.call), "kind": spec.kind, "place": spec.place, "config": spec.config,
-                      "code": code}
+            config = {"call": call_name(spec.call), **step_identity(spec, ("kind", "place", "config")), "code": code}
             try:
                 step = Step(f"{spec.name}-{n}", partial(_run, spec=spec, documents=docs.name, search_dir=search_dir,
                                                         code=code),
