@@ -55,11 +55,8 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
 
     plan = _downloaded_plan(ctx, download) if download else planned
     files = [FileInfo(p.path, p.size) for p in plan] if plan else source_files(spec)
-    result = normalize_source(
-        name=spec.name, files=files, fmt=spec.format, text_field=spec.text_field, id_field=spec.id_field,
-        bare=spec.bare, dedup=spec.dedup, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
-        planned=plan,
-    )
+    result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
+                              planned=plan)
     return counters_only(result.to_dict())
 
 
