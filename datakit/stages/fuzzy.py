@@ -20,7 +20,7 @@ MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold"
 def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) -> dict:
     from datakit.dedup.minhash import minhash_source
 
-    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg.minhash(), ctx.exec_config)
+    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config)
     return counters_only(res.to_dict())
 
 
@@ -30,7 +30,7 @@ def _fuzzy(ctx: StepContext, documents: dict[str, str], minhash: dict[str, str],
 
     sources = [FuzzySource(n, ctx.deps[documents[n]].output, ctx.deps[minhash[n]].output, priority[n])
                for n in documents]
-    return counters_only(fuzzy_dups(sources, ctx.output, cfg.fuzzy_config(), ctx.exec_config).to_dict())
+    return counters_only(fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config).to_dict())
 
 
 def build(graph: Graph) -> None:
