@@ -16,7 +16,7 @@ from typing import Any
 from . import c4, fineweb, gopher, langid
 from .config import QualityRules
 from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, Rule, first_failure
-from .urls import UrlLists, read_list
+from .urls import UrlLists
 
 # Attribute columns the quality stage adds to every document (None where a measure was not computed).
 LANG_COLUMNS = ("lang", "lang_score")
@@ -54,10 +54,7 @@ class Chain:
 
     def __init__(self, rules: QualityRules):
         self.rules = rules
-        u = rules.url
-        self.urls = UrlLists.build((*u.block_domains, *read_list(u.block_file)), u.block_urls,
-                                   (*u.allow_domains, *read_list(u.allow_file)), u.allow_urls,
-                                   u.allow_only) if u.enabled else None
+        self.urls = UrlLists.of(rules.url) if rules.url.enabled else None
         self.c4_bad_words = c4.bad_words(rules.c4)
 
     def run(self, doc: dict) -> Outcome:
