@@ -267,13 +267,14 @@ def write_corpus(docs, vocab, out: Path, num_files: int) -> dict[str, int]:
     """Write the corpus as a normalized source (normalize's layout); returns id -> doc index."""
     import numpy as np
 
-    from datakit.dedup.fixtures import doc_id, write_normalized_source
+    from datakit.core.documents import content_id
+    from datakit.dedup.fixtures import write_normalized_source
 
     words = np.array(vocab, dtype=object)
     texts = [" ".join(words[d]) for d in docs]
     ids = {}
     for i, t in enumerate(texts):
-        ids.setdefault(doc_id(t), i)
+        ids.setdefault(content_id(t), i)
     write_normalized_source(str(out), "corpus", texts, num_files, [str(i) for i in range(len(texts))])
     return ids
 
@@ -283,7 +284,7 @@ def role_datakit(src: str, work: str, workers: int, verify: bool) -> dict:
     import psutil
     import pyarrow.parquet as pq
 
-    from datakit.dedup import FuzzyConfig, MinHashConfig, consolidate, fuzzy_dups, minhash_source
+    from datakit.dedup import DedupConfig, consolidate, fuzzy_dups, minhash_source
     from datakit.shuffle import ExecConfig
 
     ex = ExecConfig(backend="local", max_workers=workers)
@@ -305,10 +306,10 @@ def role_datakit(src: str, work: str, workers: int, verify: bool) -> dict:
         stages[name], stages_cpu[name] = time.perf_counter() - t, cpu() - c
         return out
 
-    mh_cfg = MinHashConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, num_perms=BANDS * ROWS)
-    mh = timed("minhash", lambda: minhash_source("corpus", src, f"{work}/mh", mh_cfg, ex))
-    fz = timed("fuzzy_dups", lambda: fuzzy_dups([("corpus", src, f"{work}/mh", 0)], f"{work}/fuzzy",
-                                                FuzzyConfig(verify=verify, verify_threshold=TRUE_THRESHOLD), ex))
+    cfg = DedupConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, num_perms=BANDS * ROWS, verify=verify,
+                      verify_threshold=TRUE_THRESHOLD)
+    mh = timed("minhash", lambda: minhash_source("corpus", src, f"{work}/mh", cfg, ex))
+    fz = timed("fuzzy_dups", lambda: fuzzy_dups([("corpus", src, f"{work}/mh", 0)], f"{work}/fuzzy", cfg, ex))
     for k, v in fz.timings.items():
         stages[f"fuzzy_dups.{k}"] = v
     timed("consolidate", lambda: consolidate("corpus", src, [f"{work}/fuzzy"], f"{work}/final", ex))

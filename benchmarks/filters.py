@@ -273,15 +273,13 @@ def _our_filters():
     from datakit.quality.rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, first_failure
 
     rep, qual, fw, k = GopherRepetitionConfig(), GopherQualityConfig(), FineWebConfig(), C4Config()
-    o = c4.C4Options(k.remove_citations, k.terminal_punct, k.min_words_per_line, k.max_word_length, k.javascript,
-                     k.policy, k.lorem_ipsum, k.curly_bracket, k.min_sentences, frozenset())
     pii_o = PiiRules(email_placeholder=EMAIL_PH, ip_placeholder=IP_PH)
 
     def verdict(hit):
         return hit[0].name if hit else None
 
     def c4_rule(text):
-        out, _, rule, _ = c4.clean(text, o)
+        out, _, rule, _ = c4.clean(text, k)
         if rule is not None:
             return rule, None
         return (None, _h(out)) if out else ("c4_empty", None)
@@ -328,12 +326,10 @@ def our_measures(text: str) -> dict:
     from datakit.quality.text import split_tokens
 
     k = C4Config()
-    o = c4.C4Options(k.remove_citations, k.terminal_punct, k.min_words_per_line, k.max_word_length, k.javascript,
-                     k.policy, k.lorem_ipsum, k.curly_bracket, k.min_sentences, frozenset())
     toks, words = split_tokens(text)
     m = {**gopher.quality_measures(text), **gopher.repetition_measures(text), **fineweb.measures(text)}
     m["tokens"] = len(toks)
-    m["c4_sentences"] = c4.clean(text, o)[1]["c4_sentences"]
+    m["c4_sentences"] = c4.clean(text, k)[1]["c4_sentences"]
     return m
 
 

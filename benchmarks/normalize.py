@@ -202,21 +202,23 @@ def _best(fn, repeat: int) -> tuple[float, int]:
 def ours_reader(dirpath: Path, fmt: str, repeat: int) -> dict:
     from collections import Counter
 
-    from datakit.normalize.clean import CleanSpec, clean_record
+    from datakit.manifest import SourceSpec
+    from datakit.normalize.clean import clean_record
+    from datakit.normalize.config import NormalizeConfig
     from datakit.sources.readers import read_file  # what the normalize stage reads with
-    from datakit.sources.readers import FileRef, RawRecord, ReaderOptions
+    from datakit.sources.readers import FileRef, RawRecord
 
     files = sorted(dirpath.iterdir())
     refs = [FileRef(i, str(p), p.name, p.stat().st_size) for i, p in enumerate(files)]
-    spec = CleanSpec("bench")
-    opts = ReaderOptions(html_main_content=True)
+    spec = SourceSpec(name="bench", uri=str(dirpath), format=fmt)
+    cfg = NormalizeConfig(html_main_content=True)
 
     def run() -> int:
         stats: Counter = Counter()
         n = 0
         for ref in refs:
-            for raw in read_file(ref, fmt, opts, stats):
-                if isinstance(raw, RawRecord) and clean_record(raw, spec, stats) is not None:
+            for raw in read_file(ref, fmt, cfg, stats):
+                if isinstance(raw, RawRecord) and clean_record(raw, spec, cfg, stats) is not None:
                     n += 1
         return n
 
@@ -232,6 +234,7 @@ def _cpu() -> float:
 
 
 def ours_pipeline(dirpath: Path, fmt: str, workers: int) -> dict:
+    from datakit.manifest import SourceSpec
     from datakit.normalize import NormalizeConfig, normalize_source
     from datakit.shuffle import ExecConfig, list_files
 
@@ -241,11 +244,11 @@ def ours_pipeline(dirpath: Path, fmt: str, workers: int) -> dict:
         cfg = NormalizeConfig(target_shard_bytes=16 << 20, input_shard_bytes=8 << 20)
         exec_config = ExecConfig(backend="local", max_workers=workers)
         # warm the worker pool so process start-up is not timed
-        normalize_source(name="warm", files=files[:1], fmt=fmt, out_dir=str(out / "warm"), cfg=cfg,
-                         exec_config=exec_config)
+        normalize_source(SourceSpec(name="warm", uri=str(dirpath), format=fmt), files=files[:1],
+                         out_dir=str(out / "warm"), cfg=cfg, exec_config=exec_config)
         t0 = time.perf_counter()
-        res = normalize_source(name="bench", files=files, fmt=fmt, out_dir=str(out / "run"), cfg=cfg,
-                               exec_config=exec_config)
+        res = normalize_source(SourceSpec(name="bench", uri=str(dirpath), format=fmt), files=files,
+                               out_dir=str(out / "run"), cfg=cfg, exec_config=exec_config)
         wall = time.perf_counter() - t0
         return {"wall_s": wall, "records": res.counters["records_out"] + res.counters["dups"],
                 "workers": workers, "shards": res.num_shards}

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.dedup import BenchmarkSpec, DecontamConfig, consolidate, decontaminate
-from datakit.dedup.fixtures import doc_id, write_normalized_source
+from datakit.core.documents import content_id
+from datakit.dedup.fixtures import write_normalized_source
 from datakit.dedup.shingles import normalize_text
 from datakit.shuffle import ExecConfig
 
@@ -101,10 +102,10 @@ def build_case(root: Path, name: str, items: dict[str, str], hosts: list[str], s
         body = {"verbatim": items[item], "whitespace": rewrite_whitespace(items[item]),
                 "half": first_half(items[item])}[form]
         texts[h] = plant(hosts[h], body)
-        planted[doc_id(texts[h])] = (form, item, hosts[h])
+        planted[content_id(texts[h])] = (form, item, hosts[h])
     corpus = str(root / name)
     write_normalized_source(corpus, name, texts, 4)
-    return Case(corpus, spec, {doc_id(t): t for t in texts}, planted)
+    return Case(corpus, spec, {content_id(t): t for t in texts}, planted)
 
 
 def run_case(case: Case, out: Path, cfg: DecontamConfig | None = None, ex: ExecConfig = LOCAL2) -> Case:
@@ -304,7 +305,7 @@ def test_cut_keeps_the_rest_of_each_real_document_and_is_deterministic(tmp_path)
         ids = pq.read_table(f).column("id").to_pylist()
         assert ids == sorted(ids)
         kept.update({r["id"]: r["text"] for r in pq.read_table(f).to_pylist()})
-    assert all(doc_id(t) == i for i, t in kept.items())  # ids are the hashes of the final texts
+    assert all(content_id(t) == i for i, t in kept.items())  # ids are the hashes of the final texts
     rows = {r["id"]: r for f in (tmp_path / "local2/decon/attributes/small").glob("*.parquet")
             for r in pq.read_table(f).to_pylist()}
     cut = [i for i in case.planted if rows[i]["action"] == "cut"]

@@ -19,20 +19,20 @@ from datakit.dedup import (
     AttributeMismatch,
     BenchmarkSpec,
     DecontamConfig,
+    DedupConfig,
     DedupInputError,
-    FuzzyConfig,
     FuzzySource,
-    MinHashConfig,
-    ShingleConfig,
     consolidate,
     decontaminate,
     exact_dups,
     fuzzy_dups,
     jaccard,
+    minhash_params,
     minhash_source,
     shingle_set,
 )
-from datakit.dedup.fixtures import doc_id, write_normalized_source
+from datakit.core.documents import content_id
+from datakit.dedup.fixtures import write_normalized_source
 from datakit.shuffle import ExecConfig, ShardFailed
 
 LOCAL1 = ExecConfig(backend="local", max_workers=1)
@@ -97,8 +97,8 @@ def test_exact_dups_across_sources_by_priority(tmp_path):
     res = exact_dups([("a", a, 0), ("b", b, 1), ("c", c, 2)], str(out), LOCAL2)
     marks = {s: {r["id"]: r["duplicate_of"] for r in attr_rows(out, s)} for s in "abc"}
     assert marks["a"] == {}
-    assert marks["b"] == {doc_id(shared_ab): "a", doc_id(shared_all): "a"}
-    assert marks["c"] == {doc_id(shared_bc): "b", doc_id(shared_all): "a"}
+    assert marks["b"] == {content_id(shared_ab): "a", content_id(shared_all): "a"}
+    assert marks["c"] == {content_id(shared_bc): "b", content_id(shared_all): "a"}
     assert res.sources["b"]["duplicates"] == 2 and res.sources["c"]["duplicates"] == 2
     assert res.sources["a"]["docs"] == 4 and res.sources["b"]["docs"] == 4
     # co-partitioned: one attribute file per source file, same names, ids sorted
@@ -117,7 +117,7 @@ def test_exact_dups_across_sources_by_priority(tmp_path):
     out2 = tmp_path / "exact2"
     exact_dups([("a", a, 2), ("b", b, 1), ("c", c, 0)], str(out2), LOCAL2)
     marks_a = {r["id"]: r["duplicate_of"] for r in attr_rows(out2, "a")}
-    assert marks_a == {doc_id(shared_ab): "b", doc_id(shared_all): "c"}
+    assert marks_a == {content_id(shared_ab): "b", content_id(shared_all): "c"}
 
 
 def test_missing_shard_is_an_error(tmp_path):
@@ -134,7 +134,7 @@ def test_minhash_source_writes_co_partitioned_buckets(tmp_path):
     texts = [text(80, i) for i in range(30)] + ["", "!!!", "tiny doc"]
     a, _ = source(tmp_path, "a", texts, 3)
     out = tmp_path / "mh"
-    cfg = MinHashConfig(bands=10, rows=5, num_perms=50)
+    cfg = DedupConfig(bands=10, rows=5, num_perms=50)
     res = minhash_source("a", a, str(out), cfg, LOCAL2)
     assert res.counters["docs"] == 33 and res.counters["no_shingles"] == 2
     assert res.attributes == "attributes/a" and res.params["bands"] == 10
@@ -175,10 +175,10 @@ FIVE = {"1": "A test string", "2": "A different test string", "300": "A differen
 def test_five_documents_char_ngrams(tmp_path, bands, verify, threshold, expected):
     """Peer case: char 5-grams, one hash per band; true Jaccard 1-2: 0.40, 2-300: 0.32, 4-(-1): 0.53."""
     d, labels = source(tmp_path, "s", list(FIVE.values()), 2, list(FIVE.keys()))
-    cfg = MinHashConfig(ngram=5, ngram_unit="char", num_perms=bands, bands=bands, rows=1)
+    cfg = DedupConfig(ngram=5, ngram_unit="char", num_perms=bands, bands=bands, rows=1)
     mh = _minhash_all(tmp_path, {"s": d}, cfg)
     out = tmp_path / "fz"
-    fcfg = FuzzyConfig(verify=verify, verify_threshold=threshold or 0.0)
+    fcfg = DedupConfig(verify=verify, verify_threshold=threshold or 0.0)
     res = fuzzy_dups([FuzzySource("s", d, mh["s"], 0)], str(out), fcfg, LOCAL2)
     assert groups_by_label(out, {"s": labels}) == expected
     rows = attr_rows(out, "s")
@@ -206,9 +206,9 @@ def test_overlapping_windows_form_four_clusters(tmp_path):
             texts.append(LONG_TEXT[x : x + 400])
             labels.append(f"{ci}_{xi}")
     d, id_to_label = source(tmp_path, "s", texts, 3, labels)
-    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig())
+    mh = _minhash_all(tmp_path, {"s": d}, DedupConfig())
     out = tmp_path / "fz"
-    res = fuzzy_dups([FuzzySource("s", d, mh["s"], 0)], str(out), FuzzyConfig(), LOCAL2)
+    res = fuzzy_dups([FuzzySource("s", d, mh["s"], 0)], str(out), DedupConfig(), LOCAL2)
     groups = groups_by_label(out, {"s": id_to_label})
     assert groups == [[f"{ci}_{xi}" for xi in range(len(c))] for ci, c in enumerate(WINDOWS) if len(c) > 1]
     removed = [id_to_label[r["id"]] for r in attr_rows(out, "s") if not r["is_canonical"]]
@@ -223,7 +223,7 @@ def test_identical_documents_in_two_sources_one_canonical(tmp_path):
     near = mutate(same, 2, 6)
     a, la = source(tmp_path, "a", [same, text(120, 7)], 1, ["a_same", "a_other"])
     b, lb = source(tmp_path, "b", [text(120, 8), same, near], 2, ["b_other", "b_same", "b_near"])
-    mh = _minhash_all(tmp_path, {"a": a, "b": b}, MinHashConfig())
+    mh = _minhash_all(tmp_path, {"a": a, "b": b}, DedupConfig())
     results = []
     for prio, ex in (((0, 1), LOCAL1), ((0, 1), LOCAL2), ((1, 0), LOCAL2)):
         out = tmp_path / f"fz_{prio}_{ex.max_workers}"
@@ -246,16 +246,16 @@ def test_verification_drops_lsh_false_positives(tmp_path):
     texts = base + variants + close
     d, labels = source(tmp_path, "s", texts, 2, [f"b{i}" for i in range(6)] + [f"v{i}" for i in range(6)]
                        + [f"c{i}" for i in range(6)])
-    cfg = MinHashConfig(num_perms=40, bands=40, rows=1)  # threshold ~0.03: nearly everything collides
+    cfg = DedupConfig(num_perms=40, bands=40, rows=1)  # threshold ~0.03: nearly everything collides
     mh = _minhash_all(tmp_path, {"s": d}, cfg)
-    loose = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "loose"), FuzzyConfig(verify=False), LOCAL2)
-    strict = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "strict"), FuzzyConfig(verify_threshold=0.7), LOCAL2)
+    loose = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "loose"), DedupConfig(verify=False), LOCAL2)
+    strict = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "strict"), DedupConfig(verify_threshold=0.7), LOCAL2)
     assert strict.counters["rejected_pairs"] > 0
     assert strict.counters["verified_pairs"] + strict.counters["rejected_pairs"] == strict.counters["candidate_pairs"]
     groups = groups_by_label(tmp_path / "strict", {"s": labels})
     assert groups == [[f"b{i}", f"c{i}"] for i in range(6)]
     for i in range(6):
-        j = jaccard(shingle_set(base[i], ShingleConfig()), shingle_set(close[i], ShingleConfig()))
+        j = jaccard(shingle_set(base[i], 5), shingle_set(close[i], 5))
         assert j >= 0.7
     assert loose.counters["cluster_members"] > strict.counters["cluster_members"]
 
@@ -263,8 +263,8 @@ def test_verification_drops_lsh_false_positives(tmp_path):
 def test_refuses_to_mix_minhash_parameters(tmp_path):
     a, _ = source(tmp_path, "a", [text(50, i) for i in range(5)])
     b, _ = source(tmp_path, "b", [text(50, 10 + i) for i in range(5)])
-    minhash_source("a", a, str(tmp_path / "mh_a"), MinHashConfig(seed=42), LOCAL2)
-    minhash_source("b", b, str(tmp_path / "mh_b"), MinHashConfig(seed=43), LOCAL2)
+    minhash_source("a", a, str(tmp_path / "mh_a"), DedupConfig(seed=42), LOCAL2)
+    minhash_source("b", b, str(tmp_path / "mh_b"), DedupConfig(seed=43), LOCAL2)
     with pytest.raises(AttributeMismatch, match="seed=42.*seed=43"):
         fuzzy_dups([("a", a, str(tmp_path / "mh_a")), ("b", b, str(tmp_path / "mh_b"))], str(tmp_path / "f"))
     # the minhash set of another source is refused too
@@ -361,8 +361,8 @@ def _run_chain(tmp_path, sources, spec, ex, tag):
     exact_dups(pr, str(root / "exact"), ex)
     mh = {n: str(root / f"mh_{n}") for n in sources}
     for n, d in sources.items():
-        minhash_source(n, d, mh[n], MinHashConfig(), ex)
-    fuzzy_dups([(n, d, mh[n], p) for n, d, p in pr], str(root / "fuzzy"), FuzzyConfig(), ex)
+        minhash_source(n, d, mh[n], DedupConfig(), ex)
+    fuzzy_dups([(n, d, mh[n], p) for n, d, p in pr], str(root / "fuzzy"), DedupConfig(), ex)
     decontaminate(pr, [spec], str(root / "decon"), DecontamConfig(), ex)
     results = {}
     for n, d in sources.items():
@@ -399,7 +399,7 @@ def test_chain_counts_add_up_and_contaminated_doc_is_removed(tmp_path):
     # nothing left is a near-duplicate of something else kept (across both sources)
     kept_texts = [r["text"] for n in "ab" for f in os.listdir(root / f"final_{n}/outputs/main")
                   for r in read_rows(root / f"final_{n}/outputs/main" / f)]
-    sets = [shingle_set(t, ShingleConfig()) for t in kept_texts if t.split()]
+    sets = [shingle_set(t, 5) for t in kept_texts if t.split()]
     for i in range(len(sets)):
         for j in range(i + 1, len(sets)):
             assert jaccard(sets[i], sets[j]) < 0.7
@@ -449,7 +449,7 @@ def test_consolidate_refuses_bad_attribute_sets(tmp_path):
 def test_consolidate_rejects_unsorted_source(tmp_path):
     d = tmp_path / "s"
     (d / "outputs/main").mkdir(parents=True)
-    ids = sorted(doc_id(text(10, i)) for i in range(3))[::-1]
+    ids = sorted(content_id(text(10, i)) for i in range(3))[::-1]
     pq.write_table(pa.table({"id": ids, "text": ["x", "y", "z"]}), d / "outputs/main/part-00000-of-00001.parquet")
     exact_dups([("s", str(d), 0)], str(tmp_path / "e"), LOCAL2)
     with pytest.raises(ShardFailed, match="row 1: ids are not sorted"):
@@ -458,7 +458,7 @@ def test_consolidate_rejects_unsorted_source(tmp_path):
 
 def test_no_near_duplicates_gives_empty_attribute_files(tmp_path):
     d, _ = source(tmp_path, "s", [text(100, 9000 + i) for i in range(20)], 3)
-    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig())
+    mh = _minhash_all(tmp_path, {"s": d}, DedupConfig())
     res = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "fz"), None, LOCAL2)
     files = sorted((tmp_path / "fz/attributes/s").glob("*.parquet"))
     assert len(files) == 3 and all(pq.read_table(f).num_rows == 0 for f in files)
@@ -469,11 +469,11 @@ def test_no_near_duplicates_gives_empty_attribute_files(tmp_path):
 def test_rerun_into_the_same_dir_with_other_parameters(tmp_path):
     """Nothing from the first run (attributes, component checkpoints) leaks into the second."""
     d, labels = source(tmp_path, "s", list(FIVE.values()), 2, list(FIVE.keys()))
-    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig(ngram=5, ngram_unit="char", num_perms=15, bands=15, rows=1))
+    mh = _minhash_all(tmp_path, {"s": d}, DedupConfig(ngram=5, ngram_unit="char", num_perms=15, bands=15, rows=1))
     out = tmp_path / "fz"
-    fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(verify_threshold=0.3), LOCAL2)
+    fuzzy_dups([("s", d, mh["s"])], str(out), DedupConfig(verify_threshold=0.3), LOCAL2)
     assert groups_by_label(out, {"s": labels}) == [["-1", "4"], ["1", "2", "300"]]
-    fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(verify_threshold=0.5), LOCAL2)
+    fuzzy_dups([("s", d, mh["s"])], str(out), DedupConfig(verify_threshold=0.5), LOCAL2)
     assert groups_by_label(out, {"s": labels}) == [["-1", "4"]]
     meta = json.loads((out / "attributes/s/attrs.json").read_text())
     assert meta["params"]["verify_threshold"] == 0.5
@@ -482,13 +482,13 @@ def test_rerun_into_the_same_dir_with_other_parameters(tmp_path):
 def test_stale_metadata_is_removed_before_rewriting(tmp_path):
     d, _ = source(tmp_path, "s", [text(40, i) for i in range(4)])
     out = tmp_path / "mh"
-    minhash_source("s", d, str(out), MinHashConfig(), LOCAL2)
+    minhash_source("s", d, str(out), DedupConfig(), LOCAL2)
     assert (out / "attributes/s/attrs.json").exists()
     os.unlink(Path(d) / "outputs/main/part-00000-of-00001.parquet")
     write_normalized_source(d, "s", [text(40, i) for i in range(4)], 2)
     (Path(d) / "outputs/main/part-00001-of-00002.parquet").write_bytes(b"not parquet")
     with pytest.raises(ShardFailed, match="part-00001-of-00002.parquet"):
-        minhash_source("s", d, str(out), MinHashConfig(), LOCAL2)
+        minhash_source("s", d, str(out), DedupConfig(), LOCAL2)
     assert not (out / "attributes/s/attrs.json").exists()  # the failed rerun left no valid-looking set
 
 
@@ -500,10 +500,10 @@ def test_verification_texts_are_streamed_by_row_group(tmp_path):
 
     texts = [text(40 + i % 50, 1000 + i) for i in range(700)]
     path = tmp_path / "doc.parquet"
-    table = pa.table({"id": [doc_id(t) for t in texts], "text": texts})
+    table = pa.table({"id": [content_id(t) for t in texts], "text": texts})
     pq.write_table(table, path, row_group_size=97)  # 8 row groups, the last one short
     assert pq.ParquetFile(path).metadata.num_row_groups == 8
-    cfg = ShingleConfig()
+    cfg = minhash_params(DedupConfig())
     rows = np.array(sorted(random.Random(0).sample(range(700), 150) + [0, 96, 97, 699]))
     rows = np.unique(rows)
     want = shingle_sets([texts[i] for i in rows], cfg)
@@ -546,11 +546,12 @@ def test_one_false_neighbour_does_not_cut_a_member_off(tmp_path):
     base = [boiler + " " + text(30, 600 + i) for i in range(8)]
     copies = [boiler + " " + mutate(t[len(boiler) + 1:], 1, 700 + i) for i, t in enumerate(base)]
     d, labels = source(tmp_path, "s", base + copies, 1, [f"b{i}" for i in range(8)] + [f"c{i}" for i in range(8)])
-    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig(num_perms=4, bands=4, rows=1))
+    mh = _minhash_all(tmp_path, {"s": d}, DedupConfig(num_perms=4, bands=4, rows=1))
     res = {}
     for cm in (1, 4, 16):
         out = tmp_path / f"fz{cm}"
-        fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(verify_threshold=0.9, clique_max=cm), LOCAL2)
+        fuzzy_dups([("s", d, mh["s"])], str(out), DedupConfig(verify_threshold=0.9), LOCAL2,
+                   clique_max=cm)
         res[cm] = groups_by_label(out, {"s": labels})
     assert res[16] == [[f"b{i}", f"c{i}"] for i in range(8)]  # the full clique: every true pair
     assert len(res[1]) < len(res[4]) <= 8
@@ -558,18 +559,20 @@ def test_one_false_neighbour_does_not_cut_a_member_off(tmp_path):
 
 
 def test_verify_threshold_follows_the_lsh_parameters(tmp_path):
-    from datakit.dedup.config import DedupConfig
+    from datakit.dedup import verify_threshold
     from datakit.dedup.lsh_params import candidate_threshold
 
-    assert DedupConfig().fuzzy_config().verify_threshold is None
-    assert DedupConfig(threshold=0.8).fuzzy_config().verify_threshold == 0.8
-    assert DedupConfig(threshold=0.8, verify_threshold=0.6).fuzzy_config().verify_threshold == 0.6
+    default = minhash_params(DedupConfig())
+    assert DedupConfig().verify_threshold is None
+    assert verify_threshold(DedupConfig(), default) == round(candidate_threshold(14, 8), 4)
+    assert verify_threshold(DedupConfig(threshold=0.8), default) == 0.8
+    assert verify_threshold(DedupConfig(threshold=0.8, verify_threshold=0.6), default) == 0.6
     d, _ = source(tmp_path, "s", [text(100, 1), mutate(text(100, 1), 3, 2), text(100, 3)], 1)
     for bands, rows in ((14, 8), (20, 5)):
-        mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig(num_perms=bands * rows, bands=bands, rows=rows),
+        mh = _minhash_all(tmp_path, {"s": d}, DedupConfig(num_perms=bands * rows, bands=bands, rows=rows),
                           tag=f"mh{bands}")
         out = tmp_path / f"fz{bands}"
-        res = fuzzy_dups([("s", d, mh["s"])], str(out), FuzzyConfig(), LOCAL1)
+        res = fuzzy_dups([("s", d, mh["s"])], str(out), DedupConfig(), LOCAL1)
         assert res.params["verify_threshold"] == round(candidate_threshold(bands, rows), 4)
         assert res.counters["clusters"] == 1
 
@@ -582,14 +585,16 @@ def test_verification_sends_each_set_once_per_partition_and_chunks_give_the_same
     base = text(150, 77)
     texts = [base] + [mutate(base, 2, 800 + i) for i in range(30)] + [text(150, 900 + i) for i in range(20)]
     d, _ = source(tmp_path, "s", texts, 2)
-    mh = _minhash_all(tmp_path, {"s": d}, MinHashConfig())
+    mh = _minhash_all(tmp_path, {"s": d}, DedupConfig())
     inline = ExecConfig(backend="inline")
-    one = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "one"), FuzzyConfig(num_partitions=1), inline)
+    one = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "one"), DedupConfig(), inline,
+                     num_partitions=1)
     c = one.counters
     assert c["candidate_pairs"] > 3 * c["verify_texts_read"]  # many pairs per document
     assert c["verify_sets_sent"] == c["verify_texts_read"]  # one partition: each set once
     monkeypatch.setattr(fz, "VERIFY_CHUNK_FINGERPRINTS", 64)
-    small = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "small"), FuzzyConfig(num_partitions=1), inline)
+    small = fuzzy_dups([("s", d, mh["s"])], str(tmp_path / "small"), DedupConfig(), inline,
+                     num_partitions=1)
     assert small.counters == one.counters
     assert _tree(tmp_path / "one" / "attributes") == _tree(tmp_path / "small" / "attributes")
     assert one.counters["cluster_members"] == 31

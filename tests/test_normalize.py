@@ -23,9 +23,10 @@ import zstandard
 
 from datakit.normalize import (
     NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError, clean_record, compact_whitespace,
-    content_id, normalize_source,
+    normalize_source,
 )
-from datakit.normalize.clean import CleanSpec
+from datakit.core.documents import content_id
+from datakit.manifest import SourceSpec
 from datakit.normalize.pipeline import common_root, file_refs, output_shards, pack_shards
 from datakit.shuffle import ExecConfig, FileInfo, list_files, route, encode_key
 from datakit.sources.readers import RawRecord, Reject
@@ -91,7 +92,15 @@ def check_invariants(out: Path, res: NormalizeResult) -> None:
 # ------------------------------------------------------------------------------------------------ cleaning
 
 
-SPEC = CleanSpec("src")
+
+
+def src(name: str, fmt: str = "jsonl", **kw) -> SourceSpec:
+    """A source as the manifest gives it (normalize reads its name, format and fields, never its uri)."""
+    return SourceSpec(name=name, uri="in", format=fmt, **kw)
+
+
+SPEC = src("src")
+CFG = NormalizeConfig()
 
 
 @pytest.mark.parametrize("fields,kind", [
@@ -104,26 +113,26 @@ SPEC = CleanSpec("src")
 ])
 def test_blank_variants_are_dropped_and_counted(fields, kind):
     stats = Counter()
-    assert clean_record(raw(fields), SPEC, stats) is None
+    assert clean_record(raw(fields), SPEC, CFG, stats) is None
     assert stats[kind] == 1 and stats["empty_dropped"] == 1
 
 
 def test_wrong_type_is_a_reject_bytes_are_decoded():
     stats = Counter()
-    rej = clean_record(raw({"text": 42}, line=7), SPEC, stats)
+    rej = clean_record(raw({"text": 42}, line=7), SPEC, CFG, stats)
     assert isinstance(rej, Reject) and rej.reason == "wrong_type" and rej.line == 7
     assert "int" in rej.detail and rej.excerpt == '{"text": 42}'
-    assert isinstance(clean_record(raw({"text": ["a"]}), SPEC, stats), Reject)
-    item = clean_record(raw({"text": b"caf\xc3\xa9 \xff"}), SPEC, stats)
+    assert isinstance(clean_record(raw({"text": ["a"]}), SPEC, CFG, stats), Reject)
+    item = clean_record(raw({"text": b"caf\xc3\xa9 \xff"}), SPEC, CFG, stats)
     assert item[3]["text"] == "caf\xe9 \ufffd" and stats["decode_replacements"] == 1
-    rej = clean_record(raw({"text": "x" * 11}), CleanSpec("s", max_record_chars=10), stats)
+    rej = clean_record(raw({"text": "x" * 11}), SPEC, NormalizeConfig(max_record_chars=10), stats)
     assert rej.reason == "oversized"
 
 
 def test_whitespace_runs_capped_and_id_recomputed():
     text = "before" + " " * 500 + "after"
     stats = Counter()
-    doc_id, _, _, row = clean_record(raw({"text": text}), SPEC, stats)
+    doc_id, _, _, row = clean_record(raw({"text": text}), SPEC, CFG, stats)
     assert row["text"] == "before" + " " * 128 + "after"
     assert doc_id == row["id"] == xxhash.xxh3_128_hexdigest(row["text"].encode())
     assert doc_id != content_id(text) and len(doc_id) == 32
@@ -135,23 +144,25 @@ def test_whitespace_runs_capped_and_id_recomputed():
     # non-ASCII and mixed runs go through the same path (the byte-level pre-check must not miss them)
     for run in ("\u3000" * 300, "\xa0" * 129, " \n" * 100, "\u2028\t" * 70):
         stats = Counter()
-        _, _, _, row = clean_record(raw({"text": "x" + run + "y\u00e9"}), SPEC, stats)
+        _, _, _, row = clean_record(raw({"text": "x" + run + "y\u00e9"}), SPEC, CFG, stats)
         assert row["text"] == "x" + run[:128] + "y\u00e9" and stats["whitespace_compacted"] == 1
     stats = Counter()
-    _, _, _, row = clean_record(raw({"text": "\u00e9" * 500 + " " * 128 + "z"}), SPEC, stats)
+    _, _, _, row = clean_record(raw({"text": "\u00e9" * 500 + " " * 128 + "z"}), SPEC, CFG, stats)
     assert row["text"] == "\u00e9" * 500 + " " * 128 + "z" and stats["whitespace_compacted"] == 0
 
 
 def test_fields_mapping_extras_bare_and_collisions():
     fields = {"content": "hello", "doc": 17, "id": "orig", "source": "web", "url": "http://u", "lang": "en"}
-    spec = CleanSpec("src", text_field="content", id_field="doc")
-    _, _, _, row = clean_record(raw(fields), spec, Counter())
+    spec = src("src", text_field="content", id_field="doc")
+    _, _, _, row = clean_record(raw(fields), spec, CFG, Counter())
     assert row == {"id": content_id("hello"), "text": "hello", "source": "src", "source_id": "17",
                    "url": "http://u", "orig_id": "orig", "orig_source": "web", "lang": "en"}
-    _, _, _, row = clean_record(raw(fields), CleanSpec("src", text_field="content", bare=True), Counter())
+    _, _, _, row = clean_record(raw(fields), src("src", text_field="content", bare=True),
+                                CFG, Counter())
     assert row == {"id": content_id("hello"), "text": "hello", "source": "src", "source_id": "f.jsonl:1",
                    "url": "http://u"}
-    rej = clean_record(raw({"text": "x", "doc": {"a": 1}}), CleanSpec("s", id_field="doc"), Counter())
+    rej = clean_record(raw({"text": "x", "doc": {"a": 1}}), src("s", id_field="doc"), CFG,
+                       Counter())
     assert rej.reason == "wrong_type" and "'doc'" in rej.detail
 
 
@@ -198,7 +209,7 @@ def test_jsonl_end_to_end(tmp_path):
     assert [Path(f.path).name for f in files] == ["a.jsonl", "b.jsonl.zst"]
     out = tmp_path / "out"
     cfg = NormalizeConfig(target_shard_bytes=4096, reject_fraction=0.5)
-    res = normalize_source(name="web", files=files, fmt="jsonl", out_dir=str(out), cfg=cfg, exec_config=LOCAL2)
+    res = normalize_source(src("web"), files=files, out_dir=str(out), cfg=cfg, exec_config=LOCAL2)
     c = res.counters
     assert c["records_in"] == 309 + 302
     assert (c["empty_dropped"], c["empty_missing_field"], c["empty_null"], c["empty_blank"]) == (5, 1, 1, 3)
@@ -242,13 +253,13 @@ def test_one_vs_two_workers_byte_identical(tmp_path):
     digests = []
     for workers in (1, 2):
         out = tmp_path / f"out{workers}"
-        normalize_source(name="web", files=files, fmt="jsonl", out_dir=str(out), cfg=cfg,
+        normalize_source(src("web"), files=files, out_dir=str(out), cfg=cfg,
                          exec_config=ExecConfig(backend="local", max_workers=workers))
         digests.append(digest_tree(out))
     assert digests[0] == digests[1]
     assert len(digests[0]) > 4
     # a rerun into the same directory rewrites the same bytes (stale outputs are cleared first)
-    normalize_source(name="web", files=files, fmt="jsonl", out_dir=str(tmp_path / "out1"), cfg=cfg,
+    normalize_source(src("web"), files=files, out_dir=str(tmp_path / "out1"), cfg=cfg,
                      exec_config=LOCAL2)
     assert digest_tree(tmp_path / "out1") == digests[0]
 
@@ -260,7 +271,7 @@ def test_truncated_zst_is_a_reject_and_nothing_else_is_lost(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "cut.jsonl.zst").write_bytes(comp[: len(comp) // 2])
     out = tmp_path / "out"
-    res = normalize_source(name="cut", files=list_files(str(tmp_path / "in")), fmt="jsonl", out_dir=str(out),
+    res = normalize_source(src("cut"), files=list_files(str(tmp_path / "in")), out_dir=str(out),
                            cfg=NormalizeConfig(reject_fraction=0.01), exec_config=LOCAL2)
     c = res.counters
     assert c["rejects"] == 1 and res.rejects_by_reason == {"truncated_file": 1}
@@ -279,7 +290,7 @@ def test_rejects_over_fraction_fail_with_pointer_to_rejects_file(tmp_path):
     files = list_files(str(tmp_path / "in"))
     out = tmp_path / "out"
     with pytest.raises(NormalizeError) as info:
-        normalize_source(name="bad", files=files, fmt="jsonl", out_dir=str(out), exec_config=LOCAL2)
+        normalize_source(src("bad"), files=files, out_dir=str(out), exec_config=LOCAL2)
     msg = str(info.value)
     assert "5 of 100 records rejected" in msg and "malformed_json: 5" in msg
     assert str(out / "outputs/rejects/part-00000-of-00001.parquet") in msg
@@ -287,24 +298,24 @@ def test_rejects_over_fraction_fail_with_pointer_to_rejects_file(tmp_path):
     lines = pq.read_table(out / "outputs/rejects/part-00000-of-00001.parquet").column("line").to_pylist()
     assert lines == [96, 97, 98, 99, 100]
     # within the fraction it passes; strict fails on a single reject
-    res = normalize_source(name="bad", files=files, fmt="jsonl", out_dir=str(out),
+    res = normalize_source(src("bad"), files=files, out_dir=str(out),
                            cfg=NormalizeConfig(reject_fraction=0.05), exec_config=LOCAL2)
     assert res.counters["rejects"] == 5
     write_jsonl(tmp_path / "in" / "x.jsonl", [{"text": f"ok {i}"} for i in range(999)] + ['{"broken'])
     with pytest.raises(NormalizeError, match="strict"):
-        normalize_source(name="bad", files=list_files(str(tmp_path / "in")), fmt="jsonl", out_dir=str(out),
+        normalize_source(src("bad"), files=list_files(str(tmp_path / "in")), out_dir=str(out),
                          cfg=NormalizeConfig(strict=True), exec_config=LOCAL2)
 
 
 def test_all_dropped_suggests_the_text_field(tmp_path):
     write_jsonl(tmp_path / "in" / "x.jsonl", [{"content": f"t {i}", "meta": 1} for i in range(20)])
     with pytest.raises(NormalizeError) as info:
-        normalize_source(name="wrong", files=list_files(str(tmp_path / "in")), fmt="jsonl",
+        normalize_source(src("wrong"), files=list_files(str(tmp_path / "in")),
                          out_dir=str(tmp_path / "out"), exec_config=LOCAL2)
     msg = str(info.value)
     assert "all 20 records were dropped" in msg and "text_field 'text'" in msg
     assert "content (20)" in msg and "meta (20)" in msg
-    res = normalize_source(name="right", files=list_files(str(tmp_path / "in")), fmt="jsonl", text_field="content",
+    res = normalize_source(src("right", text_field="content"), files=list_files(str(tmp_path / "in")),
                            out_dir=str(tmp_path / "out"), exec_config=LOCAL2)
     assert res.counters["records_out"] == 20
 
@@ -314,14 +325,14 @@ def test_type_conflict_names_both_files_and_column(tmp_path):
     write_jsonl(tmp_path / "in" / "b.jsonl", [{"text": f"b {i}", "year": "MMXX"} for i in range(5)])
     for shards in (1, 64):  # conflict inside one output shard, and across shards
         with pytest.raises(SchemaConflictError) as info:
-            normalize_source(name="drift", files=list_files(str(tmp_path / "in")), fmt="jsonl",
+            normalize_source(src("drift"), files=list_files(str(tmp_path / "in")),
                              out_dir=str(tmp_path / "out"), exec_config=LOCAL2,
                              cfg=NormalizeConfig(target_shard_bytes=max(1, 400 // shards)))
         msg = str(info.value)
         assert "'year'" in msg and "a.jsonl:" in msg and "b.jsonl:" in msg
         assert "int64" in msg and "string" in msg
     # bare keeps only the core columns, so the conflict is gone
-    res = normalize_source(name="drift", files=list_files(str(tmp_path / "in")), fmt="jsonl", bare=True,
+    res = normalize_source(src("drift", bare=True), files=list_files(str(tmp_path / "in")),
                            out_dir=str(tmp_path / "out"), exec_config=LOCAL2)
     assert list(res.columns) == ["id", "text", "source", "source_id", "url"]
 
@@ -331,7 +342,7 @@ def test_lone_surrogates_are_replaced_and_counted_everywhere(tmp_path):
              '{"text": "emoji \\ud83d\\ude00 pair is fine", "meta": {"k": "y"}, "doc": "2"}']
     write_jsonl(tmp_path / "in" / "s.jsonl", lines)
     out = tmp_path / "out"
-    res = normalize_source(name="sur", files=list_files(str(tmp_path / "in")), fmt="jsonl", id_field="doc",
+    res = normalize_source(src("sur", id_field="doc"), files=list_files(str(tmp_path / "in")),
                            out_dir=str(out), exec_config=LOCAL2)
     assert res.counters["decode_replacements"] == 3
     rows = {r["source_id"]: r for r in all_rows(out, res.main_files)}
@@ -342,7 +353,7 @@ def test_lone_surrogates_are_replaced_and_counted_everywhere(tmp_path):
 def test_dedup_none_keeps_every_copy(tmp_path):
     write_jsonl(tmp_path / "in" / "x.jsonl", [{"text": "same"}] * 3 + [{"text": "other"}])
     out = tmp_path / "out"
-    res = normalize_source(name="keep", files=list_files(str(tmp_path / "in")), fmt="jsonl", dedup="none",
+    res = normalize_source(src("keep", dedup="none"), files=list_files(str(tmp_path / "in")),
                            out_dir=str(out), exec_config=LOCAL2)
     assert (res.counters["records_out"], res.counters["dups"]) == (4, 0)
     rows = all_rows(out, res.main_files)
@@ -363,7 +374,7 @@ def test_parquet_row_group_split_drift_and_conflict(tmp_path):
     files = list_files(str(d))
     out = tmp_path / "out"
     cfg = NormalizeConfig(input_shard_bytes=8192, target_shard_bytes=16384)
-    res = normalize_source(name="pq", files=files, fmt="parquet", text_field="body", id_field="key",
+    res = normalize_source(src("pq", "parquet", text_field="body", id_field="key"), files=files,
                            out_dir=str(out), cfg=cfg, exec_config=LOCAL2)
     check_invariants(out, res)
     assert res.counters["records_in"] == 451 and res.counters["dups"] == 1
@@ -373,7 +384,7 @@ def test_parquet_row_group_split_drift_and_conflict(tmp_path):
     dup = all_rows(out, res.dups_files)[0]
     assert dup["source_id"] == "1050"
     # bare reads only the needed columns
-    res_bare = normalize_source(name="pq", files=files, fmt="parquet", text_field="body", bare=True,
+    res_bare = normalize_source(src("pq", "parquet", text_field="body", bare=True), files=files,
                                 out_dir=str(tmp_path / "bare"), cfg=cfg, exec_config=LOCAL2)
     assert list(res_bare.columns) == ["id", "text", "source", "source_id", "url"]
     assert all_rows(tmp_path / "bare", res_bare.main_files)[0]["source_id"].split(":")[0] in ("a.parquet",
@@ -381,7 +392,7 @@ def test_parquet_row_group_split_drift_and_conflict(tmp_path):
     # a real conflict is found from the footers, before any work, naming both files
     pq.write_table(pa.table({"body": ["c"], "key": [1], "note": [3]}), d / "c.parquet")
     with pytest.raises(SchemaConflictError, match=r"'note'.*b\.parquet.*c\.parquet"):
-        normalize_source(name="pq", files=list_files(str(d)), fmt="parquet", text_field="body",
+        normalize_source(src("pq", "parquet", text_field="body"), files=list_files(str(d)),
                          out_dir=str(out), cfg=cfg, exec_config=LOCAL2)
 
 
@@ -390,7 +401,7 @@ def test_text_source_code_round_trip(tmp_path):
     files = list_files(str(stdlib / "json" / "*.py"))
     assert len(files) >= 3
     out = tmp_path / "out"
-    res = normalize_source(name="code", files=files, fmt="text", out_dir=str(out), exec_config=LOCAL2)
+    res = normalize_source(src("code", "text"), files=files, out_dir=str(out), exec_config=LOCAL2)
     check_invariants(out, res)
     rows = {r["source_id"]: r for r in all_rows(out, res.main_files)}
     assert set(rows) == {Path(f.path).name for f in files}
@@ -398,7 +409,7 @@ def test_text_source_code_round_trip(tmp_path):
         expect, _ = compact_whitespace(Path(f.path).read_text(encoding="utf-8"), 128)
         assert rows[Path(f.path).name]["text"] == expect
     with pytest.raises(ValueError, match="text_field"):
-        normalize_source(name="code", files=files, fmt="text", text_field="body", out_dir=str(out))
+        normalize_source(src("code", "text", text_field="body"), files=files, out_dir=str(out))
 
 
 def test_html_pages_end_to_end(tmp_path):
@@ -410,7 +421,7 @@ def test_html_pages_end_to_end(tmp_path):
     (d / "blog" / "copy.html").write_text(PAGE.format(body="A blog post about normalizing text. " * 4))
     (d / "empty.html").write_text("<html><head><title>Nothing</title></head><body></body></html>")
     out = tmp_path / "out"
-    res = normalize_source(name="site", files=list_files(str(d)), fmt="html", out_dir=str(out),
+    res = normalize_source(src("site", "html"), files=list_files(str(d)), out_dir=str(out),
                            exec_config=LOCAL2)
     check_invariants(out, res)
     c = res.counters
@@ -432,7 +443,7 @@ def test_warc_end_to_end(tmp_path):
     members = [gzip.compress(r) for r in records[1:3]] + [gzip.compress(records[6])]
     (d / "01.warc.gz").write_bytes(b"".join(members))  # page 6 again: a duplicate across files
     out = tmp_path / "out"
-    res = normalize_source(name="cc", files=list_files(str(d)), fmt="warc", out_dir=str(out),
+    res = normalize_source(src("cc", "warc"), files=list_files(str(d)), out_dir=str(out),
                            exec_config=LOCAL2)
     check_invariants(out, res)
     c = res.counters
@@ -451,13 +462,13 @@ def test_no_records_and_no_files_fail_clearly(tmp_path):
     d.mkdir()
     (d / "x.warc.gz").write_bytes(gzip.compress(sample_warc_records()[2]))  # JSON only
     with pytest.raises(NormalizeError, match="no HTML response records"):
-        normalize_source(name="cc", files=list_files(str(d)), fmt="warc", out_dir=str(tmp_path / "out"),
+        normalize_source(src("cc", "warc"), files=list_files(str(d)), out_dir=str(tmp_path / "out"),
                          exec_config=LOCAL2)
     with pytest.raises(NormalizeError, match="no input files"):
-        normalize_source(name="cc", files=[FileInfo(str(d / ".x.warc.gz"), 1)], fmt="warc",
+        normalize_source(src("cc", "warc"), files=[FileInfo(str(d / ".x.warc.gz"), 1)],
                          out_dir=str(tmp_path / "out"))
     with pytest.raises(ValueError, match="unknown format"):
-        normalize_source(name="cc", files=list_files(str(d)), fmt="csv", out_dir=str(tmp_path / "out"))
+        normalize_source(src("cc", "csv"), files=list_files(str(d)), out_dir=str(tmp_path / "out"))
 
 
 # ------------------------------------------------------------------------------------------------ writer internals

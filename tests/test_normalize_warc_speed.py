@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from datakit.manifest import SourceSpec
 from datakit.normalize import NormalizeConfig, normalize_source
 from datakit.shuffle import ExecConfig, list_files
 from datakit.sources import extract as X
 from datakit.sources import readers
-from datakit.sources.readers import FileRef, RawRecord, ReaderOptions, Reject
+from datakit.sources.readers import FileRef, RawRecord, Reject
 
 from test_readers import html_page, sample_warc_records, warc_record
 
@@ -32,16 +33,16 @@ def _ref(path: Path, index: int = 0) -> FileRef:
     return FileRef(index, str(path), path.name, path.stat().st_size)
 
 
-def _both(path: Path, monkeypatch, fmt: str = "warc", opts: ReaderOptions = ReaderOptions()):
+def _both(path: Path, monkeypatch, fmt: str = "warc", cfg: NormalizeConfig = NormalizeConfig()):
     """Read ``path`` with every page extracted inline, then with every page in the forked child."""
     sa, sb = Counter(), Counter()
     with monkeypatch.context() as m:
         m.setattr(X, "GUARD_TAGS", 10**12)
         m.setattr(X, "GUARD_CHARS", 10**12)
-        a = list(readers.read_file(_ref(path), fmt, opts, sa))
+        a = list(readers.read_file(_ref(path), fmt, cfg, sa))
     with monkeypatch.context() as m:
         m.setattr(X, "GUARD_TAGS", -1)
-        b = list(readers.read_file(_ref(path), fmt, opts, sb))
+        b = list(readers.read_file(_ref(path), fmt, cfg, sb))
     return a, b, sa, sb
 
 
@@ -125,7 +126,7 @@ def test_slow_page_is_a_reject_with_its_offset_and_reading_goes_on(tmp_path, mon
     path = tmp_path / "slow.warc.gz"
     path.write_bytes(b"".join(gzip.compress(r) for r in recs))
     # the EXTRACT_TIMEOUT reject (not a wall-clock figure, which a loaded machine makes noisy) proves the bound
-    out = list(readers.read_warc(_ref(path), ReaderOptions(), Counter()))
+    out = list(readers.read_warc(_ref(path), NormalizeConfig(), Counter()))
     assert [type(r) for r in out] == [RawRecord, Reject, RawRecord]
     rej = out[1]
     assert rej.reason == readers.EXTRACT_TIMEOUT and rej.file == "slow.warc.gz"
@@ -147,7 +148,7 @@ def test_normalize_step_records_the_timeout_and_keeps_going(tmp_path, monkeypatc
     (d / "x.warc.gz").write_bytes(b"".join(gzip.compress(r) for r in recs))
     out = tmp_path / "out"
     # in-process engine: the monkeypatched timeout applies in the worker
-    res = normalize_source(name="cc", files=list_files(str(d)), fmt="warc", out_dir=str(out),
+    res = normalize_source(SourceSpec(name="cc", uri="in", format="warc"), files=list_files(str(d)), out_dir=str(out),
                            cfg=NormalizeConfig(), exec_config=ExecConfig(backend="inline"))
     assert res.counters["records_out"] == 200
     assert res.rejects_by_reason == {readers.EXTRACT_TIMEOUT: 1}

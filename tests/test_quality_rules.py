@@ -13,7 +13,7 @@ import pytest
 
 from datakit.quality import c4, fineweb, gopher, langid, ngrams
 from datakit.quality.chain import Chain
-from datakit.quality.config import GopherQualityConfig, GopherRepetitionConfig, FineWebConfig, QualityRules
+from datakit.quality.config import C4Config, GopherQualityConfig, GopherRepetitionConfig, FineWebConfig, QualityRules
 from datakit.quality.rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, first_failure
 from datakit.quality.text import tokens
 
@@ -199,19 +199,21 @@ def test_c4_line_cleaning_and_document_rules():
     good = [f"{prose(8, 10 * i)}" for i in range(6)]
     text = "\n".join(good[:3] + ["Menu", "Please enable JavaScript to view this page.", "We use cookies, see our privacy policy.",
                                  "See the table [1] for more [edit]."] + good[3:])
-    out, m, rule, drops = c4.clean(text, c4.C4Options())
+    out, m, rule, drops = c4.clean(text, C4Config())
     assert rule is None and m["c4_sentences"] == 7
     assert "Menu" not in out and "JavaScript" not in out and "privacy" not in out and "[1]" not in out
     assert drops == {"no_terminal_punct": 1, "javascript": 1, "policy": 1}
     four = "\n".join(good[:4])
-    assert c4.clean(four, c4.C4Options())[2] == "c4_min_sentences"
-    assert c4.clean("\n".join(good[:5]), c4.C4Options())[2] is None
-    assert c4.clean("\n".join(good + ["Lorem ipsum dolor sit amet."]), c4.C4Options())[2] == "c4_lorem_ipsum"
-    assert c4.clean("\n".join(good + ["if (x) { return y; }."]), c4.C4Options())[2] == "c4_curly_bracket"
-    bad = c4.C4Options(bad_words=frozenset({"november0"}))
-    assert c4.clean("\n".join(good), bad)[1]["c4_bad_words"] >= 1
-    assert c4.clean("\n".join(good), bad)[2] == "c4_bad_words"
-    assert c4.clean("\n".join(good), c4.C4Options())[2] is None  # no list given: no bad-words rule
+    assert c4.clean(four, C4Config())[2] == "c4_min_sentences"
+    assert c4.clean("\n".join(good[:5]), C4Config())[2] is None
+    assert c4.clean("\n".join(good + ["Lorem ipsum dolor sit amet."]), C4Config())[2] == "c4_lorem_ipsum"
+    assert c4.clean("\n".join(good + ["if (x) { return y; }."]), C4Config())[2] == "c4_curly_bracket"
+    cfg = C4Config(bad_words=("November0",))
+    bad = c4.bad_words(cfg)
+    assert bad == {"november0"}
+    assert c4.clean("\n".join(good), cfg, bad)[1]["c4_bad_words"] >= 1
+    assert c4.clean("\n".join(good), cfg, bad)[2] == "c4_bad_words"
+    assert c4.clean("\n".join(good), C4Config())[2] is None  # no list given: no bad-words rule
 
 
 def test_c4_checks_run_in_the_reference_order():
@@ -219,7 +221,7 @@ def test_c4_checks_run_in_the_reference_order():
     again, words are counted before the cut, lorem ipsum and '{' are checked before the policy phrases but
     '{' after the javascript line rule."""
     good = [f"{prose(8, 10 * i)}" for i in range(6)]
-    o = c4.C4Options()
+    o = C4Config()
     out, m, rule, drops = c4.clean("\n".join(good + ["The table is shown here. [1]"]), o)
     assert drops == {"no_terminal_punct": 1} and "The table" not in out  # "... here. " ends in a space
     assert c4.clean("\n".join(good + ["[1] [2] Done."]), o)[3] == {}  # three words before the cut

@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from datakit.normalize.config import NormalizeConfig
 from datakit.sources.readers import (
-    CORRUPT, MALFORMED_JSON, NOT_AN_OBJECT, OVERSIZED, TRUNCATED, FileRef, RawRecord, ReaderOptions, Reject,
+    CORRUPT, MALFORMED_JSON, NOT_AN_OBJECT, OVERSIZED, TRUNCATED, FileRef, RawRecord, Reject,
     StreamBroken, decode_bytes, decode_html, html_to_text, is_hidden, iter_decompressed, read_file, read_html,
     read_jsonl, read_parquet, read_text, read_warc,
 )
@@ -212,7 +213,7 @@ def test_read_jsonl_oversized_line_is_skipped_not_buffered(tmp_path):
         f.write(b'{"text": "' + b"x" * 3_000_000 + b'"}\n')
         f.write(b'{"text": "after"}\n')
         f.write(b'{"text": "' + b"y" * 2_500_000)  # oversized *and* unterminated
-    recs, rejs = split(list(read_jsonl(ref(path), ReaderOptions(max_record_bytes=1_000_000))))
+    recs, rejs = split(list(read_jsonl(ref(path), NormalizeConfig(max_record_chars=125_000))))
     assert [r.fields["text"] for r in recs] == ["small", "after"]
     assert [(r.line, r.reason) for r in rejs] == [(2, OVERSIZED), (4, OVERSIZED)]
     assert rejs[0].offset == 18 and "3000012 bytes" in rejs[0].detail
@@ -231,7 +232,7 @@ def _parquet(path: Path, n: int, row_group: int, extra: dict | None = None) -> N
 def test_read_parquet_projection_and_row_group_ranges(tmp_path):
     path = tmp_path / "t.parquet"
     _parquet(path, 100, 30)  # row groups of 30, 30, 30, 10
-    whole, rejs = split(list(read_parquet(ref(path), ReaderOptions(columns=("text", "missing")))))
+    whole, rejs = split(list(read_parquet(ref(path), columns=("text", "missing"))))
     assert not rejs
     assert whole[0].fields == {"text": "row 0"}  # only the asked columns that exist
     assert [r.line for r in whole] == list(range(1, 101))
@@ -277,7 +278,7 @@ def test_read_text_one_document_per_file(tmp_path):
 def test_read_text_oversized_truncated_and_invalid_utf8(tmp_path):
     big = tmp_path / "big.txt"
     big.write_bytes(b"a" * 5000)
-    _, rejs = split(list(read_text(ref(big), ReaderOptions(max_record_bytes=1000))))
+    _, rejs = split(list(read_text(ref(big), NormalizeConfig(max_record_chars=125))))
     assert rejs[0].reason == OVERSIZED and rejs[0].excerpt.startswith("aaa")
     cut = tmp_path / "cut.txt.gz"
     cut.write_bytes(gzip.compress(b"hello world " * 10000)[:200])
@@ -310,7 +311,7 @@ def test_read_html_title_url_main_content(tmp_path):
     text = rec.fields["text"]
     assert "Main heading" in text and "Second paragraph" in text
     assert "never text" not in text and "Home" not in text  # nav dropped in main-content mode
-    full = split(list(read_html(ref(page), ReaderOptions(html_main_content=False))))[0][0].fields["text"]
+    full = split(list(read_html(ref(page), NormalizeConfig(html_main_content=False))))[0][0].fields["text"]
     assert "Home" in full and "Main heading" in full
     assert "never text" not in full
 
@@ -348,7 +349,7 @@ def test_read_html_real_documentation_pages():
     pages = _system_html_pages()
     texts = 0
     for p in pages:
-        recs, rejs = split(list(read_html(ref(p), ReaderOptions(html_main_content=False))))
+        recs, rejs = split(list(read_html(ref(p), NormalizeConfig(html_main_content=False))))
         assert len(recs) + len(rejs) == 1
         if recs:
             text = recs[0].fields["text"]

@@ -210,7 +210,7 @@ def test_a_user_stage_from_the_api_takes_the_function_itself(tmp_path):
     step = _by_name(summary)["shout-code"]
     assert step["counters"]["changed"] == step["counters"]["docs_in"] > 0
     rows = pq.read_table(Path(step["output"]) / "outputs" / "main").to_pylist()
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     assert all(r["text"].isupper() or not r["text"].strip() for r in rows)
     assert all(r["id"] == content_id(r["text"]) for r in rows)

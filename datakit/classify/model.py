@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.classify.config import ClassifierConfig
+from datakit.core.documents import content_id
 
 POSITIVE = "__label__hq"
 NEGATIVE = "__label__lq"
@@ -76,7 +77,7 @@ def read_text_files(paths: Iterable[str]) -> list[tuple[str, str]]:
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"{path}:{n}: expected a JSON object with a \"text\" field; fix the line "
                                      "or leave the file out of positive_files") from None
-                out.append((xxhash.xxh3_128_hexdigest(text.encode()), text))
+                out.append((content_id(text), text))
     return out
 
 

@@ -8,20 +8,21 @@ sets made differently are never mixed.
 """
 
 from .components import CCResult, components_in_memory, connected_components, large_star, small_star
+from .config import DedupConfig
 from .consolidate import ConsolidateResult, consolidate
 from .decontaminate import BenchmarkSpec, DecontamConfig, DecontamResult, decontaminate
 from .exact import ExactResult, exact_dups
-from .fuzzy import FuzzyConfig, FuzzyResult, FuzzySource, fuzzy_dups
+from .fuzzy import FuzzyResult, FuzzySource, fuzzy_dups, verify_threshold
 from .layout import AttributeMismatch, DedupInputError, SourceRef
 from .lsh_params import candidate_probability, effective_threshold, lsh_params
-from .minhash import MinHashConfig, MinHashResult, band_buckets, buckets_for_texts, minhash_source, signatures
-from .shingles import ShingleConfig, jaccard, normalize_text, shingle_hashes, shingle_set
+from .minhash import MinHashResult, band_buckets, buckets_for_texts, minhash_params, minhash_source, signatures
+from .shingles import jaccard, normalize_text, shingle_hashes, shingle_set
 
 __all__ = [
     "AttributeMismatch", "BenchmarkSpec", "CCResult", "ConsolidateResult", "DecontamConfig", "DecontamResult",
-    "DedupInputError", "ExactResult", "FuzzyConfig", "FuzzyResult", "FuzzySource", "MinHashConfig",
-    "MinHashResult", "ShingleConfig", "SourceRef", "band_buckets", "buckets_for_texts", "candidate_probability",
-    "components_in_memory", "connected_components", "consolidate", "decontaminate", "effective_threshold",
-    "exact_dups", "fuzzy_dups", "jaccard", "large_star", "lsh_params", "minhash_source", "normalize_text",
-    "shingle_hashes", "shingle_set", "signatures", "small_star",
+    "DedupConfig", "DedupInputError", "ExactResult", "FuzzyResult", "FuzzySource", "MinHashResult", "SourceRef",
+    "band_buckets", "buckets_for_texts", "candidate_probability", "components_in_memory", "connected_components",
+    "consolidate", "decontaminate", "effective_threshold", "exact_dups", "fuzzy_dups", "jaccard", "large_star",
+    "lsh_params", "minhash_params", "minhash_source", "normalize_text", "shingle_hashes", "shingle_set",
+    "signatures", "small_star", "verify_threshold",
 ]

@@ -1,8 +1,9 @@
 """The dedup stages' configuration: the manifest's `dedup:` section, read by the exact and fuzzy stages.
 
 One dataclass for the whole concept (exact on/off, fuzzy on/off, the MinHash shingling and LSH
-banding, the true-Jaccard verification), from which the algorithms' own parameter objects are derived:
-`MinHashConfig` (what a minhash step hashes) and `FuzzyConfig` (how clusters are verified).
+banding, the true-Jaccard verification), and the algorithms take it as it is: `minhash_source` and
+`fuzzy_dups` read its fields, and the one value not written in it, bands x rows when ``threshold``
+is given, is `DedupConfig.lsh()`. Nothing copies its fields into a second config.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .fuzzy import FuzzyConfig
-from .minhash import MinHashConfig
+from .lsh_params import lsh_params
 
 
 @dataclass(frozen=True)
@@ -50,15 +50,16 @@ class DedupConfig:
             ]
         return []
 
-    def minhash(self) -> MinHashConfig:
-        """What each minhash step computes (bands x rows resolved from the threshold when given)."""
-        kw = dict(ngram=self.ngram, ngram_unit=self.ngram_unit, seed=self.seed, max_text_chars=self.max_text_chars)
+    def lsh(self) -> tuple[int, int]:
+        """(bands, rows) the minhash step computes: derived from ``threshold`` when given (the way
+        datasketch picks them), else as written; only bands x rows permutations are ever computed."""
         if self.threshold is not None:
-            return MinHashConfig.for_threshold(self.threshold, num_perms=self.num_perms, **kw)
-        return MinHashConfig(num_perms=self.num_perms, bands=self.bands, rows=self.rows, **kw)
-
-    def fuzzy_config(self) -> FuzzyConfig:
-        """How the fuzzy step verifies candidate pairs (unset: at ``threshold``, else at the median of
-        the bands x rows S-curve, which fuzzy_dups reads from the minhash parameters)."""
-        vt = self.verify_threshold if self.verify_threshold is not None else self.threshold
-        return FuzzyConfig(verify=self.verify, verify_threshold=vt)
+            return lsh_params(self.threshold, self.num_perms)
+        for name in ("num_perms", "bands", "rows"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.bands * self.rows > self.num_perms:
+            raise ValueError(f"bands x rows = {self.bands} x {self.rows} = {self.bands * self.rows} exceeds "
+                             f"num_perms {self.num_perms}")
+        return self.bands, self.rows

@@ -32,11 +32,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
-import xxhash
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.shuffle import ExecConfig, counters
+from datakit.core.documents import content_id
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 from datakit.core.layout import AttributesDir, DocumentsDir, join
 
@@ -58,11 +58,6 @@ from .layout import (
 
 REASONS = ("exact", "fuzzy", "decontaminate")
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
-
-
-def text_id(text: str) -> str:
-    """A document's id: 32 hex chars of xxh3-128 of its UTF-8 text (the normalize contract)."""
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 def cut_text(text: str, spans: Sequence[tuple[int, int]]) -> str:
@@ -255,8 +250,8 @@ def _cut_rows(src: str, schema: pa.Schema, marks: list[_Marks], cut_ids: pa.Arra
     for doc_id, text in zip(rows.column("id").to_pylist(), rows.column("text").to_pylist()):
         spans, want = plan[doc_id]
         new = cut_text(text, spans)
-        if text_id(new) != want:
-            raise AttributeMismatch(f"{src}: document {doc_id}: cutting its recorded spans gives id {text_id(new)}, "
+        if content_id(new) != want:
+            raise AttributeMismatch(f"{src}: document {doc_id}: cutting its recorded spans gives id {content_id(new)}, "
                                     f"not the {want} the decontaminate step recorded; these attributes were made "
                                     "for different data")
         texts.append(new)

@@ -58,6 +58,7 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core.documents import content_id
 from datakit.core.fsio import atomic_write_bytes, exists, open_read, sha256_file
 from datakit.core.layout import AttributesDir
 from datakit.core.uris import is_remote, local_path
@@ -65,7 +66,7 @@ from datakit.manifest.checks import check_name, check_nonempty
 from datakit.shuffle import ExecConfig, counters
 from datakit.shuffle.io import open_decompressed
 
-from .consolidate import cut_text, text_id
+from .consolidate import cut_text
 from .hashing import U64
 from .layout import (
     DedupInputError,
@@ -693,7 +694,7 @@ def _cut_outcome(text: str, spans: list[tuple[int, int]] | None, n: int, ids: se
     left = len(word_spans(rest))
     if left < n:
         return "remove", None, f"cutting would leave {left} word(s), removed whole"
-    nid = text_id(rest)
+    nid = content_id(rest)
     if nid in ids or nid in new_ids:
         return "remove", None, f"the cut text equals document {nid}, removed whole"
     new_ids.add(nid)

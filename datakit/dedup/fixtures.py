@@ -1,7 +1,7 @@
 """Write small normalized sources in the normalize stage's layout, for tests and benchmarks.
 
-Same contract as the real thing: `<dir>/outputs/main/part-NNNNN-of-MMMMM.parquet`, id = 32-hex
-xxh3-128 of the text, rows partitioned by id and sorted by id within each file, exact duplicates
+Same contract as the real thing: `<dir>/outputs/main/part-NNNNN-of-MMMMM.parquet`, id = the content id
+of the text (`datakit.core.documents`), rows partitioned by id and sorted by id within each file, exact duplicates
 inside the source removed (normalize does that), columns id, text, source, source_id.
 """
 
@@ -12,13 +12,9 @@ from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
+from datakit.core.documents import content_id
 from datakit.core.layout import DocumentsDir, part_name
-
-
-def doc_id(text: str) -> str:
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 def write_normalized_source(
@@ -28,7 +24,7 @@ def write_normalized_source(
     source_ids = list(source_ids) if source_ids is not None else [str(i) for i in range(len(texts))]
     seen: dict[str, tuple[str, str]] = {}
     for sid, text in zip(source_ids, texts):
-        seen.setdefault(doc_id(text), (text, sid))
+        seen.setdefault(content_id(text), (text, sid))
     shards: list[list[tuple[str, str, str]]] = [[] for _ in range(num_files)]
     for i, (text, sid) in seen.items():
         shards[int(i[:8], 16) % num_files].append((i, text, sid))

@@ -43,6 +43,7 @@ from datakit.shuffle import Dataset, ExecConfig, counters
 from . import batches
 from .batches import Ragged
 from .components import connected_components, write_edges
+from .config import DedupConfig
 from .hashing import (
     U64,
     ids_to_u64,
@@ -78,8 +79,7 @@ from .layout import (
     write_parquet_atomic,
 )
 from .lsh_params import candidate_threshold
-from .minhash import text_batches
-from .shingles import ShingleConfig, shingle_hashes
+from .minhash import shingles_of, text_batches
 
 FUZZY_FORMAT = 1
 EDGES_PER_PARTITION = 2_000_000  # graph shuffles: ~64 MB of edge entries per reducer
@@ -92,39 +92,26 @@ FUZZY_SCHEMA = pa.schema([
 ])
 
 
-@dataclass(frozen=True)
-class FuzzyConfig:
-    """verify: check candidate pairs by true Jaccard >= verify_threshold (drops LSH false positives).
-    verify_threshold: None (default) follows the LSH parameters the minhashes were made with: the
-    similarity at which their bands x rows make a pair a candidate half the time (0.685 for 14 x 8).
-    num_partitions: reducers per internal shuffle (default: the number of input files, at most 512);
-    it changes speed and memory, never the result. clique_max: with verification, buckets up to this
-    size contribute all their pairs; in larger ones each member is paired with the clique_max - 1
-    before it (node order), so work per bucket stays linear in its size."""
+CLIQUE_MAX = 8  # with verification, buckets up to this size contribute all their pairs (see _bucket_pairs)
+MAX_ROUNDS = 100  # connected-components rounds before giving up
 
-    verify: bool = True
-    verify_threshold: float | None = None
-    num_partitions: int | None = None
-    max_rounds: int = 100
-    clique_max: int = 8
 
-    def __post_init__(self) -> None:
-        if self.verify_threshold is not None and not 0.0 <= self.verify_threshold <= 1.0:
-            raise ValueError(f"verify_threshold must be in [0, 1], got {self.verify_threshold}")
-        if self.clique_max < 1:
-            raise ValueError(f"clique_max must be >= 1, got {self.clique_max}")
+def verify_threshold(cfg: DedupConfig, minhash_params: dict) -> float:
+    """The verification threshold: ``verify_threshold`` when given, else ``threshold`` when given, else
+    the median of the minhashes' LSH S-curve (0.685 for 14 x 8), so candidates and verification aim at
+    the same similarity. Read from the minhash sets' recorded bands x rows, not the config's."""
+    if cfg.verify_threshold is not None:
+        return cfg.verify_threshold
+    if cfg.threshold is not None:
+        return cfg.threshold
+    return round(candidate_threshold(minhash_params["bands"], minhash_params["rows"]), 4)
 
-    def threshold_for(self, minhash_params: dict) -> float:
-        """The verification threshold: the one given, else the median of the minhashes' LSH S-curve."""
-        if self.verify_threshold is not None:
-            return self.verify_threshold
-        return round(candidate_threshold(minhash_params["bands"], minhash_params["rows"]), 4)
 
-    def params(self, minhash_params: dict) -> dict:
-        if not self.verify:
-            return {"verify": False}
-        return {"verify": True, "verify_threshold": self.threshold_for(minhash_params),
-                "clique_max": self.clique_max}
+def _verify_params(cfg: DedupConfig, minhash_params: dict, clique_max: int) -> dict:
+    """How candidate pairs were verified, as the attribute sets record it."""
+    if not cfg.verify:
+        return {"verify": False}
+    return {"verify": True, "verify_threshold": verify_threshold(cfg, minhash_params), "clique_max": clique_max}
 
 
 @dataclass(frozen=True)
@@ -230,7 +217,7 @@ def _edge_part(u: np.ndarray, v: np.ndarray, parts: int) -> np.ndarray:
     return route_keys(mix64(u.astype(U64)) ^ v.astype(U64), parts)
 
 
-def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], shingles: ShingleConfig, parts: int):
+def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], minhash_params: dict, parts: int):
     """Read the texts this file must supply, once each, and send each verification partition what it needs.
 
     A pair (u, v) is verified in partition _edge_part(u, v). Each partition gets every node of this file
@@ -250,7 +237,7 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], sh
     first[1:] = (part[by_part][1:] != part[by_part][:-1]) | (node[by_part][1:] != node[by_part][:-1])
     set_node, set_part = node[by_part][first], part[by_part][first]
     uniq, inverse = np.unique(node_row(set_node), return_inverse=True)
-    sets = shingle_rows(entries[gidx].path, uniq, shingles)
+    sets = shingle_rows(entries[gidx].path, uniq, minhash_params)
     counters.increment("verify_texts_read", len(uniq))
     counters.increment("verify_sets_sent", len(set_node))
     is_u = node == u
@@ -271,8 +258,9 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], sh
 VERIFY_READ_ROWS = 1024  # rows decoded at a time when fetching texts for verification
 
 
-def shingle_rows(path: str, rows: np.ndarray, shingles: ShingleConfig) -> Ragged:
-    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order.
+def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
+    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order, shingled as
+    the minhashes with these (recorded) params were.
 
     Streamed: only the row groups holding a wanted row are read, `VERIFY_READ_ROWS` rows of the `text`
     column at a time, and only the wanted rows become Python strings. So memory is bounded by one such
@@ -296,7 +284,7 @@ def shingle_rows(path: str, rows: np.ndarray, shingles: ShingleConfig) -> Ragged
                     lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
                     if hi > lo:
                         texts = rb.column(0).take(pa.array(rows[lo:hi] - start)).to_pylist()
-                        parts.append(shingle_sets(texts, shingles))
+                        parts.append(shingle_sets(texts, minhash_params))
                     start += rb.num_rows
             except (pa.ArrowException, OSError) as e:
                 raise DedupInputError(f"{path}: cannot read parquet: {e}") from None
@@ -305,8 +293,9 @@ def shingle_rows(path: str, rows: np.ndarray, shingles: ShingleConfig) -> Ragged
     return batches.concat([{"sh": r} for r in parts])["sh"]
 
 
-def shingle_sets(texts: list, shingles: ShingleConfig) -> Ragged:
-    """Sorted unique 32-bit shingle fingerprints of each text, hashed in batches of ~256k characters.
+def shingle_sets(texts: list, minhash_params: dict) -> Ragged:
+    """Sorted unique 32-bit shingle fingerprints of each text (shingled as the minhashes with these
+    params were), hashed in batches of ~256k characters.
 
     Fingerprints are the top 32 bits of the 64-bit shingle hashes: half the bytes to move, and the
     Jaccard computed on them is exact up to fingerprint collisions, i.e. a pair of 500-shingle documents
@@ -314,8 +303,8 @@ def shingle_sets(texts: list, shingles: ShingleConfig) -> Ragged:
     document index in the high 32 bits of the key) replaces a np.unique per document.
     """
     vals, lengths = [], []
-    for a, b in text_batches(texts, shingles.max_chars):
-        sh = shingle_hashes(texts[a:b], shingles)
+    for a, b in text_batches(texts, minhash_params["max_text_chars"]):
+        sh = shingles_of(texts[a:b], minhash_params)
         n = len(sh.offsets) - 1
         doc = np.repeat(np.arange(n, dtype=U64), np.diff(sh.offsets))
         keys = np.sort((doc << U64(32)) | (sh.values >> U64(32)))
@@ -477,22 +466,22 @@ def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> 
 
 
 def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_params: dict,
-                     shingles: ShingleConfig, cfg: FuzzyConfig, parts: int, bases: np.ndarray, edges_dir: str,
+                     threshold: float | None, clique_max: int, parts: int, bases: np.ndarray, edges_dir: str,
                      exec_config: ExecConfig | None) -> tuple[list[str], dict[str, int]]:
-    """Steps 1 + 2: LSH candidate pairs, verified by exact shingle Jaccard (one engine run, up to three
-    shuffles); the edge files and the run's counters."""
+    """Steps 1 + 2: LSH candidate pairs, verified by exact shingle Jaccard >= threshold (None: not
+    verified) (one engine run, up to three shuffles); the edge files and the run's counters."""
     file_parts = max(1, min(len(entries), parts))
     jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
     ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
-    clique_max = cfg.clique_max if cfg.verify else 1
+    clique_max = clique_max if threshold is not None else 1
     ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
-    if not cfg.verify:
+    if threshold is None:
         run = ds.map(partial(_write_candidates, out_dir=edges_dir)).run(exec_config)
         return sorted(run.items), run.counters
     ds = ds.flat_map(partial(_request_sides, bases=bases))
-    ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, shingles=shingles, parts=parts), file_parts)
+    ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, minhash_params=mh_params, parts=parts),
+                         file_parts)
     ds = ds.flat_map(_explode)
-    threshold = cfg.threshold_for(mh_params)
     ds = batches.shuffle(ds, partial(_verify_pairs, threshold=threshold, out_dir=edges_dir), parts)
     run = ds.run(exec_config)
     return sorted(p for _, p in run.items if p), run.counters
@@ -533,44 +522,62 @@ def _add(total: dict[str, int], counters: dict[str, int]) -> None:
         total[k] = total.get(k, 0) + v
 
 
-def fuzzy_dups(
-    sources: Sequence[FuzzySource | tuple],
-    out_dir: str,
-    cfg: FuzzyConfig | None = None,
-    exec_config: ExecConfig | None = None,
-) -> FuzzyResult:
-    """Cluster near-duplicates across all given sources; write per-source co-partitioned marks.
-
-    `sources`: FuzzySource(name, normalized_dir, minhash_dir, priority) or tuples in that order.
-    Output: `out_dir/attributes/<source>/` (same file names as the source, rows only for members of
-    clusters of 2+ documents, sorted by id) and attrs.json with parameters and counters.
-    """
-    cfg = cfg or FuzzyConfig()
+def _ranked(sources: Sequence[FuzzySource | tuple]) -> tuple[list[FuzzySource], list[SourceRef]]:
+    """The sources in rank order (highest priority first), as given and as SourceRefs."""
     raw = [s if isinstance(s, FuzzySource) else FuzzySource(*s) if len(s) == 4 else FuzzySource(*s, priority=i)
            for i, s in enumerate(sources)]
     if not raw:
         raise DedupInputError("fuzzy_dups needs at least one source")
     by_name = {s.name: s for s in raw}
     ranked = as_sources([SourceRef(s.name, s.normalized_dir, s.priority) for s in raw])
-    srcs = [by_name[s.name] for s in ranked]
+    return [by_name[s.name] for s in ranked], ranked
+
+
+def fuzzy_dups(
+    sources: Sequence[FuzzySource | tuple],
+    out_dir: str,
+    cfg: DedupConfig | None = None,
+    exec_config: ExecConfig | None = None,
+    *,
+    clique_max: int = CLIQUE_MAX,
+    num_partitions: int | None = None,
+    max_rounds: int = MAX_ROUNDS,
+) -> FuzzyResult:
+    """Cluster near-duplicates across all given sources; write per-source co-partitioned marks.
+
+    `sources`: FuzzySource(name, normalized_dir, minhash_dir, priority) or tuples in that order.
+    `cfg`: the `dedup:` section (default: its defaults); fuzzy_dups reads its verification keys
+    (verify, verify_threshold, threshold: see `verify_threshold`), the shingling and bands come from
+    the minhash sets. Not manifest keys: clique_max (with verification, buckets up to this size
+    contribute all their pairs; in larger ones each member is paired with the clique_max - 1 before it,
+    so work per bucket stays linear in its size); num_partitions (reducers per internal shuffle,
+    default: the number of input files, at most 512; it changes speed and memory, never the result);
+    max_rounds (connected-components rounds).
+    Output: `out_dir/attributes/<source>/` (same file names as the source, rows only for members of
+    clusters of 2+ documents, sorted by id) and attrs.json with parameters and counters.
+    """
+    cfg = cfg or DedupConfig()
+    if clique_max < 1:
+        raise ValueError(f"clique_max must be >= 1, got {clique_max}")
+    if cfg.verify_threshold is not None and not 0.0 <= cfg.verify_threshold <= 1.0:
+        raise ValueError(f"verify_threshold must be in [0, 1], got {cfg.verify_threshold}")
+    srcs, ranked = _ranked(sources)
     names = [s.name for s in srcs]
     entries = file_table(ranked)
     mh_params, mh_dirs = _check_inputs(srcs, entries)
     for s in srcs:
         invalidate(attr_dir(out_dir, s.name))
-    # attribute sets from before `punctuation` existed deleted punctuation
-    shingles = ShingleConfig(mh_params["ngram"], mh_params["ngram_unit"], mh_params["max_text_chars"],
-                             mh_params.get("punctuation", "drop"))
-    params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params, **cfg.params(mh_params),
-              "sources": names}
-    parts = cfg.num_partitions or max(1, min(len(entries), 512))
+    params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params,
+              **_verify_params(cfg, mh_params, clique_max), "sources": names}
+    parts = num_partitions or max(1, min(len(entries), 512))
     bases = rank_bases(entries)
     work = f"{out_dir.rstrip('/')}/work"
     total: dict[str, int] = {}
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    edge_files, counters = _candidate_edges(entries, mh_dirs, mh_params, shingles, cfg, parts, bases,
+    threshold = verify_threshold(cfg, mh_params) if cfg.verify else None
+    edge_files, counters = _candidate_edges(entries, mh_dirs, mh_params, threshold, clique_max, parts, bases,
                                             f"{work}/edges", exec_config)
     _add(total, counters)
     timings["candidates"] = time.perf_counter() - t0
@@ -580,7 +587,7 @@ def fuzzy_dups(
     n_edges = total.get("verified_pairs" if cfg.verify else "candidate_pairs", 0)
     graph_parts = max(1, min(parts, -(-n_edges // EDGES_PER_PARTITION)))
     t0 = time.perf_counter()
-    cc = connected_components(edge_files, f"{work}/cc", graph_parts, exec_config, cfg.max_rounds)
+    cc = connected_components(edge_files, f"{work}/cc", graph_parts, exec_config, max_rounds)
     timings["components"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

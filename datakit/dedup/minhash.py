@@ -28,6 +28,7 @@ import pyarrow as pa
 from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig, counters
 
+from .config import DedupConfig
 from .hashing import U64, mix64, seeded_constants
 from .layout import (
     basename,
@@ -38,68 +39,41 @@ from .layout import (
     write_meta,
     write_parquet_atomic,
 )
-from .lsh_params import effective_threshold, lsh_params
-from .shingles import SHINGLE_FORMAT, ShingleConfig, Tokens, shingle_hashes
+from .shingles import PUNCTUATION, SHINGLE_FORMAT, Tokens, check_shingling, shingle_hashes
 
 MINHASH_FORMAT = 1  # bump when permutations or band hashing change
 _BLOCK = 8192
 _MAX = np.iinfo(np.uint32).max
 
 
-@dataclass(frozen=True)
-class MinHashConfig:
-    """Parameters of the minhash step. Only bands * rows permutations are computed.
+def minhash_params(cfg: DedupConfig) -> dict:
+    """What a minhash step computes, from the `dedup:` section: everything that changes the bucket values
+    (bands x rows resolved from the threshold, punctuation and the format versions included). Punctuation
+    always separates words (`PUNCTUATION`, as datatrove's MinHash does; "drop" was the first format's
+    behaviour, see shingles.py): a constant of the format, not a manifest key.
 
-    Defaults: word 5-grams, 14 bands x 8 rows = 112 permutations (effective threshold ~0.72), seed 42,
-    documents capped at 500k characters, punctuation separating words (as datatrove's MinHash does;
-    "drop" was the first format's behaviour, see shingles.py). `MinHashConfig.for_threshold(0.8)`
-    derives bands x rows.
+    Derived once per step, it is the one description of the hashing: the per-file work reads it, it is
+    recorded with the output (attrs.json and every file's metadata), compared before minhash sets are
+    mixed, and read back by fuzzy verification to shingle the same way (`shingles_of`). Raises
+    ValueError for parameters the hashing has no meaning for.
     """
+    check_shingling(cfg.ngram, cfg.ngram_unit, cfg.max_text_chars, PUNCTUATION)
+    bands, rows = cfg.lsh()
+    if not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**63:
+        raise ValueError(f"seed must be a non-negative integer, got {cfg.seed!r}")
+    return {
+        "ngram": cfg.ngram, "ngram_unit": cfg.ngram_unit, "num_perms": cfg.num_perms, "bands": bands, "rows": rows,
+        "seed": cfg.seed, "max_text_chars": cfg.max_text_chars, "punctuation": PUNCTUATION,
+        "shingle_format": SHINGLE_FORMAT, "minhash_format": MINHASH_FORMAT,
+        "unicode_version": unicodedata.unidata_version,
+    }
 
-    ngram: int = 5
-    ngram_unit: str = "word"
-    num_perms: int = 112
-    bands: int = 14
-    rows: int = 8
-    seed: int = 42
-    max_text_chars: int = 500_000
-    punctuation: str = "split"
 
-    def __post_init__(self) -> None:
-        ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars, self.punctuation)  # validates them
-        for name in ("num_perms", "bands", "rows"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.bands * self.rows > self.num_perms:
-            raise ValueError(
-                f"bands x rows = {self.bands} x {self.rows} = {self.bands * self.rows} exceeds num_perms "
-                f"{self.num_perms}"
-            )
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-
-    @classmethod
-    def for_threshold(cls, threshold: float, num_perms: int = 112, **kw) -> "MinHashConfig":
-        bands, rows = lsh_params(threshold, num_perms)
-        return cls(num_perms=num_perms, bands=bands, rows=rows, **kw)
-
-    @property
-    def shingles(self) -> ShingleConfig:
-        return ShingleConfig(self.ngram, self.ngram_unit, self.max_text_chars, self.punctuation)
-
-    @property
-    def threshold(self) -> float:
-        return effective_threshold(self.bands, self.rows)
-
-    def params(self) -> dict:
-        """Everything that changes the bucket values: recorded with the output, compared before mixing."""
-        return {
-            **dataclasses.asdict(self),
-            "shingle_format": SHINGLE_FORMAT,
-            "minhash_format": MINHASH_FORMAT,
-            "unicode_version": unicodedata.unidata_version,
-        }
+def shingles_of(texts, params: dict) -> Tokens:
+    """The shingle hashes of texts as a minhash step with these (recorded) params made them; sets
+    recorded before `punctuation` existed deleted punctuation."""
+    return shingle_hashes(texts, params["ngram"], params["ngram_unit"], params["max_text_chars"],
+                          params.get("punctuation", "drop"))
 
 
 @lru_cache(maxsize=8)
@@ -162,11 +136,11 @@ def band_buckets(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return mix64(acc)
 
 
-def buckets_for_texts(texts, cfg: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(bucket keys docs x bands, has_shingles) for a batch of texts."""
-    sh = shingle_hashes(texts, cfg.shingles)
-    sig, has = signatures(sh, cfg.bands * cfg.rows, cfg.seed)
-    return band_buckets(sig, cfg.bands, cfg.rows), has
+def buckets_for_texts(texts, params: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket keys docs x bands, has_shingles) for a batch of texts (params: `minhash_params`)."""
+    bands, rows = params["bands"], params["rows"]
+    sig, has = signatures(shingles_of(texts, params), bands * rows, params["seed"])
+    return band_buckets(sig, bands, rows), has
 
 
 @dataclass
@@ -207,30 +181,31 @@ def bucket_schema(bands: int) -> pa.Schema:
     return pa.schema([("id", pa.string()), ("buckets", pa.list_(pa.uint64(), bands))])
 
 
-def _minhash_file(job: tuple[str, str], cfg: MinHashConfig) -> dict:
+def _minhash_file(job: tuple[str, str], params: dict) -> dict:
     """One normalized file -> its co-partitioned {id, buckets} file (buckets null: no shingles)."""
     src, dst = job
+    max_chars, bands = params["max_text_chars"], params["bands"]
     ids, bucket_rows, valid = [], [], []
     rows = no_shingles = truncated = null_text = 0
     for rb in iter_batches(src, ["id", "text"], BATCH_ROWS):
         texts = rb.column(1).to_pylist()
         ids.append(rb.column(0))
-        for a, b in text_batches(texts, cfg.max_text_chars):
+        for a, b in text_batches(texts, max_chars):
             chunk = texts[a:b]
             null_text += sum(t is None for t in chunk)
-            truncated += sum(1 for t in chunk if t is not None and len(t) > cfg.max_text_chars)
-            bk, has = buckets_for_texts(chunk, cfg)
+            truncated += sum(1 for t in chunk if t is not None and len(t) > max_chars)
+            bk, has = buckets_for_texts(chunk, params)
             bucket_rows.append(bk)
             valid.append(has)
         rows += len(texts)
-    bk = np.concatenate(bucket_rows) if bucket_rows else np.empty((0, cfg.bands), U64)
+    bk = np.concatenate(bucket_rows) if bucket_rows else np.empty((0, bands), U64)
     has = np.concatenate(valid) if valid else np.empty(0, bool)
     no_shingles = int((~has).sum())
     flat = pa.array(bk.reshape(-1), pa.uint64())
-    lists = pa.FixedSizeListArray.from_arrays(flat, cfg.bands, mask=pa.array(~has))
+    lists = pa.FixedSizeListArray.from_arrays(flat, bands, mask=pa.array(~has))
     id_col = pa.chunked_array(ids, pa.string()) if ids else pa.chunked_array([], pa.string())
-    table = pa.table({"id": id_col, "buckets": lists}, schema=bucket_schema(cfg.bands))
-    write_parquet_atomic(table, dst, {"kind": "minhash", "params": cfg.params()})
+    table = pa.table({"id": id_col, "buckets": lists}, schema=bucket_schema(bands))
+    write_parquet_atomic(table, dst, {"kind": "minhash", "params": params})
     counters.increment("docs", rows)
     counters.increment("no_shingles", no_shingles)
     counters.increment("truncated", truncated)
@@ -242,23 +217,23 @@ def minhash_source(
     name: str,
     normalized_dir: str,
     out_dir: str,
-    cfg: MinHashConfig | None = None,
+    cfg: DedupConfig | None = None,
     exec_config: ExecConfig | None = None,
 ) -> MinHashResult:
     """The minhash step for one source: `out_dir/attributes/<name>/` co-partitioned `{id, buckets}` files.
 
-    One engine task per normalized file. The parameters (and format versions) go into attrs.json and
-    every file's parquet metadata; fuzzy_dups refuses to combine sources whose parameters differ.
+    `cfg` is the `dedup:` section (default: its defaults). One engine task per normalized file. The
+    parameters (`minhash_params`, format versions included) go into attrs.json and every file's parquet
+    metadata; fuzzy_dups refuses to combine sources whose parameters differ.
     """
-    cfg = cfg or MinHashConfig()
+    params = minhash_params(cfg or DedupConfig())
     files = main_files(normalized_dir)
     adir = AttributesDir.of(out_dir, name)
     invalidate(adir.root)
     jobs = [(f.path, adir.file(f.path)) for f in files]
-    run = per_file_tasks(jobs, [f.path for f in files]).map(partial(_minhash_file, cfg=cfg)).run(exec_config)
+    run = per_file_tasks(jobs, [f.path for f in files]).map(partial(_minhash_file, params=params)).run(exec_config)
     per_file = sorted(run.items, key=lambda r: r["file"])
     c = {k: int(run.counters.get(k, 0)) for k in ("docs", "no_shingles", "truncated", "null_text")}
-    params = cfg.params()
     write_meta(adir.root, {
         "kind": "minhash", "source": name, "params": params, "files": [r["file"] for r in per_file],
         "rows": [r["rows"] for r in per_file], "counters": c,

@@ -46,30 +46,25 @@ _SALT_CHAR = U64(0x14057B7EF767814F)
 _SALT_NGRAM = U64(0x2545F4914F6CDD1D)
 
 
-@dataclass(frozen=True)
-class ShingleConfig:
-    """How documents become sets of shingles.
+PUNCTUATION = "split"  # what minhash shingles do with punctuation (recorded in its params; not a manifest key)
 
-    ngram: tokens per shingle; unit: "word" (default, robust for space-separated languages) or "char"
-    (needed for scripts without spaces, and for very short texts); max_chars: only the first max_chars
-    characters count, so one mega-document cannot pull unrelated clusters together; punctuation:
-    "split" (punctuation and symbols separate words) or "drop" (they are deleted), see the module doc.
+
+def check_shingling(ngram: int, unit: str, max_chars: int, punctuation: str) -> None:
+    """Refuse shingle parameters the hashing below has no meaning for.
+
+    ngram: tokens per shingle; unit: "word" (robust for space-separated languages) or "char" (needed for
+    scripts without spaces, and for very short texts); max_chars: only the first max_chars characters
+    count, so one mega-document cannot pull unrelated clusters together; punctuation: "split"
+    (punctuation and symbols separate words) or "drop" (they are deleted), see the module doc.
     """
-
-    ngram: int = 5
-    unit: str = "word"
-    max_chars: int = 500_000
-    punctuation: str = "split"
-
-    def __post_init__(self) -> None:
-        if self.punctuation not in ("split", "drop"):
-            raise ValueError(f"punctuation must be 'split' or 'drop', got {self.punctuation!r}")
-        if self.unit not in ("word", "char"):
-            raise ValueError(f"shingle unit must be 'word' or 'char', got {self.unit!r}")
-        if not isinstance(self.ngram, int) or self.ngram < 1:
-            raise ValueError(f"ngram must be a positive integer, got {self.ngram!r}")
-        if not isinstance(self.max_chars, int) or self.max_chars < 1:
-            raise ValueError(f"max_chars must be a positive integer, got {self.max_chars!r}")
+    if punctuation not in ("split", "drop"):
+        raise ValueError(f"punctuation must be 'split' or 'drop', got {punctuation!r}")
+    if unit not in ("word", "char"):
+        raise ValueError(f"shingle unit must be 'word' or 'char', got {unit!r}")
+    if not isinstance(ngram, int) or ngram < 1:
+        raise ValueError(f"ngram must be a positive integer, got {ngram!r}")
+    if not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive integer, got {max_chars!r}")
 
 
 _CLASS_OF_CATEGORY = {"Nd": DIGIT, "Cc": SPACE, "Zs": SPACE, "Zl": SPACE, "Zp": SPACE, "Cf": DROP}
@@ -275,12 +270,18 @@ def ngrams(tokens: Tokens, n: int) -> Tokens:
     return Tokens(mix64(out ^ (_SALT_NGRAM + U64(n))), out_offs)
 
 
-def shingle_hashes(texts: Sequence[str], cfg: ShingleConfig) -> Tokens:
-    """The shingle hashes of each text (duplicates within a doc kept; MinHash ignores them)."""
-    if cfg.unit == "word":
-        return ngrams(word_tokens(texts, cfg.max_chars, punctuation=cfg.punctuation), cfg.ngram)
-    _, chars = word_tokens(texts, cfg.max_chars, with_chars=True, punctuation=cfg.punctuation)
-    return ngrams(chars, cfg.ngram)
+def shingle_hashes(texts: Sequence[str], ngram: int, unit: str = "word", max_chars: int = 500_000,
+                   punctuation: str = PUNCTUATION) -> Tokens:
+    """The shingle hashes of each text (duplicates within a doc kept; MinHash ignores them).
+
+    Plain arguments, not a config: minhash passes its `dedup:` section's values, fuzzy verification the
+    values recorded with the minhashes, tests their own (parameters: `check_shingling`).
+    """
+    check_shingling(ngram, unit, max_chars, punctuation)
+    if unit == "word":
+        return ngrams(word_tokens(texts, max_chars, punctuation=punctuation), ngram)
+    _, chars = word_tokens(texts, max_chars, with_chars=True, punctuation=punctuation)
+    return ngrams(chars, ngram)
 
 
 def unique_per_doc(sh: Tokens) -> Tokens:
@@ -296,9 +297,10 @@ def unique_per_doc(sh: Tokens) -> Tokens:
     return Tokens(v[keep], offs)
 
 
-def shingle_set(text: str, cfg: ShingleConfig) -> np.ndarray:
+def shingle_set(text: str, ngram: int, unit: str = "word", max_chars: int = 500_000,
+                punctuation: str = PUNCTUATION) -> np.ndarray:
     """One document's sorted unique shingle hashes (convenience for tests and small jobs)."""
-    return unique_per_doc(shingle_hashes([text], cfg)).values
+    return unique_per_doc(shingle_hashes([text], ngram, unit, max_chars, punctuation)).values
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -1,20 +1,22 @@
 """Normalize stage: every source format into one clean, id-sorted, exactly deduplicated record stream.
 
-    result = normalize_source(name="wiki", files=list_files("data/wiki/*.jsonl.zst"), fmt="jsonl",
-                              out_dir="runs/normalize-wiki-1a2b", cfg=NormalizeConfig())
+    spec = SourceSpec(name="wiki", uri="data/wiki/*.jsonl.zst", format="jsonl")
+    result = normalize_source(spec, files=list_files(spec.uri), out_dir="runs/normalize-wiki-1a2b",
+                              cfg=NormalizeConfig())
 
 Output under `out_dir`: `outputs/main/part-00000-of-000NN.parquet` (zstd, each file sorted by `id`),
 `outputs/dups/` (the non-first copies, same partitioning) and `outputs/rejects/part-00000-of-00001.parquet`
 (file, line, offset, reason, detail, excerpt of every bad record).
 """
 
-from .clean import CORE_COLUMNS, CleanSpec, clean_record, compact_whitespace, content_id
-from .config import (
-    SCHEMA_VERSION, NormalizeConfig, NormalizeError, NormalizeResult, SchemaConflictError,
-)
-from .pipeline import normalize_source
+from datakit.core.lazy import lazy_exports
 
-__all__ = [
-    "SCHEMA_VERSION", "NormalizeConfig", "NormalizeResult", "NormalizeError", "SchemaConflictError",
-    "normalize_source", "CORE_COLUMNS", "CleanSpec", "clean_record", "compact_whitespace", "content_id",
-]
+# Imported on first use, so the readers (which take NormalizeConfig) can import .config without
+# importing the pipeline that imports them.
+_HOMES = {
+    "SCHEMA_VERSION": "config", "NormalizeConfig": "config", "NormalizeResult": "config",
+    "NormalizeError": "config", "SchemaConflictError": "config", "normalize_source": "pipeline",
+    "clean_record": "clean", "compact_whitespace": "clean",
+}
+__all__ = list(_HOMES)
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, globals())

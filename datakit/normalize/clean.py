@@ -1,7 +1,7 @@
 """Turn one raw record into one output row (or a drop, or a reject): pure functions, no I/O.
 
-The row's `id` is the xxh3-128 of the *final* UTF-8 text, so it is computed last, after whitespace
-compaction: two documents that differ only in an over-long whitespace run get the same id and are
+The row's `id` is the content id of the *final* text (`datakit.core.documents`), so it is computed
+last, after whitespace compaction: two documents that differ only in an over-long whitespace run get the same id and are
 deduplicated as they should be.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import xxhash
-
+from datakit.core.documents import CORE_COLUMNS, content_id_utf8
+from datakit.manifest import SourceSpec
 from datakit.sources.readers import BINARY, OVERSIZED, WRONG_TYPE, RawRecord, Reject, decode_bytes, excerpt_of
 
-CORE_COLUMNS = ("id", "text", "source", "source_id", "url")
+from .config import NormalizeConfig
+
 _CORE = frozenset(CORE_COLUMNS)
 # Field names of records that lack the text field are remembered (as counters "field/<name>") for the
 # "wrong text_field?" message; a sample of such records per task is plenty.
@@ -46,23 +46,6 @@ _C1_UTF8 = re.compile(b"\xc2[\x80-\x9f]")
 def _maybe_suspect(data: bytes) -> bool:
     return (bool(data.translate(None, _NOT_ASCII_SUSPECT)) or b"\xef\xbf\xbd" in data
             or (b"\xc2" in data and _C1_UTF8.search(data) is not None))
-
-
-@dataclass(frozen=True)
-class CleanSpec:
-    source: str
-    text_field: str = "text"
-    id_field: str | None = None
-    bare: bool = False
-    max_whitespace_run: int = 128
-    max_record_chars: int = 10_000_000
-    binary_fraction: float = 0.3
-    strip_control: bool = False
-
-
-def content_id(text: str) -> str:
-    """32 hex chars: xxh3-128 of the UTF-8 text."""
-    return xxhash.xxh3_128_hexdigest(text.encode("utf-8"))
 
 
 @lru_cache(maxsize=16)
@@ -119,21 +102,21 @@ def _note_fields(fields: dict, stats: Counter) -> None:
             stats[FIELD_PREFIX + str(k)] += 1
 
 
-def _screen(raw: RawRecord, text: str, spec: CleanSpec, stats: Counter) -> str | Reject | None:
+def _screen(raw: RawRecord, text: str, cfg: NormalizeConfig, stats: Counter) -> str | Reject | None:
     """A text with suspect characters: a `binary` reject when they are more than `binary_fraction` of
     it (garbage decoded as text is not a document); else count its control characters and strip them
     if configured (None: nothing but controls was left, dropped as empty)."""
     suspect = len(_SUSPECT.findall(text))
-    if suspect > spec.binary_fraction * len(text):
+    if suspect > cfg.binary_fraction * len(text):
         return _reject(raw, BINARY, f"{suspect} of {len(text)} characters are replacement characters (undecodable "
                                     f"bytes), control characters or NULs; above binary_fraction "
-                                    f"{spec.binary_fraction:g}: not text")
+                                    f"{cfg.binary_fraction:g}: not text")
     controls = len(_CONTROL.findall(text))
     if not controls:
         return text
     stats["control_chars"] += controls
     stats["nul_chars"] += text.count("\x00")
-    if not spec.strip_control:
+    if cfg.control_chars != "strip":
         return text
     stats["control_chars_stripped"] += controls
     text = _CONTROL.sub("", text)
@@ -144,12 +127,11 @@ def _screen(raw: RawRecord, text: str, spec: CleanSpec, stats: Counter) -> str |
     return text
 
 
-def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reject | None:
-    """One raw record -> an `Item`, a `Reject`, or None (dropped as empty, counted in `stats`).
-
-    Missing, None, "" and whitespace-only texts are *empty* (dropped, counted); a text field of another
-    type (a number, a list) is a *reject* (bad data worth a look); bytes are decoded as UTF-8.
-    """
+def clean_record(raw: RawRecord, spec: SourceSpec, cfg: NormalizeConfig, stats: Counter) -> Item | Reject | None:
+    """One raw record -> an `Item`, a `Reject`, or None (dropped as empty, counted in `stats`); ``spec``
+    says where the text and id are, ``cfg`` how the text is cleaned. Missing, None, "" and whitespace-only
+    texts are *empty* (dropped, counted); a text field of another type (a number, a list) is a *reject*
+    (bad data worth a look); bytes are decoded as UTF-8."""
     stats["decode_replacements"] += raw.replacements
     fields = raw.fields
     tf = spec.text_field
@@ -171,16 +153,16 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
             text = str(text)
         else:
             return _reject(raw, WRONG_TYPE, f"text field {tf!r} is a {type(text).__name__}, expected a string")
-    if len(text) > spec.max_record_chars:
+    if len(text) > cfg.max_record_chars:
         return _reject(raw, OVERSIZED, f"text of {len(text)} characters exceeds max_record_chars "
-                                       f"{spec.max_record_chars}")
+                                       f"{cfg.max_record_chars}")
     if not text or text.isspace():
         stats["empty_blank"] += 1
         stats["empty_dropped"] += 1
         return None
     data = _utf8_or_none(text)
     if (_maybe_suspect(data) if data is not None else _SUSPECT.search(text) is not None):
-        screened = _screen(raw, text, spec, stats)
+        screened = _screen(raw, text, cfg, stats)
         if type(screened) is Reject or screened is None:
             return screened
         if screened is not text:
@@ -192,13 +174,13 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
             text, n = _SURROGATES.subn("\ufffd", text)
             stats["decode_replacements"] += n
             data = text.encode("utf-8")
-    if _may_have_long_run(data, spec.max_whitespace_run):
-        text, runs = compact_whitespace(text, spec.max_whitespace_run)
+    if _may_have_long_run(data, cfg.max_whitespace_run):
+        text, runs = compact_whitespace(text, cfg.max_whitespace_run)
         if runs:
             stats["whitespace_compacted"] += 1
             stats["whitespace_runs_capped"] += runs
             data = text.encode("utf-8")
-    doc_id = xxhash.xxh3_128_hexdigest(data)
+    doc_id = content_id_utf8(data)
 
     source_id = raw.source_id
     idf = spec.id_field
@@ -217,7 +199,7 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
     if url is None and url_is_core:
         url = url_value
 
-    row = {"id": doc_id, "text": text, "source": spec.source, "source_id": source_id, "url": url}
+    row = {"id": doc_id, "text": text, "source": spec.name, "source_id": source_id, "url": url}
     if not spec.bare:
         for k, v in fields.items():
             if k == tf or k == idf or (k == "url" and url_is_core):
@@ -226,4 +208,4 @@ def clean_record(raw: RawRecord, spec: CleanSpec, stats: Counter) -> Item | Reje
     return (doc_id, raw.file_index, raw.pos, row)
 
 
-__all__ = ["CORE_COLUMNS", "CleanSpec", "Item", "clean_record", "compact_whitespace", "content_id", "output_name"]
+__all__ = ["Item", "clean_record", "compact_whitespace", "output_name"]

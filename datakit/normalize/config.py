@@ -44,6 +44,11 @@ class NormalizeConfig:
     # removes them from the text, `keep` leaves the text as it was.
     control_chars: Literal["keep", "strip"] = "keep"
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The raw size (bytes of one line, file or WARC payload) above which a unit is rejected unparsed."""
+        return self.raw_bytes_per_char * self.max_record_chars
+
     def __post_init__(self) -> None:
         for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "input_shard_bytes",
                      "max_files_per_input_shard", "raw_bytes_per_char"):

@@ -26,20 +26,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
+from datakit.core.documents import CORE_SCHEMA
 from datakit.core.fsio import exists, fs_for, is_local, open_read
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
+from datakit.manifest import SourceSpec
 from datakit.sources.readers import (
-    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, ReaderOptions, Reject, input_verdict, is_hidden,
+    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, Reject, input_verdict, is_hidden,
     planned_reject, read_file,
 )
 
-from .clean import FIELD_PREFIX, CleanSpec, Item, clean_record, output_name
+from .clean import FIELD_PREFIX, Item, clean_record, output_name
 from .config import (
     COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, PlannedFile, SchemaConflictError,
 )
 from .planned import check_planned, planned_error, planned_failures
 from .schema import (
-    CORE_SCHEMA, Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
+    Conflict, ConflictFound, Examples, canonical_schema, merge_examples, merge_schemas,
     plain_type, schema_to_dict, unify_types,
 )
 from .write import (
@@ -202,12 +204,12 @@ def _label(shard: list[FileRef]) -> str:
 # read stage (runs in workers)
 
 
-def read_stage(refs: Iterable[FileRef], *, fmt: str, opts: ReaderOptions, spec: CleanSpec,
-               staging_dir: str) -> Iterator[Item]:
+def read_stage(refs: Iterable[FileRef], *, spec: SourceSpec, cfg: NormalizeConfig,
+               columns: tuple[str, ...] | None, staging_dir: str) -> Iterator[Item]:
     """map_shard: read + clean one read task's files; rejects go to this task's staging file."""
     shard = current_shard()
     stats: Counter = Counter()
-    sink = RejectSink(f"{staging_dir}/{work_part_name(shard.index)}", spec.source)
+    sink = RejectSink(f"{staging_dir}/{work_part_name(shard.index)}", spec.name)
 
     def reject(r: Reject) -> None:
         stats["records_in"] += 1
@@ -218,12 +220,12 @@ def read_stage(refs: Iterable[FileRef], *, fmt: str, opts: ReaderOptions, spec: 
         for ref in refs:
             planned = ref.sha256 is not None or ref.planned_size is not None
             try:
-                for raw in read_file(ref, fmt, opts, stats):
+                for raw in read_file(ref, spec.format, cfg, stats, columns):
                     if type(raw) is Reject:
                         reject(raw)
                         continue
                     stats["records_in"] += 1
-                    out = clean_record(raw, spec, stats)
+                    out = clean_record(raw, spec, cfg, stats)
                     if out is None:
                         continue
                     if type(out) is Reject:
@@ -322,118 +324,71 @@ def _rewrite_job(job: tuple[str, pa.Schema]) -> str:
     return rewrite_with_schema(*job)
 
 
-def normalize_source(
-    *,
-    name: str,
-    files: Sequence[Any],
-    fmt: str,
-    text_field: str = "text",
-    id_field: str | None = None,
-    bare: bool = False,
-    dedup: str = "exact",
-    out_dir: str,
-    cfg: NormalizeConfig = NormalizeConfig(),
-    exec_config: ExecConfig | None = None,
-    root: str | None = None,
-    planned: Sequence[PlannedFile] | None = None,
-) -> NormalizeResult:
-    """Normalize one source. `files` come from `datakit.shuffle.list_files` (FileInfo: path, size);
-    `root` (default: their common directory) is what relative names in outputs are relative to.
-
-    Raises NormalizeError (with `.result`) when every record was dropped or rejects exceed
-    `cfg.reject_fraction` (any reject with `cfg.strict`), and SchemaConflictError on a type conflict.
-    `planned` (path, size, sha256 of each file, as the run planned them) makes those a contract: a
-    planned file that is missing, changed, or reads to other bytes fails the step, naming the file.
-    """
+def _validate(spec: SourceSpec) -> None:
+    name, fmt = spec.name, spec.format
     if fmt not in FORMATS:
         raise ValueError(f"normalize {name!r}: unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    if dedup not in ("exact", "none"):
-        raise ValueError(f"normalize {name!r}: dedup must be 'exact' or 'none', got {dedup!r}")
-    if fmt in ("text", "html", "warc") and text_field != "text":
+    if spec.dedup not in ("exact", "none"):
+        raise ValueError(f"normalize {name!r}: dedup must be 'exact' or 'none', got {spec.dedup!r}")
+    if fmt in ("text", "html", "warc") and spec.text_field != "text":
         raise ValueError(f"normalize {name!r}: format {fmt} extracts the text itself; text_field must be "
-                         f"'text' (got {text_field!r})")
-    out_dir = _local_abspath(out_dir)
-    refs, hidden = file_refs(files, _local_abspath(root) if root else None)
-    if not refs:
-        raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
-                             "dot-files or under dot-directories)")
-    if planned is not None:
-        refs = check_planned(name, fmt, refs, planned)
-    nn = output_shards(refs, cfg.target_shard_bytes)
+                         f"'text' (got {spec.text_field!r})")
 
-    fixed: pa.Schema | None
-    if fmt == "parquet":
-        units, fixed = plan_parquet(refs, text_field, id_field, bare, cfg.input_shard_bytes)
-        columns = None
-        if bare:
-            columns = tuple(c for c in (text_field, id_field, "url") if c)
+
+def _read_plan(spec: SourceSpec, refs: list[FileRef], cfg: NormalizeConfig
+               ) -> tuple[list[tuple[FileRef, int]], pa.Schema | None, tuple[str, ...] | None]:
+    """(read units with their sizes, the schema fixed in advance or None, the parquet projection)."""
+    if spec.format == "parquet":
+        units, fixed = plan_parquet(refs, spec.text_field, spec.id_field, spec.bare, cfg.input_shard_bytes)
+        columns = tuple(c for c in (spec.text_field, spec.id_field, "url") if c) if spec.bare else None
+        return units, fixed, columns
+    units = [(r, r.size) for r in refs]
+    if spec.format in ("html", "warc"):
+        fixed = canonical_schema([] if spec.bare else [pa.field("title", pa.string())])
+    elif spec.format == "text":
+        fixed = CORE_SCHEMA
     else:
-        units = [(r, r.size) for r in refs]
-        columns = None
-        if fmt in ("html", "warc"):
-            fixed = canonical_schema([] if bare else [pa.field("title", pa.string())])
-        elif fmt == "text":
-            fixed = CORE_SCHEMA
-        else:
-            fixed = None if not bare else CORE_SCHEMA
-    # Read tasks no bigger than input_shard_bytes, and at least two per worker when the input allows, so
-    # a small corpus still uses every core. Outputs do not depend on the packing (rows are ordered by
-    # (file, position) in the shuffle), so this may follow the machine without breaking determinism.
+        fixed = None if not spec.bare else CORE_SCHEMA
+    return units, fixed, None
+
+
+def _read_tasks(units: list[tuple[FileRef, int]], cfg: NormalizeConfig,
+                exec_config: ExecConfig | None) -> list[list[FileRef]]:
+    """Read tasks no bigger than input_shard_bytes, and at least two per worker when the input allows, so
+    a small corpus still uses every core. Outputs do not depend on the packing (rows are ordered by
+    (file, position) in the shuffle), so this may follow the machine without breaking determinism."""
     workers = (exec_config.max_workers if exec_config and exec_config.max_workers else os.cpu_count()) or 1
     per_task = max(1, min(cfg.input_shard_bytes, math.ceil(sum(u[1] for u in units) / (2 * workers))))
-    shards = pack_shards(units, per_task, cfg.max_files_per_input_shard)
+    return pack_shards(units, per_task, cfg.max_files_per_input_shard)
 
-    spec = CleanSpec(name, text_field, id_field, bare, cfg.max_whitespace_run, cfg.max_record_chars,
-                     cfg.binary_fraction, cfg.control_chars == "strip")
-    opts = ReaderOptions(html_main_content=cfg.html_main_content,
-                         max_record_bytes=cfg.raw_bytes_per_char * cfg.max_record_chars, columns=columns)
-    # Read tasks write their rejects beside the outputs, under a name tied to exactly this read plan: an
-    # engine resuming from a checkpoint (ExecConfig.work_dir) skips those tasks and must find their
-    # files, while files of any other plan are stale and removed with the rest of the old outputs.
-    token = hashlib.sha256(repr((shards, fmt, spec, opts, dedup)).encode()).hexdigest()[:16]
-    docs = DocumentsDir(out_dir)
-    staging = docs.rejects_staging(token)
-    _clear_outputs(out_dir, keep=staging)
-    fs_for(staging).makedirs(staging, exist_ok=True)
-    ds = (
-        Dataset.from_shards(shards, labels=[_label(s) for s in shards])
-        .map_shard(partial(read_stage, fmt=fmt, opts=opts, spec=spec, staging_dir=staging))
-        .group_by(item_id, collect_group, sort_by=item_order, num_shards=nn)
-        .map_shard(partial(write_stage, out_dir=out_dir, dedup=dedup, fixed=fixed))
-    )
-    run = ds.run(exec_config)
-    summaries = sorted(run.items, key=lambda s: s["shard"])
 
-    # ---- schema: conflicts, then one schema for every main and dups shard
+def _unified_schema(spec: SourceSpec, refs: list[FileRef], summaries: list[dict], fixed: pa.Schema | None,
+                    docs: DocumentsDir, nn: int, exec_config: ExecConfig | None) -> pa.Schema:
+    """Type conflicts, then one schema for every main and dups shard (rewriting the shards that differ)."""
     examples: Examples = {}
     for s in summaries:
         merge_examples(examples, s["examples"])
     for s in summaries:
         if s["conflict"] is not None:
-            raise _conflict_error(name, fmt, refs, s["conflict"])
+            raise _conflict_error(spec.name, spec.format, refs, s["conflict"])
     schema: pa.Schema | None = fixed
     for s in summaries:
         for key in ("main_schema", "dups_schema"):
             try:
                 schema = merge_schemas(schema, s[key], examples)
             except ConflictFound as e:
-                raise _conflict_error(name, fmt, refs, e.conflict) from None
+                raise _conflict_error(spec.name, spec.format, refs, e.conflict) from None
     schema = schema or CORE_SCHEMA
-    main_files = DocumentsDir.rel_parts("main", nn)
-    dups_files = DocumentsDir.rel_parts("dups", nn)
     jobs = [(docs.part(kind, s["shard"], nn), schema) for s in summaries for kind in ("main", "dups")
             if s[f"{kind}_schema"] != schema]
     if jobs:
         Dataset.from_items(jobs, num_shards=len(jobs)).map(_rewrite_job).collect(exec_config)
+    return schema
 
-    # ---- rejects
-    staged = _list_staged(staging)
-    rejects_rel = DocumentsDir.rel_part("rejects", 0, 1)
-    consolidate_rejects(staged, docs.part("rejects", 0, 1))
-    _rm_tree(docs.rejects_staging())
 
-    # ---- counters and result
-    raw_counters = run.counters
+def _result(spec: SourceSpec, refs: list[FileRef], hidden: int, nn: int, schema: pa.Schema,
+            raw_counters: dict[str, int]) -> tuple[NormalizeResult, dict[str, int]]:
+    """The step's result from the run's counters, and the fields seen in records without the text field."""
     rejects_by_reason = {k[len(REJECT_PREFIX):]: v for k, v in sorted(raw_counters.items())
                          if k.startswith(REJECT_PREFIX)}
     fields_seen = {k[len(FIELD_PREFIX):]: v for k, v in raw_counters.items() if k.startswith(FIELD_PREFIX)}
@@ -442,15 +397,70 @@ def normalize_source(
     counts.update({f"rejects/{reason}": n for reason, n in rejects_by_reason.items()})  # shown by reason
     counts["hidden_files_skipped"] = hidden
     result = NormalizeResult(
-        source=name, fmt=fmt, num_shards=nn, main_files=main_files, dups_files=dups_files,
-        rejects_files=[rejects_rel], counters=counts, rejects_by_reason=rejects_by_reason,
-        columns=schema_to_dict(schema), num_files=len(refs), input_bytes=sum(r.size for r in refs),
+        source=spec.name, fmt=spec.format, num_shards=nn, main_files=DocumentsDir.rel_parts("main", nn),
+        dups_files=DocumentsDir.rel_parts("dups", nn), rejects_files=[DocumentsDir.rel_part("rejects", 0, 1)],
+        counters=counts, rejects_by_reason=rejects_by_reason, columns=schema_to_dict(schema),
+        num_files=len(refs), input_bytes=sum(r.size for r in refs),
     )
+    return result, fields_seen
+
+
+def normalize_source(
+    spec: SourceSpec,
+    *,
+    files: Sequence[Any],
+    out_dir: str,
+    cfg: NormalizeConfig = NormalizeConfig(),
+    exec_config: ExecConfig | None = None,
+    root: str | None = None,
+    planned: Sequence[PlannedFile] | None = None,
+) -> NormalizeResult:
+    """Normalize one source (the manifest's `SourceSpec`: name, format, text_field, id_field, bare,
+    dedup; its `uri` is not read here). `files` come from `datakit.shuffle.list_files` (FileInfo: path,
+    size); `root` (default: their common directory) is what relative names in outputs are relative to.
+
+    Raises NormalizeError (with `.result`) when every record was dropped or rejects exceed
+    `cfg.reject_fraction` (any reject with `cfg.strict`), and SchemaConflictError on a type conflict.
+    `planned` (path, size, sha256 of each file, as the run planned them) makes those a contract: a
+    planned file that is missing, changed, or reads to other bytes fails the step, naming the file.
+    """
+    _validate(spec)
+    name, fmt = spec.name, spec.format
+    out_dir = _local_abspath(out_dir)
+    refs, hidden = file_refs(files, _local_abspath(root) if root else None)
+    if not refs:
+        raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
+                             "dot-files or under dot-directories)")
+    if planned is not None:
+        refs = check_planned(name, fmt, refs, planned)
+    nn = output_shards(refs, cfg.target_shard_bytes)
+    units, fixed, columns = _read_plan(spec, refs, cfg)
+    shards = _read_tasks(units, cfg, exec_config)
+    # Read tasks write their rejects beside the outputs, under a name tied to exactly this read plan: an
+    # engine resuming from a checkpoint (ExecConfig.work_dir) skips those tasks and must find their
+    # files, while files of any other plan are stale and removed with the rest of the old outputs.
+    token = hashlib.sha256(repr((shards, spec, cfg, columns)).encode()).hexdigest()[:16]
+    docs = DocumentsDir(out_dir)
+    staging = docs.rejects_staging(token)
+    _clear_outputs(out_dir, keep=staging)
+    fs_for(staging).makedirs(staging, exist_ok=True)
+    ds = (
+        Dataset.from_shards(shards, labels=[_label(s) for s in shards])
+        .map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=columns, staging_dir=staging))
+        .group_by(item_id, collect_group, sort_by=item_order, num_shards=nn)
+        .map_shard(partial(write_stage, out_dir=out_dir, dedup=spec.dedup, fixed=fixed))
+    )
+    run = ds.run(exec_config)
+    summaries = sorted(run.items, key=lambda s: s["shard"])
+    schema = _unified_schema(spec, refs, summaries, fixed, docs, nn, exec_config)
+    consolidate_rejects(_list_staged(staging), docs.part("rejects", 0, 1))
+    _rm_tree(docs.rejects_staging())
+    result, fields_seen = _result(spec, refs, hidden, nn, schema, run.counters)
     if not result.check_counts():  # a bug, never bad data: say so loudly
-        raise NormalizeError(f"normalize {name!r}: counts do not add up: {counts}", result)
-    if rejects_by_reason.get(INPUT_CHANGED) or rejects_by_reason.get(INPUT_MISSING):
+        raise NormalizeError(f"normalize {name!r}: counts do not add up: {result.counters}", result)
+    if result.rejects_by_reason.get(INPUT_CHANGED) or result.rejects_by_reason.get(INPUT_MISSING):
         raise NormalizeError(planned_error(name, planned_failures(docs.part("rejects", 0, 1))), result)
-    _check(result, fields_seen, text_field, docs.part("rejects", 0, 1), cfg)
+    _check(result, fields_seen, spec.text_field, docs.part("rejects", 0, 1), cfg)
     return result
 
 

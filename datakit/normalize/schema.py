@@ -17,12 +17,9 @@ from typing import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.core.documents import CORE_COLUMNS, CORE_FIELDS
 from datakit.sources.readers import fix_surrogates
 
-from .clean import CORE_COLUMNS
-
-CORE_FIELDS = [pa.field(name, pa.string()) for name in CORE_COLUMNS]
-CORE_SCHEMA = pa.schema(CORE_FIELDS)
 _CORE = frozenset(CORE_COLUMNS)
 
 # column -> [(type string, file_index, pos)], one example location per distinct type seen

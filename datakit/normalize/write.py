@@ -16,11 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import counters, current_shard
+from datakit.core.documents import CORE_SCHEMA
 from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 from datakit.core.layout import DocumentsDir
 
 from .schema import (
-    CORE_SCHEMA, ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,
+    ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,
 )
 
 BATCH_ROWS = 50_000

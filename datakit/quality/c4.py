@@ -8,17 +8,20 @@ of code), when fewer than ``min_sentences`` sentences survive (counted as spaCy'
 them, like datatrove), or when it holds a word of the user's bad-words list (nothing is downloaded: no
 list, no rule). The order of the checks is that of C4's reference code (see `clean`).
 
-`clean` returns the cleaned text, the measures and the first document rule that fired.
+`clean` takes the manifest's `quality.c4` section (`C4Config`) as it is, and the bad-words set that
+`bad_words` reads from it once per task (the list may be a file), and returns the cleaned text, the
+measures and the first document rule that fired.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
 
 from ._en_tokenizer_rules import SENTENCE_PUNCT
+from .config import C4Config
 from .text import tokens
+from .urls import read_list
 
 TERMINAL = (".", "?", "!", '"', "'")
 ELLIPSIS = "..."
@@ -29,20 +32,10 @@ _SENTENCE_PUNCT = frozenset(SENTENCE_PUNCT)
 _WORD = re.compile(r"[\w']+")
 
 
-@dataclass(frozen=True)
-class C4Options:
-    """What `clean` applies (the stage's `quality.c4` section maps onto it)."""
-
-    remove_citations: bool = True
-    terminal_punct: bool = True
-    min_words_per_line: int | None = 3
-    max_word_length: int | None = 1000
-    javascript: bool = True
-    policy: bool = True
-    lorem_ipsum: bool = True
-    curly_bracket: bool = True
-    min_sentences: int | None = 5
-    bad_words: frozenset[str] = frozenset()
+def bad_words(cfg: C4Config) -> frozenset[str]:
+    """The lowercased bad words of ``cfg``: its inline list and its file's (read here, so a caller reads
+    the file once per task, not once per document)."""
+    return frozenset(w.lower() for w in (*cfg.bad_words, *read_list(cfg.bad_words_file)))
 
 
 def count_sentences(line: str) -> int:
@@ -67,7 +60,8 @@ def _is_punct(token: str) -> bool:
     return all(unicodedata.category(c)[0] == "P" for c in token)
 
 
-def clean(text: str, o: C4Options) -> tuple[str, dict[str, float], str | None, dict[str, int]]:
+def clean(text: str, o: C4Config, bad: frozenset[str] = frozenset()
+          ) -> tuple[str, dict[str, float], str | None, dict[str, int]]:
     """(cleaned text, measures, the document rule that fired or None, dropped lines by reason).
 
     Each line goes through the checks in the order of C4's reference code (TFDS c4_utils, which datatrove
@@ -77,7 +71,8 @@ def clean(text: str, o: C4Options) -> tuple[str, dict[str, float], str | None, d
     rule: a javascript line holding one is already gone), policy phrases (line dropped).
 
     Measures: c4_lines_removed, c4_sentences (in the kept lines), c4_lorem_ipsum and c4_curly_bracket
-    (1.0 when a line reaching that check has it), c4_bad_words (bad-word occurrences in the kept text)."""
+    (1.0 when a line reaching that check has it), c4_bad_words (occurrences of the words in ``bad``, as
+    `bad_words` gives them, in the kept text)."""
     kept: list[str] = []
     dropped: dict[str, int] = {}
     sentences = 0
@@ -110,13 +105,13 @@ def clean(text: str, o: C4Options) -> tuple[str, dict[str, float], str | None, d
         sentences += count_sentences(line)
         kept.append(line)
     out = "\n".join(kept).strip()
-    bad = sum(1 for w in _WORD.findall(out.lower()) if w in o.bad_words) if o.bad_words else 0
+    hits = sum(1 for w in _WORD.findall(out.lower()) if w in bad) if bad else 0
     measures = {"c4_lines_removed": float(sum(dropped.values())), "c4_sentences": float(sentences),
-                "c4_lorem_ipsum": lorem, "c4_curly_bracket": curly, "c4_bad_words": float(bad)}
+                "c4_lorem_ipsum": lorem, "c4_curly_bracket": curly, "c4_bad_words": float(hits)}
     return out, measures, _doc_rule(measures, o), dropped
 
 
-def _doc_rule(m: dict[str, float], o: C4Options) -> str | None:
+def _doc_rule(m: dict[str, float], o: C4Config) -> str | None:
     if o.lorem_ipsum and m["c4_lorem_ipsum"]:
         return "c4_lorem_ipsum"
     if o.curly_bracket and m["c4_curly_bracket"]:

@@ -16,7 +16,7 @@ from typing import Any
 from . import c4, fineweb, gopher, langid
 from .config import QualityRules
 from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, Rule, first_failure
-from .urls import UrlLists, read_list
+from .urls import UrlLists
 
 # Attribute columns the quality stage adds to every document (None where a measure was not computed).
 LANG_COLUMNS = ("lang", "lang_score")
@@ -54,14 +54,8 @@ class Chain:
 
     def __init__(self, rules: QualityRules):
         self.rules = rules
-        u = rules.url
-        self.urls = UrlLists.build((*u.block_domains, *read_list(u.block_file)), u.block_urls,
-                                   (*u.allow_domains, *read_list(u.allow_file)), u.allow_urls,
-                                   u.allow_only) if u.enabled else None
-        k = rules.c4
-        words = frozenset(w.lower() for w in (*k.bad_words, *read_list(k.bad_words_file)))
-        self.c4 = c4.C4Options(k.remove_citations, k.terminal_punct, k.min_words_per_line, k.max_word_length,
-                               k.javascript, k.policy, k.lorem_ipsum, k.curly_bracket, k.min_sentences, words)
+        self.urls = UrlLists.of(rules.url) if rules.url.enabled else None
+        self.c4_bad_words = c4.bad_words(rules.c4)
 
     def run(self, doc: dict) -> Outcome:
         r, out = self.rules, Outcome(doc["text"])
@@ -114,7 +108,7 @@ class Chain:
     def _c4(self, doc: dict, out: Outcome) -> Failure | None:
         if not self.rules.c4.enabled:
             return None
-        text, m, rule, drops = c4.clean(out.text, self.c4)
+        text, m, rule, drops = c4.clean(out.text, self.rules.c4, self.c4_bad_words)
         out.measures.update(m)
         out.line_drops = drops
         out.text = text

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit
+
+from .config import UrlConfig
 
 _lock = threading.Lock()
 _extractor: Any = None
@@ -73,6 +75,10 @@ def read_list(path: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class UrlLists:
+    """The `url:` rules (`UrlConfig`) as the filter looks them up: each list's inline and file entries
+    together, normalized once (domains to registered domains, URLs to canonical form). Derived from the
+    config by `of`, never filled field by field."""
+
     block_domains: frozenset[str]
     block_urls: frozenset[str]
     allow_domains: frozenset[str]
@@ -80,14 +86,12 @@ class UrlLists:
     allow_only: bool = False
 
     @classmethod
-    def build(cls, block_domains: Iterable[str] = (), block_urls: Iterable[str] = (),
-              allow_domains: Iterable[str] = (), allow_urls: Iterable[str] = (),
-              allow_only: bool = False) -> "UrlLists":
-        """Lists normalized once: domains to registered domains, URLs to canonical form."""
-        return cls(frozenset(registered_domain(d) for d in block_domains),
-                   frozenset(canonical_url(u) for u in block_urls),
-                   frozenset(registered_domain(d) for d in allow_domains),
-                   frozenset(canonical_url(u) for u in allow_urls), allow_only)
+    def of(cls, cfg: UrlConfig) -> "UrlLists":
+        """The lists of one source's `url:` rules, list files read (once per task: the chain holds them)."""
+        return cls(frozenset(registered_domain(d) for d in (*cfg.block_domains, *read_list(cfg.block_file))),
+                   frozenset(canonical_url(u) for u in cfg.block_urls),
+                   frozenset(registered_domain(d) for d in (*cfg.allow_domains, *read_list(cfg.allow_file))),
+                   frozenset(canonical_url(u) for u in cfg.allow_urls), cfg.allow_only)
 
     def verdict(self, url: str) -> str | None:
         """None to keep; "blocked_domain", "blocked_url" or "not_allowed" to remove."""

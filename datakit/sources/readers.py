@@ -36,6 +36,7 @@ import zstandard
 
 from datakit.core.fsio import open_read
 from datakit.core.json_exact import loads as _loads
+from datakit.normalize.config import NormalizeConfig
 from datakit.sources.extract import (DEPTH_CHECK_TAGS, MAX_MAIN_CONTENT_DEPTH, ExtractDied, ExtractTimeout,
                                      deeper_than_limit, extract_text)
 
@@ -83,14 +84,8 @@ class FileRef:
     sha256: str | None = None
 
 
-@dataclass(frozen=True)
-class ReaderOptions:
-    html_main_content: bool = True
-    # Raw size (bytes of one line, file or WARC payload) above which a unit is rejected unparsed.
-    max_record_bytes: int = 80_000_000
-    # Parquet projection (None = every column).
-    columns: tuple[str, ...] | None = None
-    parquet_batch_rows: int = 1024
+# Rows per parquet batch read (memory per task, never the output).
+PARQUET_BATCH_ROWS = 1024
 
 
 @dataclass(slots=True)
@@ -416,15 +411,15 @@ class _ChunkStream(io.RawIOBase):
 # jsonl
 
 
-def read_jsonl(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
+def read_jsonl(ref: FileRef, cfg: NormalizeConfig = NormalizeConfig(),
                stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
     """One record per non-blank line; the line must be a JSON object.
 
     Blank lines are not records (counted as `blank_lines`). A line longer than
-    `opts.max_record_bytes` is skipped without being buffered and rejected as oversized.
+    `cfg.max_record_bytes` is skipped without being buffered and rejected as oversized.
     """
     stats = stats if stats is not None else Counter()
-    cap = opts.max_record_bytes
+    cap = cfg.max_record_bytes
     line_no = 0
     offset = 0  # decompressed offset of the current line's start
     parts: list[bytes] = []  # pieces of the current, incomplete line
@@ -532,9 +527,10 @@ def fix_surrogates(value: Any) -> tuple[Any, int]:
 # parquet
 
 
-def read_parquet(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
-                 stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
-    """Rows of one file, or of the row-group range `ref.row_groups`, reading only `opts.columns`.
+def read_parquet(ref: FileRef, cfg: NormalizeConfig = NormalizeConfig(),
+                 stats: Counter | None = None, columns: tuple[str, ...] | None = None
+                 ) -> Iterator[RawRecord | Reject]:
+    """Rows of one file, or of the row-group range `ref.row_groups`, reading only ``columns`` (None: all).
 
     Row numbers are file-global (1-based), whatever range this ref covers."""
     with open_read(ref.path) as f:
@@ -547,11 +543,11 @@ def read_parquet(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
         start, end = ref.row_groups if ref.row_groups else (0, meta.num_row_groups)
         row = sum(meta.row_group(i).num_rows for i in range(start))
         names = set(pf.schema_arrow.names)
-        cols = [c for c in opts.columns if c in names] if opts.columns is not None else None
+        cols = [c for c in columns if c in names] if columns is not None else None
         if start >= end:
             return
         try:
-            for batch in pf.iter_batches(batch_size=opts.parquet_batch_rows, row_groups=list(range(start, end)),
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, row_groups=list(range(start, end)),
                                          columns=cols, use_threads=False):
                 for rec in batch.to_pylist():
                     row += 1
@@ -565,8 +561,8 @@ def read_parquet(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
 # one document per file: text and html
 
 
-def _read_whole(ref: FileRef, opts: ReaderOptions) -> bytes | Reject:
-    cap = opts.max_record_bytes
+def _read_whole(ref: FileRef, cfg: NormalizeConfig) -> bytes | Reject:
+    cap = cfg.max_record_bytes
     if ref.size > cap:
         with open_ref(ref) as f:
             head = f.read(EXCERPT_CHARS * 4)
@@ -590,10 +586,10 @@ def _read_whole(ref: FileRef, opts: ReaderOptions) -> bytes | Reject:
     return b"".join(parts)
 
 
-def read_text(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
+def read_text(ref: FileRef, cfg: NormalizeConfig = NormalizeConfig(),
               stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
     """The whole file is one document (e.g. a source file); its source id is its relative path."""
-    data = _read_whole(ref, opts)
+    data = _read_whole(ref, cfg)
     if isinstance(data, Reject):
         yield data
         return
@@ -678,17 +674,17 @@ def html_to_text(data: bytes | str, *, charset: str | None = None, main_content:
     return HtmlText(text, title, url, replaced, enc, deep)
 
 
-def read_html(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
+def read_html(ref: FileRef, cfg: NormalizeConfig = NormalizeConfig(),
               stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
     """One page per file; text via Resiliparse, `title` kept, URL from <link rel=canonical>/og:url."""
     from resiliparse.parse.html import HTMLParserException
 
-    data = _read_whole(ref, opts)
+    data = _read_whole(ref, cfg)
     if isinstance(data, Reject):
         yield data
         return
     try:
-        doc = html_to_text(data, main_content=opts.html_main_content)
+        doc = html_to_text(data, main_content=cfg.html_main_content)
     except ExtractTimeout as e:
         yield Reject(ref.index, ref.rel, 0, None, None, EXTRACT_TIMEOUT, str(e), excerpt_of(data))
         return
@@ -740,7 +736,7 @@ def _decode_http_body(body: bytes, headers) -> bytes:
     raise LookupError(f"Content-Encoding {ce!r} is not supported")
 
 
-def read_warc(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
+def read_warc(ref: FileRef, cfg: NormalizeConfig = NormalizeConfig(),
               stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
     """HTML response records of a .warc/.warc.gz/.warc.zst (FastWARC), text via Resiliparse.
 
@@ -767,7 +763,7 @@ def read_warc(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
                                  f"{type(e).__name__}: {e}", "")
                     return
                 break
-            out = _warc_record(rec, ref, opts, stats, stream)
+            out = _warc_record(rec, ref, cfg, stats, stream)
             if out is None:
                 continue
             if type(out) is Reject and out.reason == TRUNCATED:
@@ -779,7 +775,7 @@ def read_warc(ref: FileRef, opts: ReaderOptions = ReaderOptions(),
                          b.detail + "; records before it were kept", "")
 
 
-def _warc_record(rec, ref: FileRef, opts: ReaderOptions, stats: Counter,
+def _warc_record(rec, ref: FileRef, cfg: NormalizeConfig, stats: Counter,
                  stream: _ChunkStream) -> RawRecord | Reject | None:
     from resiliparse.parse.html import HTMLParserException
 
@@ -800,9 +796,9 @@ def _warc_record(rec, ref: FileRef, opts: ReaderOptions, stats: Counter,
         stats["warc_non_html_skipped"] += 1
         return None
     payload_len = rec.content_length
-    if payload_len > opts.max_record_bytes:
+    if payload_len > cfg.max_record_bytes:
         return reject(OVERSIZED, f"payload of {payload_len} bytes exceeds the record cap of "
-                                 f"{opts.max_record_bytes} bytes", uri or "")
+                                 f"{cfg.max_record_bytes} bytes", uri or "")
     body = rec.reader.read()
     if len(body) < payload_len:
         detail = f"({uri}) is cut short: {len(body)} of {payload_len} payload bytes"
@@ -816,7 +812,7 @@ def _warc_record(rec, ref: FileRef, opts: ReaderOptions, stats: Counter,
     except (ValueError, zlib.error) as e:
         return reject(WARC_PARSE, f"cannot decode the HTTP body: {e}", excerpt_of(body))
     try:
-        doc = html_to_text(body, charset=rec.http_charset, main_content=opts.html_main_content, base_url=uri)
+        doc = html_to_text(body, charset=rec.http_charset, main_content=cfg.html_main_content, base_url=uri)
     except ExtractTimeout as e:
         return reject(EXTRACT_TIMEOUT, f"({uri}) {e}", excerpt_of(body))
     except (HTMLParserException, ValueError, TypeError, ExtractDied) as e:
@@ -831,13 +827,17 @@ READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "text": read_text, "htm
 FORMATS = tuple(READERS)
 
 
-def read_file(ref: FileRef, fmt: str, opts: ReaderOptions = ReaderOptions(),
-              stats: Counter | None = None) -> Iterator[RawRecord | Reject]:
+def read_file(ref: FileRef, fmt: str, cfg: NormalizeConfig = NormalizeConfig(),
+              stats: Counter | None = None, columns: tuple[str, ...] | None = None) -> Iterator[RawRecord | Reject]:
+    """The records of one read unit; ``cfg`` is the normalize section (raw size cap, HTML main content),
+    ``columns`` a parquet projection."""
     try:
         reader = READERS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}") from None
-    return reader(ref, opts, stats)
+    if fmt == "parquet":
+        return read_parquet(ref, cfg, stats, columns)
+    return reader(ref, cfg, stats)
 
 
 def is_hidden(rel: str) -> bool:
@@ -846,7 +846,7 @@ def is_hidden(rel: str) -> bool:
 
 
 __all__ = [
-    "FORMATS", "FileRef", "ReaderOptions", "RawRecord", "Reject", "HtmlText", "StreamBroken", "decode_bytes",
+    "FORMATS", "FileRef", "RawRecord", "Reject", "HtmlText", "StreamBroken", "decode_bytes",
     "decode_html", "html_to_text", "iter_decompressed", "read_file", "read_jsonl", "read_parquet", "read_text",
     "read_html", "read_warc", "is_hidden", "fix_surrogates", "READERS", "open_ref", "input_verdict",
     "planned_reject", "INPUT_CHANGED", "INPUT_MISSING", "BINARY", "EXTRACT_TIMEOUT", "MAX_MAIN_CONTENT_DEPTH",

@@ -41,5 +41,6 @@ def build(graph: Graph) -> None:
 
 
 STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),
-              produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.stages.consolidate"),
+              produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.core.documents",
+                                           "datakit.stages.consolidate"),
               ferry_check="datakit.ferry.checks_data:check_consolidate")

@@ -15,9 +15,13 @@ dedup, or between consolidate and tokenize, and the built-in stages downstream s
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from datakit.core.fsio import is_local, local_path, sha256_file
+from datakit.core.uris import list_files
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
 
@@ -144,25 +148,6 @@ class Graph:
         return [s.name for s in self.manifest.sources]
 
 
-def identity_fields(config: Any) -> dict[str, Any]:
-    """A config dataclass as JSON for a step identity, without the fields marked ``identity: False``
-    (knobs that never change the output, such as read-task sizes)."""
-    out = {}
-    for f in dataclasses.fields(config):
-        if f.metadata.get("identity", True):
-            value = getattr(config, f.name)
-            out[f.name] = identity_fields(value) if dataclasses.is_dataclass(value) else _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [identity_fields(v) if dataclasses.is_dataclass(v) else _plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
 def document_counters(docs_in: int, docs_out: int, removed: dict[str, int]) -> dict[str, int]:
     """The one counter schema of a step that keeps or removes documents: ``docs_in``, ``docs_out`` and
     ``removed/<reason>`` per reason; the run summary's funnel and the ferry read only these."""
@@ -175,3 +160,62 @@ def counters_only(result: dict) -> dict:
     result["counters"] = {k: int(v) for k, v in counters.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return result
+
+
+def step_identity(cfg: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
+    """A config dataclass as a step identity: every field (or only ``keys``, for a step that reads part
+    of its section) except those marked ``identity: False`` (knobs that never change the output, the
+    manifest's ``given`` bookkeeping), nested configs alike, and every file input (a field marked
+    ``path``: a list file, a benchmark, a given tokenizer, a labels file) by its content, so editing
+    the file rebuilds and moving it does not. The one way every stage turns its config into the
+    identity's config."""
+    out: dict[str, Any] = {}
+    wanted = None if keys is None else set(keys)
+    for f in dataclasses.fields(cfg):
+        if (wanted is not None and f.name not in wanted) or not f.metadata.get("identity", True):
+            continue
+        value = getattr(cfg, f.name)
+        if f.metadata.get("path"):
+            out[f.name] = _path_identity(value)
+        elif dataclasses.is_dataclass(value):
+            out[f.name] = step_identity(value)
+        else:
+            out[f.name] = _identity_value(value)
+    return out
+
+
+def _identity_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return step_identity(value)
+    if isinstance(value, (list, tuple)):
+        return [_identity_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _identity_value(v) for k, v in value.items()}
+    return value
+
+
+def _path_identity(value: str | Sequence[str] | None) -> Any:
+    """A file input by content: ``{"sha256": ...}`` of a local file or directory (a list of them for a
+    list of paths); a remote URI stays itself (its content is keyed where it is fetched)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return [_path_identity(v) for v in value]
+    if not is_local(value):
+        return value
+    try:
+        return {"sha256": _content_digest(value)}
+    except OSError as e:
+        raise ValueError(f"{value}: cannot read this file ({e}); fix the path in the manifest") from None
+
+
+def _content_digest(path: str) -> str:
+    """The sha256 of a file; of a directory, the sha256 of its files' relative names and sha256s (the
+    files `list_files` sees), so a renamed, added or edited file changes it."""
+    local = local_path(path)
+    if not os.path.isdir(local):
+        return sha256_file(local)
+    h = hashlib.sha256()
+    for f in list_files(local):
+        h.update(f"{f.name}\0{sha256_file(f.path)}\n".encode())
+    return h.hexdigest()

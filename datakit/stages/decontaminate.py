@@ -1,18 +1,18 @@
 """The decontaminate stage: documents holding a substantial part of a benchmark's test item are flagged, per
 benchmark and per source, in attribute files consolidate applies (remove, cut the spans, or annotate).
 Benchmark files (and directories) enter the identity by content (sha256), never by path; every other
-knob of the section and of each benchmark enters it as given, so a new knob cannot be left out."""
+knob of the section and of each benchmark enters it as given (`step_identity`), so a new knob cannot be
+left out."""
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
-from datakit.dedup.decontaminate import BenchmarkSpec, DecontamConfig, benchmark_sha256
+from datakit.dedup.decontaminate import DecontamConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
 from .dedup_common import document_refs, documents_of
 
 VERSION = "2"
@@ -26,26 +26,13 @@ def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[s
     return counters_only(res.to_dict())
 
 
-def _identity_config(cfg: DecontamConfig) -> dict:
-    """Every field of the section and of each benchmark (paths replaced by content hashes), except those
-    marked identity: False."""
-    def fields(obj: object, skip: tuple[str, ...]) -> dict:
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-                if f.name not in skip and f.metadata.get("identity", True)}
-
-    def bench(b: BenchmarkSpec) -> dict:
-        return {**fields(b, ("path",)), "text_fields": list(b.text_fields), "sha256": benchmark_sha256(b.path)}
-
-    return {**fields(cfg, ("benchmarks",)), "benchmarks": [bench(b) for b in cfg.benchmarks]}
-
-
 def build(graph: Graph) -> None:
     cfg: DecontamConfig = graph.config(STAGE)
     if not cfg.benchmarks:
         return
     docs, priority, deps = documents_of(graph)
     step = Step("decontaminate", partial(_decontaminate, documents=docs, priority=priority, cfg=cfg),
-                _identity_config(cfg), deps=deps, version=VERSION, stage=STAGE.name)
+                step_identity(cfg), deps=deps, version=VERSION, stage=STAGE.name)
     graph.attributes.append(graph.add(step))
 
 
@@ -71,6 +58,6 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary:
 STAGE = Stage(name="decontaminate", version=VERSION, build=build, summarize=summarize,
               section=Section("decontaminate", DecontamConfig), consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
-                    "datakit.dedup.consolidate",
+                    "datakit.dedup.consolidate", "datakit.core.documents",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
               ferry_check="datakit.ferry.checks_data:check_decontaminate")

@@ -7,7 +7,7 @@ from functools import partial
 from datakit.manifest import SourceSpec
 from datakit.steps import Step, StepContext, StepRecord
 
-from .contract import FILES, Graph, Stage, counters_only
+from .contract import FILES, Graph, Stage, counters_only, step_identity
 
 VERSION = "1"
 
@@ -33,8 +33,7 @@ def _recheck(record: StepRecord) -> str | None:
 def build(graph: Graph) -> None:
     for spec in graph.manifest.sources:
         if spec.remote:
-            config = {"uri": list(spec.uris), "revision": spec.revision, "sha256": spec.sha256,
-                      "exclude": list(spec.exclude), "max_files": spec.max_files}
+            config = step_identity(spec, ("uri", "revision", "sha256", "exclude", "max_files"))
             graph.files[spec.name] = graph.add(Step(f"download-{spec.name}", partial(_download, spec=spec), config,
                                                     version=VERSION, stage=STAGE.name, source=spec.name,
                                                     recheck=_recheck))

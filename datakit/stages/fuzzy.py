@@ -3,23 +3,24 @@ verification and connected components across sources (fuzzy-dups), marking all b
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, step_identity
 from .dedup_common import documents_of, require_one_row_per_id
 
 VERSION = "2"
+# The `dedup:` keys a minhash step's output depends on (bands/rows are derived from threshold when given).
+MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold", "seed", "max_text_chars")
 
 
 def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) -> dict:
     from datakit.dedup.minhash import minhash_source
 
-    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg.minhash(), ctx.exec_config)
+    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config)
     return counters_only(res.to_dict())
 
 
@@ -29,7 +30,7 @@ def _fuzzy(ctx: StepContext, documents: dict[str, str], minhash: dict[str, str],
 
     sources = [FuzzySource(n, ctx.deps[documents[n]].output, ctx.deps[minhash[n]].output, priority[n])
                for n in documents]
-    return counters_only(fuzzy_dups(sources, ctx.output, cfg.fuzzy_config(), ctx.exec_config).to_dict())
+    return counters_only(fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config).to_dict())
 
 
 def build(graph: Graph) -> None:
@@ -40,14 +41,13 @@ def build(graph: Graph) -> None:
     minhash: dict[str, Step] = {}
     for n in graph.source_names:
         step = Step(f"minhash-{n}", partial(_minhash, source=n, documents=docs[n], cfg=cfg),
-                    dataclasses.asdict(cfg.minhash()), deps=(graph.documents[n],), version=VERSION,
+                    step_identity(cfg, MINHASH_KEYS), deps=(graph.documents[n],), version=VERSION,
                     stage=STAGE.name, source=n)
         minhash[n] = graph.add(step)
-    verify = {"verify": cfg.verify, "verify_threshold": cfg.verify_threshold}
     step = Step("fuzzy-dups", partial(_fuzzy, documents=docs, minhash={n: s.name for n, s in minhash.items()},
                                       priority=priority, cfg=cfg),
-                {"priority": graph.source_names, **verify}, deps=deps + tuple(minhash.values()),
-                version=VERSION, stage=STAGE.name)
+                {"priority": graph.source_names, **step_identity(cfg, ("verify", "verify_threshold"))},
+                deps=deps + tuple(minhash.values()), version=VERSION, stage=STAGE.name)
     graph.attributes.append(graph.add(step))
 
 

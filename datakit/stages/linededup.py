@@ -33,8 +33,7 @@ from datakit.quality.config import LineDedupConfig, LineDedupRules
 from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
-from .contract import DOCUMENTS, Graph, Stage
-from .quality_common import identity
+from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import file_lists, run_per_file, sort_unique
 
 VERSION = "1"
@@ -84,7 +83,7 @@ def _index(ctx: StepContext, inputs: list[tuple[str, str, str, int]]) -> dict:
 
 def rewrite_file(src: str, removals: dict[str, dict[str, set[int]]], rules: LineDedupRules):
     """One documents file without its later copies of repeated segments."""
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     name = src.rstrip("/").rsplit("/", 1)[-1]
     plan = removals.get(name, {})
@@ -136,18 +135,18 @@ def build(graph: Graph) -> None:
         return
     inputs = [(n, graph.documents[n].name, rules[n].unit, rules[n].min_chars) for n in active]
     index = graph.add(Step("linededup-index", partial(_index, inputs=inputs),
-                           {"sources": {n: identity(rules[n]) for n in active}},
+                           {"sources": {n: step_identity(rules[n]) for n in active}},
                            deps=tuple(graph.documents[n] for n in active), version=VERSION, stage=STAGE.name))
     for n in active:
         docs = graph.documents[n]
         step = Step(f"linededup-{n}", partial(_apply, source=n, documents=docs.name, index=index.name, rules=rules[n]),
-                    {"rules": identity(rules[n])}, deps=(docs, index), version=VERSION, stage=STAGE.name, source=n)
+                    {"rules": step_identity(rules[n])}, deps=(docs, index), version=VERSION, stage=STAGE.name, source=n)
         graph.advance(n, step)
 
 
 STAGE = Stage(name="linededup", version=VERSION, build=build,
               section=Section("line_dedup", LineDedupConfig, optional=True), consumes=(DOCUMENTS,),
               produces=(DOCUMENTS,),
-              code=("datakit.quality.linededup", "datakit.quality.config", "datakit.stages.linededup",
-                    "datakit.stages.quality_common", "datakit.stages.transform"),
+              code=("datakit.quality.linededup", "datakit.quality.config", "datakit.core.documents",
+                    "datakit.stages.linededup", "datakit.stages.quality_common", "datakit.stages.transform"),
               ferry_check="datakit.ferry.checks_quality:check_linededup")

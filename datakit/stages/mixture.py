@@ -7,22 +7,14 @@ from __future__ import annotations
 
 from functools import partial
 
-from datakit.core.fsio import sha256_file
 from datakit.manifest import Section
 from datakit.mix.config import MixtureConfig, SearchConfig
 from datakit.steps import Step
 
 from . import mixture_steps as S
-from .contract import MIXTURE, TOKENIZER, TOKENS, Graph, Stage, identity_fields
+from .contract import MIXTURE, TOKENIZER, TOKENS, Graph, Stage, step_identity
 
 VERSION = "1"
-
-
-def _identity(search: SearchConfig) -> dict:
-    """The search settings for step identities: a jsonl target by content (its sha256), never its path."""
-    d = identity_fields(search)
-    d["target"] = {**d["target"], "jsonl": sha256_file(search.target.jsonl) if search.target.jsonl else None}
-    return d
 
 
 def _check_names(graph: Graph, search: SearchConfig) -> None:
@@ -46,11 +38,11 @@ def add_search_steps(graph: Graph, mix: MixtureConfig) -> Step:
         target = graph.add(Step(S.TARGET_STEP, partial(S.target_step, jsonl=search.target.jsonl,
                                                        text_field=search.target.text_field,
                                                        tokenizer=graph.tokenizer.name),
-                                {"sha256": sha256_file(search.target.jsonl), "text_field": search.target.text_field},
+                                step_identity(search.target, ("jsonl", "text_field")),
                                 deps=(graph.tokenizer,), version=VERSION, stage=STAGE.name))
         deps += (target,)
     tname = target.name if target else None
-    common = {"search": _identity(search), "temperature": mix.temperature, "components": components}
+    common = {"search": step_identity(search), "temperature": mix.temperature, "components": components}
     # a proxy's identity holds only what its run depends on: draw i of the seeded Dirichlet does not
     # depend on how many are drawn, so raising `proxies` (or changing the choice's settings) reuses them
     per_proxy = {k: common["search"][k] for k in ("seed", "concentration", "proxy", "target")}

@@ -19,7 +19,7 @@ from datakit.shuffle import FileInfo, list_files
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
 
-from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, identity_fields
+from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, step_identity
 
 VERSION = "2"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
@@ -55,11 +55,8 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
 
     plan = _downloaded_plan(ctx, download) if download else planned
     files = [FileInfo(p.path, p.size) for p in plan] if plan else source_files(spec)
-    result = normalize_source(
-        name=spec.name, files=files, fmt=spec.format, text_field=spec.text_field, id_field=spec.id_field,
-        bare=spec.bare, dedup=spec.dedup, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
-        planned=plan,
-    )
+    result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
+                              planned=plan)
     out = counters_only(result.to_dict())
     c = out["counters"]
     removed = {"rejects": c.get("rejects", 0), "in-source dups": c.get("dups", 0), "empty": c.get("empty_dropped", 0)}
@@ -97,8 +94,7 @@ def build(graph: Graph) -> None:
             fp = fingerprint_files(paths, _cache_dir(graph.prefix) if local else None, save=graph.write_cache)
             fingerprint, inputs = fp.digest, fp.files
             planned = _plan(listed, fp.files) if local else None
-        source = {k: getattr(spec, k) for k in _SOURCE_KEYS}
-        config = {"source": source, "normalize": identity_fields(cfg), "input": fingerprint}
+        config = {"source": step_identity(spec, _SOURCE_KEYS), "normalize": step_identity(cfg), "input": fingerprint}
         step = Step(f"normalize-{spec.name}", partial(_normalize, spec=spec, cfg=cfg,
                                                       download=download.name if download else None,
                                                       planned=planned),
@@ -109,5 +105,6 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="normalize", version=VERSION, build=build,
               section=Section("normalize", NormalizeConfig), consumes=(FILES,), produces=(DOCUMENTS,),
-              code=("datakit.normalize", "datakit.sources.readers", "datakit.sources.extract", "datakit.stages.normalize"),
+              code=("datakit.normalize", "datakit.core.documents", "datakit.sources.readers", "datakit.sources.extract",
+                    "datakit.stages.normalize"),
               ferry_check="datakit.ferry.checks_data:check_normalize")

@@ -58,7 +58,7 @@ def _bump(stats: dict[str, int], key: str, n: int = 1) -> None:
 
 def filter_file(src: str, rules: QualityRules) -> tuple[pa.Table, list[tuple], dict[str, int]]:
     """One documents file through the chain: (kept table with measures, removed rows, stats)."""
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     chain = _chain(rules)
     table = pq.read_table(src)
@@ -107,6 +107,6 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="quality", version=VERSION, build=build, section=Section("quality", QualityConfig, optional=True),
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
-              code=("datakit.quality", "datakit.stages.quality", "datakit.stages.quality_common",
-                    "datakit.stages.transform"),
+              code=("datakit.quality", "datakit.core.documents", "datakit.stages.quality",
+                    "datakit.stages.quality_common", "datakit.stages.transform"),
               ferry_check="datakit.ferry.checks_quality:check_quality")

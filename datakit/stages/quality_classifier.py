@@ -38,7 +38,7 @@ from datakit.classify.config import ClassifierConfig
 from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
-from .contract import DOCUMENTS, Graph, Stage, StageSummary, identity_fields
+from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
 from .transform import file_lists, input_names, run_per_file
 
 VERSION = "1"
@@ -141,20 +141,13 @@ def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig
     return {"stage": STAGE.name, "source": source, "tier": tier, **file_lists(names), "counters": totals}
 
 
-def _identity(cfg: ClassifierConfig) -> dict:
-    out = identity_fields(cfg)
-    out["positive_files"] = [sha256_file(p) for p in cfg.positive_files]
-    out["labels"] = None if cfg.labels is None else sha256_file(cfg.labels)
-    return out
-
-
 def _train_step(graph: Graph, cfg: ClassifierConfig) -> Step:
     names = graph.source_names
     positives = [graph.documents[n] for n in names if n in cfg.positives]
     pool = names if cfg.labels is not None else cfg.negative_pool(names)
     negatives = [graph.documents[n] for n in pool if n not in cfg.positives or cfg.labels is not None]
     fn = partial(_train, cfg=cfg, positives=[s.name for s in positives], negatives=[s.name for s in negatives])
-    return graph.add(Step(TRAIN_STEP, fn, {"config": _identity(cfg)}, deps=tuple(positives + negatives),
+    return graph.add(Step(TRAIN_STEP, fn, {"config": step_identity(cfg)}, deps=tuple(positives + negatives),
                           version=VERSION, stage=STAGE.name))
 
 
@@ -166,12 +159,12 @@ def build(graph: Graph) -> None:
     for n in cfg.scored_sources(graph.source_names):
         docs = graph.documents[n]
         scored = graph.advance(n, Step(f"qscore-{n}", partial(_score, source=n, documents=docs.name,
-                                                               model=model.name, cfg=cfg), {"max_chars": cfg.max_chars},
+                                                               model=model.name, cfg=cfg),
+                                       step_identity(cfg, ("max_chars",)),
                                        deps=(docs, model), version=VERSION, stage=STAGE.name, source=n))
         if cfg.select == "none":
             continue
-        sel_config = {k: v for k, v in identity_fields(cfg).items()
-                      if k in ("select", "threshold", "top_fraction", "tiers")}
+        sel_config = step_identity(cfg, ("select", "threshold", "top_fraction", "tiers"))
         if cfg.select != "tiers":
             graph.advance(n, Step(
                 f"qselect-{n}", partial(_select, source=n, documents=scored.name, cfg=cfg, tier=None), sel_config,
@@ -234,5 +227,6 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary | None:
 STAGE = Stage(name="quality_classifier", version=VERSION, build=build, summarize=summarize,
               section=Section("quality_classifier", ClassifierConfig, optional=True),
               consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
-              code=("datakit.classify", "datakit.stages.quality_classifier", "datakit.stages.transform"),
+              code=("datakit.classify", "datakit.core.documents", "datakit.stages.quality_classifier",
+                    "datakit.stages.transform"),
               ferry_check="datakit.ferry.checks_classifier:check_quality_classifier", refuse=refuse)

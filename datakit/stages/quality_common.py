@@ -1,15 +1,13 @@
-"""What the quality-layer stages (quality, linededup, pii) share: one step per enabled source, and
-identities that key list files by content."""
+"""What the quality-layer stages (quality, pii) share: one step per enabled source."""
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 from typing import Any, Callable
 
 from datakit.steps import Step
 
-from .contract import Graph, Stage, identity_fields
+from .contract import Graph, Stage, step_identity
 
 
 def add_source_steps(graph: Graph, stage: Stage, config: Any, run: Callable[..., dict]) -> None:
@@ -22,29 +20,6 @@ def add_source_steps(graph: Graph, stage: Stage, config: Any, run: Callable[...,
             continue
         docs = graph.documents[n]
         step = Step(f"{stage.name}-{n}", partial(run, source=n, documents=docs.name, rules=rules),
-                    {"rules": identity(rules)}, deps=(docs,), version=stage.version, stage=stage.name, source=n)
+                    {"rules": step_identity(rules)}, deps=(docs,), version=stage.version, stage=stage.name, source=n)
         graph.advance(n, step)
 
-
-def _file_digest(path: str) -> str:
-    from datakit.core.fsio import sha256_file
-
-    try:
-        return sha256_file(path)
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read this list file ({e}); fix the path in the manifest") from None
-
-
-def identity(config: Any) -> dict[str, Any]:
-    """The config as a step identity: ``given`` bookkeeping left out and every list file (a field marked
-    ``path``) replaced by the sha256 of its content, so editing the file rebuilds and moving it does not."""
-    out = identity_fields(config)
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.name == "given" or f.name not in out:
-            out.pop(f.name, None)
-        elif dataclasses.is_dataclass(value):
-            out[f.name] = identity(value)
-        elif f.metadata.get("path"):
-            out[f.name] = None if value is None else {"sha256": _file_digest(value)}
-    return out

@@ -12,7 +12,7 @@ from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
 from datakit.tokenize.tokenize_step import VERSION
 
-from .contract import DOCUMENTS, TOKENIZER, TOKENS, Graph, Stage, counters_only
+from .contract import DOCUMENTS, TOKENIZER, TOKENS, Graph, Stage, counters_only, step_identity
 
 
 def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg: TokenizeConfig) -> dict:
@@ -30,7 +30,7 @@ def build(graph: Graph) -> None:
     for n, docs in list(graph.documents.items()):
         step = Step(f"tokenize-{n}", partial(_tokenize, source=n, documents=docs.name,
                                              tokenizer=graph.tokenizer.name, cfg=cfg),
-                    {"validation_fraction": cfg.validation_fraction, "bos": cfg.bos},
+                    step_identity(cfg, ("validation_fraction", "bos")),
                     deps=(docs, graph.tokenizer), version=VERSION, resumable=True, stage=STAGE.name, source=n)
         graph.tokens[n] = graph.add(step)
 

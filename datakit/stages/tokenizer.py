@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 from functools import partial
 
-from datakit.core.fsio import sha256_file
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
 
-from .contract import DOCUMENTS, TOKENIZER, Graph, Stage
+from .contract import DOCUMENTS, TOKENIZER, Graph, Stage, step_identity
 
 VERSION = "1"
 
@@ -40,14 +39,13 @@ def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig) ->
 def build(graph: Graph) -> None:
     cfg: TokenizeConfig = graph.config(STAGE)
     if cfg.tokenizer:
-        given = cfg.tokenizer
-        ref = given if "://" in given and not given.startswith("file://") else sha256_file(given)
-        graph.tokenizer = graph.add(Step("tokenizer", partial(_copy, given=given), {"given": ref},
+        graph.tokenizer = graph.add(Step("tokenizer", partial(_copy, given=cfg.tokenizer),
+                                         step_identity(cfg, ("tokenizer",)),
                                          version=VERSION, stage=STAGE.name))
         return
     names = sorted(graph.documents)
     docs = tuple(graph.documents[n] for n in names)
-    config = {"vocab_size": cfg.vocab_size, "max_bytes": cfg.train_tokenizer_bytes, "seed": cfg.seed}
+    config = step_identity(cfg, ("vocab_size", "train_tokenizer_bytes", "seed"))
     graph.tokenizer = graph.add(Step("tokenizer", partial(_train, documents=tuple(d.name for d in docs), cfg=cfg),
                                      config, deps=docs, version=VERSION, stage=STAGE.name))
 

@@ -13,7 +13,7 @@ from datakit.mix.config import MixtureConfig
 from datakit.steps import Step, StepContext
 from datakit.train.config import TrainConfig
 
-from .contract import MIXTURE, MODEL, TOKENS, Graph, Stage
+from .contract import MIXTURE, MODEL, TOKENS, Graph, Stage, step_identity
 
 VERSION = "1"
 
@@ -122,10 +122,9 @@ def _mixture_step(graph: Graph, cfg: TrainConfig, mix: MixtureConfig) -> Step:
     search = graph.mixture if mix.uses_search else None
     if mix.uses_search and search is None:
         raise ValueError("mixture: weights: search, but no search step was built (give mixture.search)")
-    config = {"train": cfg.to_dict(), "weights": weights,
-              "mixture": {"weights": mix.weights, "temperature": mix.temperature, "max_epochs": mix.max_epochs,
-                          "schedule": [{"start": p.start, "weights": p.weights} for p in mix.schedule],
-                          "file_weights": file_weights}}
+    mixture = {**step_identity(mix, ("weights", "temperature", "max_epochs", "schedule")),
+               "file_weights": file_weights}
+    config = {"train": step_identity(cfg), "weights": weights, "mixture": mixture}
     deps = tuple(graph.tokens[n] for n in sorted(graph.tokens)) + ((search,) if search else ())
     fn = partial(_train, cfg=cfg, tokens=tokens, weights=weights, mixture=mix, file_weights=file_weights,
                  search=search.name if search else None)
@@ -143,7 +142,7 @@ def build(graph: Graph) -> None:
     weights = {n: w for n, w in graph.weights.items() if w > 0}
     tokens = {n: graph.tokens[n].name for n in weights}
     step = Step("train", partial(_train, cfg=cfg, tokens=tokens, weights=weights),
-                {"train": cfg.to_dict(), "weights": weights},
+                {"train": step_identity(cfg), "weights": weights},
                 deps=tuple(graph.tokens[n] for n in sorted(graph.tokens)), version=VERSION, resumable=True,
                 stage=STAGE.name)
     graph.model = graph.add(step)

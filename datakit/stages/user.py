@@ -33,7 +33,7 @@ from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
 
 from .code_fingerprint import callable_fingerprint
-from .contract import DOCUMENTS, Graph, Stage
+from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
 VERSION = "1"
@@ -108,7 +108,7 @@ def _annotate_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> l
 
 
 def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[list[dict], list[tuple], int]:
-    from datakit.normalize.clean import content_id
+    from datakit.core.documents import content_id
 
     out, removed, changed = [], [], 0
     for doc in rows:
@@ -183,8 +183,7 @@ def _build_place(graph: Graph, place: str) -> None:
         code = code_version(spec, search_dir)
         for n in spec.sources or graph.source_names:
             docs = graph.documents[n]
-            config = {"call": call_name(spec.call), "kind": spec.kind, "place": spec.place, "config": spec.config,
-                      "code": code}
+            config = {"call": call_name(spec.call), **step_identity(spec, ("kind", "place", "config")), "code": code}
             try:
                 step = Step(f"{spec.name}-{n}", partial(_run, spec=spec, documents=docs.name, search_dir=search_dir,
                                                         code=code),
@@ -202,7 +201,7 @@ def build_after_consolidate(graph: Graph) -> None:
     _build_place(graph, "after_consolidate")
 
 
-_CODE = ("datakit.stages.user", "datakit.stages.transform")
+_CODE = ("datakit.stages.user", "datakit.stages.transform", "datakit.core.documents")
 _WHERE = "datakit/stages/user.py: VERSION"
 AFTER_NORMALIZE = Stage(name="after_normalize", version=VERSION, build=build_after_normalize,
                         consumes=(DOCUMENTS,), produces=(DOCUMENTS,), code=_CODE,
