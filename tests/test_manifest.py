@@ -680,6 +680,33 @@ def test_invalid_source_names(corpus: Path):
     assert "invalid name 'my source'" in errors[0].message
 
 
+def test_allow_unsized_is_a_boolean_for_remote_sources_only(corpus: Path):
+    path = write(
+        corpus,
+        """
+        sources:
+          - name: web
+            uri: https://example.org/a.jsonl
+            format: jsonl
+            allow_unsized: true
+          - name: local
+            uri: data/a.jsonl
+            format: jsonl
+            allow_unsized: true
+          - name: typo
+            uri: https://example.org/b.jsonl
+            format: jsonl
+            allow_unsized: "yes"
+        """,
+    )
+    errors = validate_manifest(path, check_uris=False)
+    assert [(e.line, e.field) for e in errors] == [(9, "sources[1].allow_unsized"), (13, "sources[2].allow_unsized")]
+    assert "applies only to downloaded (remote) sources" in errors[0].message
+    m = manifest_from_dict({"sources": [{"name": "web", "uri": "https://example.org/a.jsonl", "format": "jsonl",
+                                         "allow_unsized": True}]}, check_uris=False)
+    assert m.sources[0].allow_unsized and not SourceSpec(name="x", uri="y", format="text").allow_unsized
+
+
 def test_missing_manifest_file(tmp_path: Path):
     path = tmp_path / "nope.yaml"
     assert messages(validate_manifest(path)) == [f"{path}: manifest file not found"]

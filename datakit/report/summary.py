@@ -1,5 +1,6 @@
 """The data summary of a run: per source, the funnel from documents in to documents out and tokens, the
-tokenizer and the training figures, and warnings for every source a stage emptied.
+tokenizer and the training figures, and warnings for every source a stage emptied or whose download's
+size nothing confirmed.
 
 It is computed from what the steps recorded (their counters and results, tagged with the stage and
 source that built them), so it covers any stage list: the built-in stages by their known counters, any
@@ -66,6 +67,19 @@ def emptied_warning(step: StepView) -> str | None:
         return (f"source {step.source}: emptied by {step.name} (all {docs_in} documents removed); it has nothing "
                 f"to tokenize or train on: fix its input or filters, or give it weight: 0")
     return None
+
+
+def unsized_warning(step: StepView) -> str | None:
+    """A warning when a download kept files nothing confirmed whole (``allow_unsized: true``): a
+    connection closed early would have looked the same, so the reader should know."""
+    if step.stage != "download":
+        return None
+    names = [f.get("name") for f in (step.result or {}).get("files") or [] if f.get("size_unconfirmed")]
+    if not names:
+        return None
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"source {step.source}: size unconfirmed for {len(names)} downloaded file(s) ({listed}): the server "
+            "sent no length or digest and allow_unsized: true accepted them; pin sha256 to confirm them")
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
@@ -164,9 +178,9 @@ def data_summary(steps: Iterable[StepView], prefix: str) -> DataSummary:
                 _add_tokens(funnel, step)
             elif step.stage not in ("download",) and not step.stage.startswith(("minhash", "fuzzy")):
                 _add_document_step(funnel, step)
-            warning = emptied_warning(step)
-            if warning:
-                out.warnings.append(warning)
+            for warning in (emptied_warning(step), unsized_warning(step)):
+                if warning:
+                    out.warnings.append(warning)
         elif step.stage == "decontaminate":
             out.contamination = contamination(step.counters)
         elif step.stage == "quality_classifier":
