@@ -680,6 +680,46 @@ def test_invalid_source_names(corpus: Path):
     assert "invalid name 'my source'" in errors[0].message
 
 
+@pytest.mark.parametrize("name", ["web\\n", "web\\r", " web"])
+def test_names_are_matched_whole(corpus: Path, name: str):
+    """A name check anchored with "$" passes "web\\n" ("$" matches before a final newline), which names
+    folders gc and verify cannot see: every name is fullmatched (sources, user stages, tiers,
+    benchmarks), and so is a sha256 pin."""
+    pin = "a" * 64
+    path = write(
+        corpus,
+        f"""
+        sources:
+          - name: "{name}"
+            uri: data/a.jsonl
+            format: jsonl
+          - name: ok
+            uri: data/b.jsonl
+            format: jsonl
+            sha256: "{pin}{name[3:] if name.startswith('web') else ''}"
+        stages:
+          - name: "{name}"
+            call: mod:fn
+        quality_classifier:
+          tiers:
+            - name: "{name}"
+              min_score: 0.5
+        decontaminate:
+          benchmarks:
+            - name: "{name}"
+              path: bench.jsonl
+        """,
+    )
+    errors = validate_manifest(path, check_uris=False)
+    shown = repr(name.encode().decode("unicode_escape"))
+    by_field = {e.field: e.message for e in errors}
+    for field in ("sources[0].name", "stages[0].name", "quality_classifier.tiers[0].name",
+                  "decontaminate.benchmarks[0].name"):
+        assert by_field.get(field, "").startswith(f"invalid name {shown}"), (field, errors)
+    if name.startswith("web"):
+        assert "is not a sha256" in by_field["sources[1].sha256"]
+
+
 def test_allow_unsized_is_a_boolean_for_remote_sources_only(corpus: Path):
     path = write(
         corpus,
