@@ -747,6 +747,22 @@ def test_allow_unsized_is_a_boolean_for_remote_sources_only(corpus: Path):
     assert m.sources[0].allow_unsized and not SourceSpec(name="x", uri="y", format="text").allow_unsized
 
 
+def test_alias_copies_are_bounded_and_refused_where_the_alias_is():
+    """Aliases may copy up to MAX_ALIAS_VALUES values (a list of 999 scalars copies 1,000 with itself);
+    one more copy is refused at the alias's key, with nothing built (no value, no positions)."""
+    from datakit.manifest.yamlpos import MAX_ALIAS_VALUES, load_located
+
+    anchor = "x-a: &a [" + ", ".join(["v"] * 999) + "]\n"
+    copies = MAX_ALIAS_VALUES // 1000
+    fits = load_located(anchor + "".join(f"x-{i}: *a\n" for i in range(copies)))
+    assert fits.problems == [] and len(fits.value[f"x-{copies - 1}"]) == 999
+    over = load_located(anchor + "".join(f"x-{i}: *a\n" for i in range(copies + 1)))
+    assert over.value is None and over.marks == {}
+    [problem] = over.problems
+    assert (problem.pos.line, problem.pos.column, problem.path) == (copies + 2, 1, (f"x-{copies}",))
+    assert problem.message.startswith(f"YAML aliases would copy more than {MAX_ALIAS_VALUES:,} values (an alias bomb?)")
+
+
 def test_missing_manifest_file(tmp_path: Path):
     path = tmp_path / "nope.yaml"
     assert messages(validate_manifest(path)) == [f"{path}: manifest file not found"]
