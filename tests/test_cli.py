@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sysconfig
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,28 @@ def test_validate_reports_every_error_with_line_and_exits_2(tmp_path):
     res = CliRunner().invoke(main, ["run", str(bad), "--prefix", str(tmp_path / "never")])
     assert res.exit_code == 2
     assert not (tmp_path / "never").exists()
+
+
+def test_validate_refuses_a_yaml_alias_bomb_fast_with_one_located_line(tmp_path):
+    """Nine levels of nine aliases (9**9 values if expanded, gigabytes): validate refuses after copying
+    a bounded number of values, in one located line, and traced memory stays small."""
+    lines = ["x-a0: &a0 [" + ", ".join(['"lol"'] * 9) + "]"]
+    lines += [f"x-a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\nsources:\n  - name: web\n    uri: x.jsonl\n    format: jsonl\n")
+    CliRunner().invoke(main, ["validate", str(tmp_path / "absent.yaml")])  # imports done before tracing
+    tracemalloc.start()
+    try:
+        res = CliRunner().invoke(main, ["validate", str(bomb)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.exit_code == 2, res.output
+    assert res.output.splitlines() == [
+        f"{bomb}:6:1: x-a5[0]: YAML aliases would copy more than 100,000 values (an alias bomb?); refused: "
+        "write the values out or share fewer anchors",
+        f"1 error(s) in {bomb}; nothing was run."]
+    assert peak < 150 * 2**20, f"peak {peak / 2**20:.0f} MiB"
 
 
 def test_impossible_train_config_fails_before_any_work(tmp_path):

@@ -142,20 +142,87 @@ def test_truncated_download_fails_clearly_then_a_rerun_gets_every_record(corpus:
         server.close()
 
 
+def _line_cut(corpus: bytes, where: str) -> int:
+    """Where the server closes: right after the 151st line, or 17 bytes into the 152nd."""
+    boundary = sum(len(line) + 1 for line in corpus.split(b"\n")[:151])
+    return boundary if where == "line boundary" else boundary + 17
+
+
+def _step_artifact(prefix: Path, step: str) -> dict:
+    return json.loads(next(prefix.glob(f"{step}-*/artifact.json")).read_text())
+
+
+@pytest.mark.parametrize("where", ["line boundary", "mid-line"])
+def test_an_unsized_download_cut_early_fails_by_default_and_allow_unsized_warns(corpus: bytes, tmp_path: Path,
+                                                                                where: str):
+    """A server that never says a length (HEAD nor GET) and closes early, through the CLI: the cut copy
+    cannot be told from a whole file, so by default the download fails with one line naming the URL and
+    both ways out, and nothing downstream runs. With ``allow_unsized: true`` the run goes on and the
+    summary and the artifact say "size unconfirmed"."""
+    server = CutServer(corpus, cut=_line_cut(corpus, where), cuts=10**6, ranges=False, head_length=False)
+    manifest, prefix = tmp_path / "m.yaml", tmp_path / "out"
+    head = f"prefix: {prefix}\nsources:\n  - name: web\n    uri: [{server.url}]\n    format: jsonl\n"
+    args = ["run", str(manifest), "--only", "download-web", "--only", "normalize-web", "--workers", "1"]
+    try:
+        manifest.write_text(head)
+        refused = CliRunner().invoke(main, args)
+        published = list(prefix.glob(f"download-web-*/{FILES_DIR}/*"))
+        manifest.write_text(head + "    allow_unsized: true\n")
+        allowed = CliRunner().invoke(main, args)
+    finally:
+        server.close()
+    assert refused.exit_code == 1, refused.output
+    failure = [x for x in refused.output.splitlines() if x.startswith("download-web failed:")]
+    assert len(failure) == 1 and server.url in failure[0] and "cannot confirm the download is complete" in failure[0]
+    assert "sha256:" in failure[0] and "allow_unsized: true" in failure[0] and "Traceback" not in refused.output
+    assert "cascaded: normalize-web" in refused.output and published == []
+
+    assert allowed.exit_code == 0, allowed.output
+    assert ("warning: source web: size unconfirmed for 1 downloaded file(s) (web.jsonl): the server sent no length "
+            "or digest and allow_unsized: true accepted them") in allowed.output
+    files = _step_artifact(prefix, "download-web")["result"]["files"]
+    assert [(f["announced_size"], f["size_unconfirmed"]) for f in files] == [(None, True)]
+    c = _step_artifact(prefix, "normalize-web")["counters"]
+    expected = (151, 151, 0) if where == "line boundary" else (152, 151, 1)  # the cut line: malformed_json
+    assert (c["records_in"], c["records_out"], c["rejects"]) == expected
+
+
+def test_allow_unsized_turned_off_refetches_the_kept_copy(corpus: bytes, tmp_path: Path):
+    """``allow_unsized`` is not in the download's identity; a copy it accepted is rebuilt (and refused)
+    once the source stops allowing it, never silently reused."""
+    server = CutServer(corpus, cut=len(corpus), cuts=0, ranges=False, head_length=False)
+    src = {"name": "web", "uri": [server.url], "format": "jsonl"}
+    try:
+        allowed = datakit.manifest_from_dict({"prefix": str(tmp_path / "out"), "sources": [
+            {**src, "allow_unsized": True}]}, check_uris=False)
+        assert datakit.run(allowed, only=["download-web"], workers=1).ok
+        strict = datakit.manifest_from_dict({"prefix": str(tmp_path / "out"), "sources": [src]}, check_uris=False)
+        entry = datakit.run(strict, only=["download-web"], workers=1).steps[0]
+    finally:
+        server.close()
+    assert entry["reason"] == ("output damaged: outdated: web.jsonl: its size was never confirmed (no length, "
+                               "digest or pin) and the source does not set allow_unsized: true")
+    assert entry["status"] == "failed" and "cannot confirm the download is complete" in entry["error"]
+    assert server.requests == ["full", "full"]
+
+
 def test_a_download_the_server_never_sized_is_refetched_when_the_server_answers_differently(corpus: bytes,
                                                                                             tmp_path: Path):
-    """A server that never says a length and closes mid-line: the truncated copy cannot be told from a
-    whole file, so the download succeeds and normalize fails on the cut line. Once the server is fixed
-    (it now announces the length), a plain rerun (no --force) sees the answer changed, downloads the
-    file again and rebuilds what follows: all 300 records arrive."""
+    """A server that never says a length and closes mid-line, accepted with ``allow_unsized: true``: the
+    truncated copy cannot be told from a whole file, so the download succeeds (size unconfirmed) and
+    normalize fails on the cut line. Once the server is fixed (it now announces the length), a plain
+    rerun (no --force) sees the answer changed, downloads the file again and rebuilds what follows: all
+    300 records arrive."""
     server = CutServer(corpus, cut=len(corpus) // 2 + 17, cuts=1, ranges=False, head_length=False)
     try:
         m = datakit.manifest_from_dict({"prefix": str(tmp_path / "out"), "sources": [
-            {"name": "web", "uri": [server.url], "format": "jsonl"}], "normalize": {"reject_fraction": 0}},
-            check_uris=False)
+            {"name": "web", "uri": [server.url], "format": "jsonl", "allow_unsized": True}],
+            "normalize": {"reject_fraction": 0}}, check_uris=False)
         steps = ["download-web", "normalize-web"]
-        first = {s["name"]: s for s in datakit.run(m, only=steps, workers=1).steps}
+        run = datakit.run(m, only=steps, workers=1)
+        first = {s["name"]: s for s in run.steps}
         assert first["download-web"]["status"] == "succeeded" and first["normalize-web"]["status"] == "failed"
+        assert run.records["download-web"].result["files"][0]["size_unconfirmed"] is True
         unchanged = {s["name"]: s for s in datakit.run(m, only=steps, workers=1).steps}
         assert unchanged["download-web"]["status"] == "skipped"  # the server still says nothing new
         server.head_length = True  # the server is fixed
@@ -165,6 +232,7 @@ def test_a_download_the_server_never_sized_is_refetched_when_the_server_answers_
         assert by["download-web"]["status"] == "succeeded"
         assert f"the server now announces {len(corpus):,} bytes; {len(corpus) // 2 + 17:,} were downloaded" in \
             by["download-web"]["reason"]
+        assert second.records["download-web"].result["files"][0]["size_unconfirmed"] is False
         c = second.records["normalize-web"].counters
         assert (c["records_in"], c["records_out"], c["rejects"]) == (300, 300, 0)
     finally:

@@ -467,6 +467,13 @@ def test_existing_run_id_and_bad_manifest_are_refused(tiny_run: Path, tmp_path: 
     assert (prefix / "history.jsonl").read_text() == before
 
 
+@pytest.mark.parametrize("run_id", ["next\n", "next\r", " next"])
+def test_a_run_id_is_matched_whole(tmp_path: Path, run_id: str) -> None:
+    r = CliRunner().invoke(ferry, ["run", "--prefix", str(tmp_path / "prefix"), "--run-id", run_id])
+    assert r.exit_code == 2 and f"run id {run_id!r} is not path-safe" in r.output
+    assert not (tmp_path / "prefix").exists()
+
+
 def test_a_ferry_that_died_is_recorded_by_the_next_one(tmp_path: Path) -> None:
     """SIGKILL/OOM leaves status.json at "running" and no history record; the next ferry (holding the
     lock, so the old one is surely gone) records it as failed, exactly once."""

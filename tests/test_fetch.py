@@ -23,6 +23,7 @@ from datakit.sources.fetch import (
     RetryPolicy,
     fetch_source,
     is_remote,
+    unconfirmed_copy,
 )
 from datakit.manifest import SourceSpec
 from datakit.pipeline import manifest_from_dict
@@ -52,6 +53,9 @@ class Server:
     /truncated/<name>  first response promises the full length but sends half and closes; then 200
     /down/<name>       always 503
     /missing/<name>    404     /secret/<name>  403     /login/<name>  401
+    /unsized/<name>    no length anywhere (HEAD nor GET): the body ends when the connection closes
+    /unsized-cut/<name>  the same, closing after half the file on every GET
+    /chunked/<name>    chunked transfer encoding, no length;  /chunked-cut/<name>  chunked, cut before the end
     """
 
     def __init__(self, files: dict[str, bytes]):
@@ -91,6 +95,8 @@ class Server:
                 data = server.files.get(name)
                 if data is None:
                     return self._status(404)
+                if route.startswith(("unsized", "chunked")):
+                    return self._unframed(route, data, head)
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -104,6 +110,25 @@ class Server:
                 view = memoryview(data)
                 for i in range(0, len(data), 65536):
                     self.wfile.write(view[i : i + 65536])
+
+            def _unframed(self, route: str, data: bytes, head: bool) -> None:
+                """No Content-Length: the end is the close (unsized) or the last chunk (chunked)."""
+                chunked = route.startswith("chunked")
+                self.send_response(200)
+                self.send_header("Transfer-Encoding" if chunked else "Connection", "chunked" if chunked else "close")
+                self.end_headers()
+                self.close_connection = True
+                if head:
+                    return
+                sent = data[: len(data) // 2] if route.endswith("-cut") else data
+                if not chunked:
+                    self.wfile.write(sent)
+                    return
+                for i in range(0, len(sent), 4096):
+                    part = sent[i : i + 4096]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                if not route.endswith("-cut"):
+                    self.wfile.write(b"0\r\n\r\n")
 
             def log_message(self, *args):
                 pass
@@ -201,6 +226,80 @@ def test_truncated_transfer_is_retried(server: Server, tmp_path: Path):
     assert (tmp_path / FILES_DIR / "part-5.jsonl").read_bytes() == server.files["part-5.jsonl"]
     assert server.gets["/truncated/part-5.jsonl"] == 2 and result.counters["retries"] == 1
     assert leftovers(tmp_path) == []
+
+
+def test_a_download_nothing_vouches_for_fails_naming_the_url_and_the_options(server: Server, tmp_path: Path):
+    """No length (HEAD nor GET), no digest, no pin: a body cut by a closed connection reads exactly like
+    a whole one, so whole or cut, the download fails (not retried) and nothing is published."""
+    for route in ("unsized", "unsized-cut"):
+        url = server.url(route, "part-2.jsonl")
+        with pytest.raises(FetchError) as info:
+            fetch_source(spec(url), str(tmp_path / route), retry=FAST, sleep=lambda s: None)
+        received = len(server.files["part-2.jsonl"]) // (2 if route.endswith("-cut") else 1)
+        assert str(info.value) == (
+            f"{url}: cannot confirm the download is complete ({received:,} bytes received; the server sent no "
+            "length or digest, and the source pins no sha256): pin the file's sha256 in the source (sha256:), "
+            "or accept it unconfirmed with allow_unsized: true")
+        assert "\n" not in str(info.value) and info.value.url == url
+        assert server.gets[f"/{route}/part-2.jsonl"] == 1
+        assert list((tmp_path / route / FILES_DIR).iterdir()) == [] and leftovers(tmp_path / route) == []
+
+
+def test_allow_unsized_keeps_the_file_marked_size_unconfirmed(server: Server, tmp_path: Path):
+    url = server.url("unsized", "part-2.jsonl")
+    result = fetch_source(spec(url, allow_unsized=True), str(tmp_path), retry=FAST)
+    got = result.files[0]
+    assert (tmp_path / FILES_DIR / "part-2.jsonl").read_bytes() == server.files["part-2.jsonl"]
+    assert (got.announced_size, got.size_unconfirmed) == (None, True)
+    assert "size_unconfirmed" not in json.loads((tmp_path / PROVENANCE_FILE).read_text())["files"][0]
+    # A rerun reuses the kept copy while the source allows it; without allow_unsized it downloads
+    # again, and the server still vouches for nothing, so it fails.
+    again = fetch_source(spec(url, allow_unsized=True), str(tmp_path), retry=FAST)
+    assert again.counters["skipped_existing"] == 1 and again.files[0].size_unconfirmed
+    with pytest.raises(FetchError, match="cannot confirm the download is complete"):
+        fetch_source(spec(url), str(tmp_path), retry=FAST)
+    assert server.gets["/unsized/part-2.jsonl"] == 2
+
+
+def test_a_pin_confirms_a_download_without_a_length(server: Server, tmp_path: Path):
+    data = server.files["part-2.jsonl"]
+    ok = fetch_source(spec(server.url("unsized", "part-2.jsonl"), sha256=sha(data)), str(tmp_path / "ok"),
+                      retry=FAST)
+    assert (ok.files[0].sha256, ok.files[0].size_unconfirmed) == (sha(data), False)
+    with pytest.raises(FetchError, match="sha256 mismatch: expected"):
+        fetch_source(spec(server.url("unsized-cut", "part-2.jsonl"), sha256=sha(data)), str(tmp_path / "cut"),
+                     retry=FAST)
+
+
+def test_a_chunked_body_vouches_for_itself_and_a_cut_one_is_retried(server: Server, tmp_path: Path):
+    """Chunked transfer encoding marks its own end: whole, it is confirmed without a length; cut before
+    the last chunk, http.client raises and the transfer is retried, then fails naming the break."""
+    url = server.url("chunked", "part-4.jsonl")
+    result = fetch_source(spec(url), str(tmp_path / "ok"), retry=FAST)
+    assert (tmp_path / "ok" / FILES_DIR / "part-4.jsonl").read_bytes() == server.files["part-4.jsonl"]
+    assert (result.files[0].announced_size, result.files[0].size_unconfirmed) == (None, False)
+    cut = server.url("chunked-cut", "part-4.jsonl")
+    with pytest.raises(FetchError, match=r"failed after 4 attempts: connection broke mid-transfer"):
+        fetch_source(spec(cut), str(tmp_path / "cut"), retry=FAST, sleep=lambda s: None)
+    assert list((tmp_path / "cut" / FILES_DIR).iterdir()) == []
+
+
+def test_a_kept_copy_nothing_confirmed_is_outdated_unless_the_source_allows_it():
+    """What the download step's recheck reads: a record that says size_unconfirmed, or an older record
+    with no announced size (built before such files were refused), is outdated unless the source sets
+    allow_unsized or pins the file; a confirmed one never is."""
+    url = "https://example.org/web.jsonl"
+    old = {"name": "web.jsonl", "uri": url, "size": 10, "sha256": "b" * 64, "announced_size": None}
+    unconfirmed = {**old, "size_unconfirmed": True}
+    confirmed = {**old, "size_unconfirmed": False}   # chunked, or an MD5
+    reason = unconfirmed_copy(spec(url), [unconfirmed])
+    assert reason == ("web.jsonl: its size was never confirmed (no length, digest or pin) and the source does not "
+                      "set allow_unsized: true")
+    assert unconfirmed_copy(spec(url), [old]) == reason
+    assert unconfirmed_copy(spec(url), [confirmed]) is None
+    assert unconfirmed_copy(spec(url), [{**old, "announced_size": 10}]) is None
+    assert unconfirmed_copy(spec(url, allow_unsized=True), [unconfirmed, old]) is None
+    assert unconfirmed_copy(spec(url, sha256={"web.jsonl": "b" * 64}), [unconfirmed]) is None
 
 
 @pytest.mark.parametrize(

@@ -680,6 +680,89 @@ def test_invalid_source_names(corpus: Path):
     assert "invalid name 'my source'" in errors[0].message
 
 
+@pytest.mark.parametrize("name", ["web\\n", "web\\r", " web"])
+def test_names_are_matched_whole(corpus: Path, name: str):
+    """A name check anchored with "$" passes "web\\n" ("$" matches before a final newline), which names
+    folders gc and verify cannot see: every name is fullmatched (sources, user stages, tiers,
+    benchmarks), and so is a sha256 pin."""
+    pin = "a" * 64
+    path = write(
+        corpus,
+        f"""
+        sources:
+          - name: "{name}"
+            uri: data/a.jsonl
+            format: jsonl
+          - name: ok
+            uri: data/b.jsonl
+            format: jsonl
+            sha256: "{pin}{name[3:] if name.startswith('web') else ''}"
+        stages:
+          - name: "{name}"
+            call: mod:fn
+        quality_classifier:
+          tiers:
+            - name: "{name}"
+              min_score: 0.5
+        decontaminate:
+          benchmarks:
+            - name: "{name}"
+              path: bench.jsonl
+        """,
+    )
+    errors = validate_manifest(path, check_uris=False)
+    shown = repr(name.encode().decode("unicode_escape"))
+    by_field = {e.field: e.message for e in errors}
+    for field in ("sources[0].name", "stages[0].name", "quality_classifier.tiers[0].name",
+                  "decontaminate.benchmarks[0].name"):
+        assert by_field.get(field, "").startswith(f"invalid name {shown}"), (field, errors)
+    if name.startswith("web"):
+        assert "is not a sha256" in by_field["sources[1].sha256"]
+
+
+def test_allow_unsized_is_a_boolean_for_remote_sources_only(corpus: Path):
+    path = write(
+        corpus,
+        """
+        sources:
+          - name: web
+            uri: https://example.org/a.jsonl
+            format: jsonl
+            allow_unsized: true
+          - name: local
+            uri: data/a.jsonl
+            format: jsonl
+            allow_unsized: true
+          - name: typo
+            uri: https://example.org/b.jsonl
+            format: jsonl
+            allow_unsized: "yes"
+        """,
+    )
+    errors = validate_manifest(path, check_uris=False)
+    assert [(e.line, e.field) for e in errors] == [(9, "sources[1].allow_unsized"), (13, "sources[2].allow_unsized")]
+    assert "applies only to downloaded (remote) sources" in errors[0].message
+    m = manifest_from_dict({"sources": [{"name": "web", "uri": "https://example.org/a.jsonl", "format": "jsonl",
+                                         "allow_unsized": True}]}, check_uris=False)
+    assert m.sources[0].allow_unsized and not SourceSpec(name="x", uri="y", format="text").allow_unsized
+
+
+def test_alias_copies_are_bounded_and_refused_where_the_alias_is():
+    """Aliases may copy up to MAX_ALIAS_VALUES values (a list of 999 scalars copies 1,000 with itself);
+    one more copy is refused at the alias's key, with nothing built (no value, no positions)."""
+    from datakit.manifest.yamlpos import MAX_ALIAS_VALUES, load_located
+
+    anchor = "x-a: &a [" + ", ".join(["v"] * 999) + "]\n"
+    copies = MAX_ALIAS_VALUES // 1000
+    fits = load_located(anchor + "".join(f"x-{i}: *a\n" for i in range(copies)))
+    assert fits.problems == [] and len(fits.value[f"x-{copies - 1}"]) == 999
+    over = load_located(anchor + "".join(f"x-{i}: *a\n" for i in range(copies + 1)))
+    assert over.value is None and over.marks == {}
+    [problem] = over.problems
+    assert (problem.pos.line, problem.pos.column, problem.path) == (copies + 2, 1, (f"x-{copies}",))
+    assert problem.message.startswith(f"YAML aliases would copy more than {MAX_ALIAS_VALUES:,} values (an alias bomb?)")
+
+
 def test_missing_manifest_file(tmp_path: Path):
     path = tmp_path / "nope.yaml"
     assert messages(validate_manifest(path)) == [f"{path}: manifest file not found"]

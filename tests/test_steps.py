@@ -135,7 +135,7 @@ def test_remote_uris_and_relative_paths_are_allowed_in_config():
     assert len(step.identity) == 10
 
 
-@pytest.mark.parametrize("name", ["", "a/b", ".hidden", "-x", "sp ace", "x" * 101])
+@pytest.mark.parametrize("name", ["", "a/b", ".hidden", "-x", "sp ace", "x" * 101, "web\n", "web\r", " web"])
 def test_step_names_must_be_path_safe(name):
     with pytest.raises(ValueError, match="path-safe"):
         Step(name, write_rows, {})

@@ -33,7 +33,7 @@ from .validate import Check, Validation, validate_run
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 RUNS_DIR = "runs"
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # fullmatch: "$" passes a final "\n"
 
 
 class FerryInputError(ValueError):
@@ -176,7 +176,7 @@ def run_ferry(opts: FerryOptions) -> FerryOutcome:
     manifest_path = os.path.abspath(opts.manifest) if opts.manifest else bundled_manifest()
     if opts.keep_days < 0:
         raise FerryInputError(f"--keep-days must be >= 0, got {opts.keep_days}")
-    if opts.run_id is not None and not _RUN_ID.match(opts.run_id):
+    if opts.run_id is not None and not _RUN_ID.fullmatch(opts.run_id):
         raise FerryInputError(f"run id {opts.run_id!r} is not path-safe (letters, digits, '.', '_', '-')")
     m, built = _load(manifest_path, prefix)           # a bad manifest fails before the prefix is touched
     with ferry_lock(prefix, run_id=opts.run_id or "(default)", since=utc_iso()):

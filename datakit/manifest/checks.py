@@ -12,12 +12,14 @@ from typing import Any
 
 from datakit.core.uris import check_uri, http_probe, is_http, is_remote, local_path
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+# fullmatch, never match with "$": "$" also matches before a final newline, so "web\n" would pass
+# and name folders that `gc` and `verify` cannot see.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
 
 
 def check_name(value: str) -> str | None:
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):
         return f"invalid name {value!r}: use letters, digits, '.', '_' and '-' (it names output folders)"
     return None
 
@@ -25,7 +27,7 @@ def check_name(value: str) -> str | None:
 def check_sha(value: Any) -> str | None:
     values = value.values() if isinstance(value, dict) else [value]
     for v in values:
-        if not _SHA_RE.match(v):
+        if not _SHA_RE.fullmatch(v):
             return f"{v!r} is not a sha256 (64 lowercase hex digits)"
     return None
 

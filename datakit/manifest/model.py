@@ -51,6 +51,9 @@ class SourceSpec(_Spec):
     ``uri``: local path, directory, glob, file:// or any fsspec URL (http(s), gs, s3, memory...), or a
     list of them (http(s) has no listing, so several web files are given as a list). ``sha256`` pins a
     single file's digest, or maps file names (relative names, basenames or full URLs) to digests.
+    ``allow_unsized`` accepts downloaded files whose completeness nothing confirms (no length, digest,
+    pin or chunked framing; a connection closed early looks the same); they are recorded and reported
+    as "size unconfirmed". Without it such a download fails.
     ``priority`` is the source's index in the manifest (earlier wins when deduplicating across sources).
     ``sha256`` may hold a dict, so a SourceSpec is not hashable; use its ``name``.
     """
@@ -62,6 +65,7 @@ class SourceSpec(_Spec):
     id_field: str | None = None
     revision: str | None = None
     sha256: str | dict[str, str] | None = field(default=None, metadata={"check": check_sha})
+    allow_unsized: bool = False
     license: str | None = None
     weight: float = field(default=1.0, metadata={"min": 0})
     max_files: int | None = field(default=None, metadata={"min": 1})
@@ -87,6 +91,8 @@ class SourceSpec(_Spec):
             return [("uri", "mixes local paths and remote URLs; split it into two sources")]
         if isinstance(self.sha256, str) and (len(self.uris) > 1 or any(has_glob(u) for u in self.uris)):
             return [("sha256", "a single sha256 pins a single file; map file names to digests instead")]
+        if self.allow_unsized and not self.remote:
+            return [("allow_unsized", "applies only to downloaded (remote) sources; a local file's size is known")]
         return []
 
 

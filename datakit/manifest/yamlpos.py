@@ -5,6 +5,11 @@ loaders throw that information away (and silently keep the last of two duplicate
 compose the node graph ourselves, build plain Python values from it, and keep a side table
 ``path -> (key position, value position)``, where a path is a tuple of mapping keys and list indexes,
 e.g. ``("sources", 2, "format")``. Duplicate keys are reported instead of being merged away.
+
+Aliases are bounded: the composed graph is small (an alias points at its anchor's node), but building
+plain values copies an anchor at every alias, so nine levels of nine aliases in a few hundred bytes
+would become 9**9 values and gigabytes. The builder counts the values it copies through aliases and
+refuses, with the alias's position, past ``MAX_ALIAS_VALUES``: memory stays bounded by that count.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 Path = tuple[str | int, ...]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+# Values a manifest may gain through aliases (every value an alias copies, nested aliases multiplied
+# out). Shared anchors in real manifests copy hundreds; a value costs the builder a few hundred bytes.
+MAX_ALIAS_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,18 @@ def load_located(text: str) -> Located:
     start = _pos(root.start_mark)
     marks[()] = (start, start)
     builder = _Builder(marks, problems)
-    return Located(builder.build(root, ()), marks, problems)
+    try:
+        return Located(builder.build(root, ()), marks, problems)
+    except _AliasBomb as exc:
+        return Located(None, {}, [exc.problem])  # like a syntax error: nothing further can be checked
+
+
+class _AliasBomb(Exception):
+    """Internal: aliases copied more than MAX_ALIAS_VALUES values; building stops at once."""
+
+    def __init__(self, problem: YamlProblem):
+        super().__init__(problem.message)
+        self.problem = problem
 
 
 class _Builder:
@@ -85,11 +105,22 @@ class _Builder:
         self.problems = problems
         self.constructor = yaml.constructor.SafeConstructor()
         self.active: set[int] = set()  # node ids on the current descent, to stop recursive aliases
+        self.built: set[int] = set()   # node ids built once: meeting one again is an alias's copy
+        self.copying = False           # inside an alias's copy: every value built counts
+        self.alias: Path = ()          # where the outermost copy being built was asked for
+        self.copied = 0
 
     def build(self, node: Node, path: Path) -> Any:
         if id(node) in self.active:
             self.problems.append(YamlProblem(_pos(node.start_mark), path, "recursive YAML alias"))
             return None
+        outer = self.copying
+        self.copying = outer or id(node) in self.built
+        if self.copying and not outer:
+            self.alias = path
+        if self.copying:
+            self._count_copy()
+        self.built.add(id(node))
         self.active.add(id(node))
         try:
             if isinstance(node, MappingNode):
@@ -103,6 +134,18 @@ class _Builder:
             return self._scalar(node, path)
         finally:
             self.active.discard(id(node))
+            self.copying = outer
+
+    def _count_copy(self) -> None:
+        """One more value copied through an alias; past the bound, stop, located at the alias: its key,
+        or for a list item its list's key (an aliased node's own position is its anchor's)."""
+        self.copied += 1
+        if self.copied > MAX_ALIAS_VALUES:
+            path = self.alias if self.alias and isinstance(self.alias[-1], str) else self.alias[:-1]
+            at = next((self.marks[path[:i]][0] for i in range(len(path), -1, -1) if path[:i] in self.marks), None)
+            message = (f"YAML aliases would copy more than {MAX_ALIAS_VALUES:,} values (an alias bomb?); "
+                       "refused: write the values out or share fewer anchors")
+            raise _AliasBomb(YamlProblem(at, self.alias, message))
 
     def _scalar(self, node: ScalarNode, path: Path) -> Any:
         try:

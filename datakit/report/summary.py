@@ -1,5 +1,6 @@
 """The data summary of a run: per source, the funnel from documents in to documents out and tokens, the
-tokenizer and the training figures, and warnings for every source a stage emptied.
+tokenizer and the training figures, and warnings for every source a stage emptied or whose download's
+size nothing confirmed.
 
 It is computed from what the steps recorded (their counters and results) read through the run's plan
 (datakit.stages.plan): a source's funnel is its documents steps (``docs_in`` / ``docs_out`` counters and,
@@ -15,7 +16,7 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from datakit.stages.contract import DOCUMENTS, MODEL, TOKENIZER, TOKENS
+from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
 
 @dataclass
@@ -66,6 +67,19 @@ def emptied_warning(step: StepView) -> str | None:
         return (f"source {step.source}: emptied by {step.name} (all {docs_in} documents removed); it has nothing "
                 f"to tokenize or train on: fix its input or filters, or give it weight: 0")
     return None
+
+
+def unsized_warning(step: StepView) -> str | None:
+    """A warning when a download kept files nothing confirmed whole (``allow_unsized: true``): a
+    connection closed early would have looked the same, so the reader should know."""
+    if step.kind != FILES:
+        return None
+    names = [f.get("name") for f in (step.result or {}).get("files") or [] if f.get("size_unconfirmed")]
+    if not names:
+        return None
+    listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"source {step.source}: size unconfirmed for {len(names)} downloaded file(s) ({listed}): the server "
+            "sent no length or digest and allow_unsized: true accepted them; pin sha256 to confirm them")
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
@@ -147,6 +161,10 @@ def _add_step(out: DataSummary, step: StepView, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
         _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step)
         warning = emptied_warning(step)
+        if warning:
+            out.warnings.append(warning)
+    elif step.kind == FILES and step.source is not None:
+        warning = unsized_warning(step)
         if warning:
             out.warnings.append(warning)
     elif step.kind == TOKENS and step.source is not None:

@@ -9,6 +9,12 @@ Why each piece:
   crash leaves nothing a rerun would trust, and a rerun skips files that are already there.
 - Size and sha256 checks: a truncated transfer is retried; a pinned digest that does not match
   fails at once (the upstream content changed, or was tampered with: retrying will not fix it).
+- A file nothing vouches for is refused: no length (GET, HEAD or listing), no MD5, no pin, and not
+  chunked. A body that ends with the connection reads, to urllib, exactly like a whole file, so its
+  completeness cannot be known; the source must pin its sha256, or accept the risk with
+  ``allow_unsized: true`` (then the file is recorded ``size_unconfirmed``). Not a second fetch: a
+  server that breaks at the same byte every time (a generator failing on the same row, a proxy's
+  limit) gives two equal truncated copies, so agreement would prove nothing, at twice the transfer.
 - Retry with exponential backoff on transient failures only (connection reset, timeouts, 5xx, 429);
   401/403/404 fail fast, naming the URL and the status, because waiting will not fix a permission.
 - Provenance (uri, revision, per-file name/size/sha256) is returned and written as provenance.json
@@ -118,6 +124,7 @@ class FetchedFile:
     sha256: str | None
     announced_size: int | None = None  # the length the server/store announced (None: it never said)
     etag: str | None = None
+    size_unconfirmed: bool = False  # accepted with nothing vouching it is whole (allow_unsized: true)
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,18 @@ class Upstream:
     etag: str | None = None
     md5: str | None = None          # hex MD5 of the content: Content-MD5, or a store's MD5 ETag
     ranges: bool = False            # Accept-Ranges: bytes (a broken transfer can resume)
+    framed: bool = False            # chunked: the last chunk marks the end (a cut body raises)
 
     def merged(self, other: "Upstream") -> "Upstream":
-        """This answer, with the gaps filled from ``other`` (the GET's headers win over HEAD's)."""
+        """This answer, with the gaps filled from ``other`` (the GET's headers win over HEAD's).
+        ``framed`` is the GET's own: only the transfer that delivered the bytes can vouch for them."""
         return Upstream(self.length if self.length is not None else other.length, self.etag or other.etag,
-                        self.md5 or other.md5, self.ranges or other.ranges)
+                        self.md5 or other.md5, self.ranges or other.ranges, self.framed)
+
+    def vouches(self, pin: str | None) -> bool:
+        """Whether anything confirms that the received bytes are the whole file: a length to compare,
+        a digest (MD5 or the pin), or chunked framing (http.client raises on a chunked body cut early)."""
+        return self.length is not None or self.md5 is not None or pin is not None or self.framed
 
 
 @dataclass
@@ -254,7 +268,8 @@ def _upstream_of(headers, *, partial: bool = False) -> Upstream:
         length = int(raw) if raw and raw.isdigit() else None
     etag = headers.get("ETag") or None
     ranges = (headers.get("Accept-Ranges") or "").lower() == "bytes"
-    return Upstream(length, etag, None if partial else _md5_of_headers(headers), ranges)
+    framed = (headers.get("Transfer-Encoding") or "").lower() == "chunked"  # http.client's own test
+    return Upstream(length, etag, None if partial else _md5_of_headers(headers), ranges, framed)
 
 
 def _http_head(url: str, timeout: float) -> Upstream:
@@ -512,20 +527,32 @@ def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: s
         )
 
 
+def _unsized_error(rf: RemoteFile, size: int) -> FetchError:
+    return FetchError(
+        f"{rf.path}: cannot confirm the download is complete ({size:,} bytes received; the server sent no "
+        "length or digest, and the source pins no sha256): pin the file's sha256 in the source (sha256:), "
+        "or accept it unconfirmed with allow_unsized: true",
+        url=rf.path,
+    )
+
+
 def _reuse_existing(rf: RemoteFile, pin: str | None, dest: _Dest, final: str, announced: int | None,
-                    chunk_size: int, stats: _Stats) -> FetchedFile | None:
+                    chunk_size: int, stats: _Stats, allow_unsized: bool) -> FetchedFile | None:
     """A file under its final name was complete when renamed; reuse it if it still matches what the
-    upstream announces now (length) and the pin. A different answer re-downloads, never reuses."""
+    upstream announces now (length) and the pin. A different answer re-downloads, never reuses; so does
+    a copy nothing can confirm now (no length, no pin) unless the source allows unsized files (the
+    download itself may confirm it, by chunked framing, or refuse it)."""
     if not dest.exists(final):
         return None
     size = dest.size(final)
-    if announced is None or size == announced:
+    unconfirmed = announced is None and pin is None
+    if (announced is None or size == announced) and (allow_unsized or not unconfirmed):
         digest = _sha256_of(dest, final, chunk_size)
         if pin is None or digest == pin:
             stats.add("files")
             stats.add("bytes", size)
             stats.add("skipped_existing")
-            return FetchedFile(rf.name, final, rf.path, size, digest, announced)
+            return FetchedFile(rf.name, final, rf.path, size, digest, announced, size_unconfirmed=unconfirmed)
     log.info("re-downloading %s: existing copy does not match the upstream answer or the pin", rf.path)
     return None
 
@@ -541,14 +568,16 @@ def _fetch_one(
     stats: _Stats,
     stop: threading.Event,
     sleep: Callable[[float], None],
+    allow_unsized: bool = False,
 ) -> FetchedFile:
     """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
-    verify against every signal there is, publish by rename. Never publishes a partial file."""
+    verify against every signal there is, publish by rename. Never publishes a partial file, nor one
+    nothing vouches for unless ``allow_unsized`` (then it is marked ``size_unconfirmed``)."""
     final = dest.path(FILES_DIR, *rf.name.split("/"))
     dest.makedirs(os.path.dirname(final) if dest.local else posixpath.dirname(final))
     head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
     existing = _reuse_existing(rf, pin, dest, final, head.length if head.length is not None else rf.size,
-                               chunk_size, stats)
+                               chunk_size, stats, allow_unsized)
     if existing is not None:
         return existing
     part = _Partial(dest, final)
@@ -572,12 +601,18 @@ def _fetch_one(
                 if exc.restart:
                     part.reset()
                 continue
+            unconfirmed = expected is None and not upstream.vouches(pin)
+            if unconfirmed and not allow_unsized:
+                raise _unsized_error(rf, part.size)
+            if unconfirmed:
+                log.warning("%s: size unconfirmed (%d bytes; no length, digest or pin; allow_unsized: true)",
+                            rf.path, part.size)
             dest.commit(part.tmp, final)
             stats.add("files")
             stats.add("bytes", part.size)
             stats.add("downloaded_files")
             return FetchedFile(rf.name, final, rf.path, part.size, part.sha.hexdigest(), expected,
-                               upstream.etag)
+                               upstream.etag, unconfirmed)
     finally:
         part.dest.discard(part.tmp)  # nothing left behind (a no-op once published)
     raise FetchError(f"{rf.path}: failed after {policy.attempts} attempts: {last_exc}", url=rf.path)
@@ -660,7 +695,7 @@ def fetch_source(
         futures = {
             pool.submit(
                 _fetch_one, rf, _pin_for(spec, rf), dest, chunk_size=chunk_size, timeout=timeout,
-                policy=policy, stats=stats, stop=stop, sleep=sleep,
+                policy=policy, stats=stats, stop=stop, sleep=sleep, allow_unsized=spec.allow_unsized,
             ): rf
             for rf in files
         }
@@ -686,6 +721,22 @@ def fetch_source(
         (json.dumps(result.provenance(), indent=2, sort_keys=True) + "\n").encode(),
     )
     return result
+
+
+def unconfirmed_copy(spec: SourceSpec, files: list[dict]) -> str | None:
+    """Why a built download is not to be trusted under the source's settings now, or None: a file
+    kept with nothing vouching that it is whole (allowed then by ``allow_unsized``, or built before
+    such files were refused: no ``size_unconfirmed`` and no announced size), while the source does not
+    allow that now and pins no digest for it. Why: ``allow_unsized`` is not in the step's identity
+    (it changes no byte of a whole file), so turning it off must reach the kept copy this way."""
+    if spec.allow_unsized:
+        return None
+    for f in files:
+        unconfirmed = f.get("size_unconfirmed", f.get("announced_size") is None)
+        if unconfirmed and _pin_for(spec, RemoteFile(f.get("uri") or "", f["name"], f.get("size"))) is None:
+            return (f"{f['name']}: its size was never confirmed (no length, digest or pin) and the source "
+                    "does not set allow_unsized: true")
+    return None
 
 
 def upstream_changes(files: list[dict], timeout: float = 10.0) -> str | None:

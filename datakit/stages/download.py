@@ -24,19 +24,24 @@ def _download(ctx: StepContext, spec: SourceSpec) -> dict:
     return counters_only(result)
 
 
-def _recheck(record: StepRecord) -> str | None:
-    from datakit.sources.fetch import upstream_changes
+def _recheck(record: StepRecord, spec: SourceSpec) -> str | None:
+    """A kept copy is rebuilt when the source no longer accepts it unconfirmed, or the server now
+    answers differently (see ``fetch.unconfirmed_copy`` and ``fetch.upstream_changes``)."""
+    from datakit.sources.fetch import unconfirmed_copy, upstream_changes
 
-    return upstream_changes(record.result.get("files") or [])
+    files = record.result.get("files") or []
+    return unconfirmed_copy(spec, files) or upstream_changes(files)
 
 
 def build(graph: Graph) -> None:
     for spec in graph.manifest.sources:
         if spec.remote:
+            # allow_unsized stays out of the identity: it changes no byte of a whole file; the recheck
+            # rebuilds a copy it accepted once the source stops allowing it.
             config = step_identity(spec, ("uri", "revision", "sha256", "exclude", "max_files"))
             graph.files[spec.name] = graph.add(Step(f"download-{spec.name}", partial(_download, spec=spec), config,
                                                     version=VERSION, stage=STAGE.name, source=spec.name,
-                                                    recheck=_recheck))
+                                                    recheck=partial(_recheck, spec=spec)))
 
 
 STAGE = Stage(name="download", version=VERSION, build=build, produces=(FILES,),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from .identity import ConfigError, canonical_config, compute_identity
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # fullmatch: "$" passes a final "\n"
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +57,7 @@ class Step:
     recheck: Callable[["StepRecord"], str | None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(
                 f"step name {self.name!r} is not path-safe: use letters, digits, '.', '_', '-' "
                 "(not starting with '.' or '-'), at most 100 characters"
