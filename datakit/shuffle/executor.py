@@ -25,7 +25,7 @@ from typing import Any
 import cloudpickle
 
 from .backends import Backend, get_backend
-from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove_tree
+from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove
 from .io import format_output
 from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
@@ -307,7 +307,7 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
             if is_local(root):
                 shutil.rmtree(root, ignore_errors=True)
             elif ok:  # on an object store too: shuffle files are dead weight once every stage has run
-                remove_tree(root)
+                remove(root)
     if config.print_stats:
         print(format_stats(all_stats), file=sys.stderr)
     return RunResult(items, dict(counters), all_stats)

@@ -41,8 +41,6 @@ from dataclasses import dataclass, field
 
 from datakit.core import fsio
 
-from . import storage
-
 DIGEST_CHARS = 20
 RACY_WINDOW_S = 2.0
 MAX_SEGMENTS = 16          # more than this and the next writer merges them into one
@@ -169,20 +167,14 @@ class HashCache:
             log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
 
     def _segment_names(self) -> list[str]:
-        fs, root = storage.open_prefix(self.cache_dir)
-        return [n for n in storage.list_names(fs, root) if _SEGMENT.match(n)]
+        return [n for n in fsio.list_names(self.cache_dir) if _SEGMENT.match(n)]
 
     def _read_segment(self, name: str) -> bytes | None:
-        try:
-            with fsio.open_read(posixpath.join(self.cache_dir, name)) as f:
-                return f.read()
-        except FileNotFoundError:  # merged and deleted by a concurrent writer
-            return None
+        return fsio.read_if_exists(fsio.join(self.cache_dir, name))  # None: merged away by a concurrent writer
 
     def _remove_segments(self, names: list[str]) -> None:
-        fs, root = storage.open_prefix(self.cache_dir)
         for name in names:
-            storage.remove(fs, storage.join(root, name))
+            fsio.remove(fsio.join(self.cache_dir, name))
 
 
 @dataclass(frozen=True)
