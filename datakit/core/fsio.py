@@ -260,6 +260,17 @@ def read_table(path: str, columns: Sequence[str] | None = None):
         return pq.read_table(f, columns=cols)
 
 
+def read_parquet_metadata(path: str):
+    """A parquet file's footer (row counts, row groups, schema) without its data: one ranged read of
+    the tail on object stores."""
+    import pyarrow.parquet as pq
+
+    if is_local(path):
+        return pq.read_metadata(local_path(path))
+    with open_read(path) as f:
+        return pq.read_metadata(f)
+
+
 def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(local_path(path))

@@ -23,7 +23,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +30,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
-from datakit.core.fsio import copy_file
+from datakit.core.fsio import copy_file, is_dir
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
@@ -506,8 +505,7 @@ def _engine_summary(name: str, planned: EngineChoice | None, results: list[dict]
 
 
 def _tokenizer_file(path_or_url: str) -> str:
-    fs, p = fsspec.core.url_to_fs(path_or_url)
-    if fs.isdir(p):
+    if is_dir(path_or_url):
         return path_or_url.rstrip("/") + "/" + TOKENIZER_FILE
     return path_or_url
 
