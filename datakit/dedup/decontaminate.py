@@ -58,9 +58,9 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 import pyarrow as pa
 
-from datakit.core.fsio import atomic_write_bytes, exists, open_read, remove, sha256_file
+from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove, sha256_file
 from datakit.core.layout import AttributesDir
-from datakit.core.uris import is_remote, local_path
+from datakit.core.uris import is_remote
 from datakit.manifest.checks import check_name, check_nonempty
 from datakit.shuffle import ExecConfig, counters
 from datakit.shuffle.io import open_decompressed

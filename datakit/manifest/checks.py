@@ -10,7 +10,9 @@ import os
 import re
 from typing import Any
 
-from datakit.core.uris import check_uri, http_probe, is_http, is_remote, local_path
+from datakit.core.fsio import local_path
+from datakit.core.listing import is_http
+from datakit.core.uris import check_uri, http_probe, is_remote
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")

@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
 from datakit.core.fsio import exists, fs_for, is_local, open_read
+from datakit.core.listing import common_root, is_hidden
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
-    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, ReaderOptions, Reject, input_verdict, is_hidden,
+    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, ReaderOptions, Reject, input_verdict,
     planned_reject, read_file,
 )
 
@@ -55,21 +56,9 @@ _STRINGISH = (pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
 # planning
 
 
-def common_root(paths: Sequence[str]) -> str:
-    """Deepest directory containing every path (string-wise, so URLs work too)."""
-    dirs = [p.rstrip("/").rsplit("/", 1)[0] if "/" in p else "" for p in paths]
-    parts = [d.split("/") for d in dirs]
-    common = parts[0]
-    for p in parts[1:]:
-        n = 0
-        while n < min(len(common), len(p)) and common[n] == p[n]:
-            n += 1
-        common = common[:n]
-    return "/".join(common)
-
-
 def file_refs(files: Sequence[Any], root: str | None = None) -> tuple[list[FileRef], int]:
-    """Sorted, indexed, relative-named refs; dot-files and dot-directories under the root are dropped.
+    """Sorted, indexed, relative-named refs; hidden files under the root (`datakit.core.listing.is_hidden`:
+    a folder or name starting with '.' or '_') are dropped.
 
     Returns (refs, number of hidden files skipped)."""
     items = sorted({(f.path, int(f.size)) if hasattr(f, "path") else (str(f), 0) for f in files})
@@ -337,7 +326,7 @@ def normalize_source(
     root: str | None = None,
     planned: Sequence[PlannedFile] | None = None,
 ) -> NormalizeResult:
-    """Normalize one source. `files` come from `datakit.shuffle.list_files` (FileInfo: path, size);
+    """Normalize one source. `files` come from `datakit.core.listing.list_files` (anything with path and size);
     `root` (default: their common directory) is what relative names in outputs are relative to.
 
     Raises NormalizeError (with `.result`) when every record was dropped or rejects exceed
@@ -356,7 +345,7 @@ def normalize_source(
     refs, hidden = file_refs(files, _local_abspath(root) if root else None)
     if not refs:
         raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
-                             "dot-files or under dot-directories)")
+                             "hidden: a name or folder starting with '.' or '_')")
     if planned is not None:
         refs = check_planned(name, fmt, refs, planned)
     nn = output_shards(refs, cfg.target_shard_bytes)
@@ -483,4 +472,4 @@ def _check(result: NormalizeResult, fields_seen: dict[str, int], text_field: str
             f"[{reasons}]. See {rejects_path} (file, line, offset, reason, excerpt per record).", result)
 
 
-__all__ = ["normalize_source", "file_refs", "common_root", "pack_shards", "plan_parquet", "read_stage"]
+__all__ = ["normalize_source", "file_refs", "pack_shards", "plan_parquet", "read_stage"]

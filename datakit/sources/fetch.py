@@ -45,8 +45,9 @@ from typing import Any
 import fsspec
 
 from datakit.manifest import SourceSpec
-from datakit.core.fsio import stream_digest
-from datakit.core.uris import USER_AGENT, RemoteFile, is_http, is_remote, list_files, local_path
+from datakit.core.fsio import local_path, stream_digest
+from datakit.core.listing import FileInfo, is_http
+from datakit.core.uris import USER_AGENT, is_remote, list_source_files
 
 __all__ = [
     "FetchError",
@@ -189,19 +190,19 @@ def _provenance_of(f: FetchedFile) -> dict[str, Any]:
 # pins
 
 
-def _pin_for(spec: SourceSpec, rf: RemoteFile) -> str | None:
+def _pin_for(spec: SourceSpec, rf: FileInfo) -> str | None:
     pins = spec.sha256
     if pins is None:
         return None
     if isinstance(pins, str):
         return pins
-    for key in (rf.name, rf.path, posixpath.basename(rf.name)):
+    for key in (rf.rel, rf.path, posixpath.basename(rf.rel)):
         if key in pins:
             return pins[key]
     return None
 
 
-def _check_pins(spec: SourceSpec, files: list[RemoteFile]) -> None:
+def _check_pins(spec: SourceSpec, files: list[FileInfo]) -> None:
     """Every pin must name a listed file: a pin that matches nothing means a file went missing."""
     pins = spec.sha256
     if pins is None:
@@ -213,7 +214,7 @@ def _check_pins(spec: SourceSpec, files: list[RemoteFile]) -> None:
                 "map file names to digests instead"
             )
         return
-    known = {k for rf in files for k in (rf.name, rf.path, posixpath.basename(rf.name))}
+    known = {k for rf in files for k in (rf.rel, rf.path, posixpath.basename(rf.rel))}
     missing = sorted(k for k in pins if k not in known)
     if missing:
         raise FetchError(f"source {spec.name!r}: pinned file(s) not found at {spec.uri}: {', '.join(missing)}")
@@ -471,7 +472,7 @@ class _Partial:
         self.size = 0
         self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
 
-    def receive(self, rf: RemoteFile, head: Upstream, chunk_size: int, timeout: float,
+    def receive(self, rf: FileInfo, head: Upstream, chunk_size: int, timeout: float,
                 stop: threading.Event) -> Upstream:
         """One GET (a Range GET when bytes are already here); returns what that response announced."""
         if is_http(rf.path):
@@ -491,7 +492,7 @@ class _Partial:
         return got
 
 
-def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: str | None,
+def _check_complete(rf: FileInfo, part: _Partial, expected: int | None, md5: str | None,
                     pin: str | None) -> None:
     """Raise unless the received bytes are the whole, intact file: the announced length (GET, HEAD or
     the listing), the store's MD5, the pinned sha256."""
@@ -512,7 +513,7 @@ def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: s
         )
 
 
-def _reuse_existing(rf: RemoteFile, pin: str | None, dest: _Dest, final: str, announced: int | None,
+def _reuse_existing(rf: FileInfo, pin: str | None, dest: _Dest, final: str, announced: int | None,
                     chunk_size: int, stats: _Stats) -> FetchedFile | None:
     """A file under its final name was complete when renamed; reuse it if it still matches what the
     upstream announces now (length) and the pin. A different answer re-downloads, never reuses."""
@@ -525,13 +526,13 @@ def _reuse_existing(rf: RemoteFile, pin: str | None, dest: _Dest, final: str, an
             stats.add("files")
             stats.add("bytes", size)
             stats.add("skipped_existing")
-            return FetchedFile(rf.name, final, rf.path, size, digest, announced)
+            return FetchedFile(rf.rel, final, rf.path, size, digest, announced)
     log.info("re-downloading %s: existing copy does not match the upstream answer or the pin", rf.path)
     return None
 
 
 def _fetch_one(
-    rf: RemoteFile,
+    rf: FileInfo,
     pin: str | None,
     dest: _Dest,
     *,
@@ -544,7 +545,7 @@ def _fetch_one(
 ) -> FetchedFile:
     """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
     verify against every signal there is, publish by rename. Never publishes a partial file."""
-    final = dest.path(FILES_DIR, *rf.name.split("/"))
+    final = dest.path(FILES_DIR, *rf.rel.split("/"))
     dest.makedirs(os.path.dirname(final) if dest.local else posixpath.dirname(final))
     head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
     existing = _reuse_existing(rf, pin, dest, final, head.length if head.length is not None else rf.size,
@@ -576,7 +577,7 @@ def _fetch_one(
             stats.add("files")
             stats.add("bytes", part.size)
             stats.add("downloaded_files")
-            return FetchedFile(rf.name, final, rf.path, part.size, part.sha.hexdigest(), expected,
+            return FetchedFile(rf.rel, final, rf.path, part.size, part.sha.hexdigest(), expected,
                                upstream.etag)
     finally:
         part.dest.discard(part.tmp)  # nothing left behind (a no-op once published)
@@ -587,7 +588,7 @@ def _fetch_one(
 # a source
 
 
-def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) -> FetchResult:
+def _local_result(spec: SourceSpec, files: list[FileInfo], chunk_size: int) -> FetchResult:
     """Local sources are not copied; sha256 is computed (and checked) only where pinned."""
     out: list[FetchedFile] = []
     for rf in files:
@@ -600,7 +601,7 @@ def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) ->
                 digest = stream_digest(f, hashlib.sha256(), chunk_size)
             if digest != pin:
                 raise FetchError(f"{path}: sha256 mismatch: expected {pin}, got {digest}", url=path)
-        out.append(FetchedFile(rf.name, path, rf.path, size, digest))
+        out.append(FetchedFile(rf.rel, path, rf.path, size, digest))
     counters = {"files": len(out), "bytes": sum(f.size for f in out), "downloaded_files": 0,
                 "skipped_existing": 0, "retries": 0}
     uri = spec.uri if isinstance(spec.uri, str) else list(spec.uri)
@@ -609,11 +610,11 @@ def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) ->
 
 def _list_with_retries(
     spec: SourceSpec, uri: str | list[str], policy: RetryPolicy, sleep: Callable[[float], None]
-) -> list[RemoteFile]:
+) -> list[FileInfo]:
     """The source's listing; a flaky object-store listing is retried like a download."""
     for attempt in range(policy.attempts):
         try:
-            return list_files(uri, exclude=spec.exclude, max_files=spec.max_files)
+            return list_source_files(uri, exclude=spec.exclude, max_files=spec.max_files)
         except (FileNotFoundError, PermissionError, ImportError, ValueError) as exc:
             raise FetchError(f"source {spec.name!r}: {exc}", url=str(uri)) from None
         except (OSError, TimeoutError) as exc:
@@ -675,11 +676,11 @@ def fetch_source(
                 if not f.cancelled() and f.exception() is not None and not isinstance(f.exception(), _Cancelled)
             ]
             # Report the first real failure in file order, so the message is deterministic.
-            first = min(failed, key=lambda f: futures[f].name)
+            first = min(failed, key=lambda f: futures[f].rel)
             raise first.exception()  # type: ignore[misc]
         for f, rf in futures.items():
-            results[rf.name] = f.result()
-    fetched = [results[rf.name] for rf in files]
+            results[rf.rel] = f.result()
+    fetched = [results[rf.rel] for rf in files]
     result = FetchResult(spec.name, uri, spec.revision, out_dir, False, fetched, dict(stats.values))
     dest.write_bytes_atomic(
         dest.path(PROVENANCE_FILE),

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from datakit.core import fsio
+from datakit.core.listing import common_root, relative_to
 
 DIGEST_CHARS = 20
 RACY_WINDOW_S = 2.0
@@ -119,8 +120,8 @@ def relative_names(paths: list[str]) -> dict[str, str]:
     """absolute path -> name relative to the files' common parent dir (POSIX separators)."""
     if not paths:
         return {}
-    root = os.path.commonpath([os.path.dirname(p) for p in paths])
-    return {p: os.path.relpath(p, root).replace(os.sep, "/") for p in paths}
+    root = common_root(paths)
+    return {p: relative_to(p, root) for p in paths}
 
 
 class HashCache:
