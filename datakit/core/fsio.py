@@ -69,9 +69,14 @@ def store_url(url: str) -> str:
     return path if is_local(url) else fs.unstrip_protocol(path)
 
 
-def join(root: str, *parts: str) -> str:
-    """A path under ``root``: '/'-joined, for local paths and URLs alike."""
-    return posixpath.join(root, *parts)
+def join(root: str | os.PathLike, *rel: str) -> str:
+    """``root/rel...`` with one slash between parts, for local paths and URLs alike (no os.sep: an
+    fsspec URL always uses "/", and the same string must come out on every platform)."""
+    root = os.fspath(root)
+    parts = [p for p in rel if p]
+    if not root:
+        return "/".join(parts)
+    return "/".join([root.rstrip("/"), *parts])
 
 
 def _transient(exc: BaseException) -> bool:
@@ -193,8 +198,14 @@ def open_read(path: str) -> IO[bytes]:
     """Open a file for reading. Remote: one HEAD for the size, then ranged GETs of up to 8 MB as read."""
     if is_local(path):
         return open(local_path(path), "rb")
-    size = retrying("stat", path, lambda: int(fs_for(path).size(path)))
-    return io.BufferedReader(_RemoteRange(path, 0, size), READ_CHUNK_BYTES)
+    return io.BufferedReader(_RemoteRange(path, 0, size(path)), READ_CHUNK_BYTES)
+
+
+def size(path: str) -> int:
+    """A file's size in bytes (FileNotFoundError when it is not there): one HEAD on object stores."""
+    if is_local(path):
+        return os.path.getsize(local_path(path))
+    return retrying("stat", path, lambda: int(fs_for(path).size(path)))
 
 
 def read_bytes(path: str) -> bytes:

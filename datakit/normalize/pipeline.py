@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
-from datakit.core.fsio import exists, fs_for, is_local, open_read
+from datakit.core.fsio import exists, is_dir, is_local, join, list_names, makedirs, open_read, remove
 from datakit.core.listing import common_root, is_hidden
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.sources.readers import (
@@ -268,43 +268,29 @@ def _local_abspath(path: str) -> str:
     return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
 
 
-def _rm_tree(path: str) -> None:
-    fs = fs_for(path)
-    if exists(path):
-        fs.rm(path, recursive=True)
-
-
 def _clear_outputs(out_dir: str, keep: str) -> None:
     """Remove what an earlier attempt left under outputs/ (the step owns out_dir), except `keep`."""
     outputs = DocumentsDir(out_dir).outputs
     if not exists(outputs):
         return
-    fs = fs_for(outputs)
-    keep_parts = keep.rstrip("/").split("/")
+    _clear_except(outputs, keep.rstrip("/"))
 
-    def walk(path: str) -> None:
-        for child in fs.ls(path, detail=False):
-            child = child if is_local(outputs) else fs.unstrip_protocol(child)
-            if keep.rstrip("/") == child.rstrip("/"):
-                continue
-            depth = len(child.rstrip("/").split("/"))
-            if keep_parts[:depth] == child.rstrip("/").split("/") and fs.isdir(child):
-                walk(child)  # an ancestor of `keep`: descend
-            else:
-                fs.rm(child, recursive=True)
 
-    walk(outputs)
+def _clear_except(path: str, keep: str) -> None:
+    """Remove everything under ``path`` but ``keep`` (and the folders leading to it)."""
+    for name in list_names(path):
+        child = join(path, name)
+        if child == keep:
+            continue
+        if keep.startswith(child + "/") and is_dir(child):
+            _clear_except(child, keep)  # an ancestor of `keep`: descend
+        else:
+            remove(child)
 
 
 def _list_staged(dir_path: str) -> list[str]:
     """The read tasks' staged reject files (``work_part_name``), in task order."""
-    if not exists(dir_path):
-        return []
-    fs = fs_for(dir_path)
-    names = [p for p in fs.ls(dir_path, detail=False) if parse_work_part_name(p) is not None]
-    if not is_local(dir_path):
-        names = [fs.unstrip_protocol(p) for p in names]
-    return sorted(names)
+    return [join(dir_path, n) for n in list_names(dir_path) if parse_work_part_name(n) is not None]
 
 
 def _rewrite_job(job: tuple[str, pa.Schema]) -> str:
@@ -383,7 +369,7 @@ def normalize_source(
     docs = DocumentsDir(out_dir)
     staging = docs.rejects_staging(token)
     _clear_outputs(out_dir, keep=staging)
-    fs_for(staging).makedirs(staging, exist_ok=True)
+    makedirs(staging)
     ds = (
         Dataset.from_shards(shards, labels=[_label(s) for s in shards])
         .map_shard(partial(read_stage, fmt=fmt, opts=opts, spec=spec, staging_dir=staging))
@@ -419,7 +405,7 @@ def normalize_source(
     staged = _list_staged(staging)
     rejects_rel = DocumentsDir.rel_part("rejects", 0, 1)
     consolidate_rejects(staged, docs.part("rejects", 0, 1))
-    _rm_tree(docs.rejects_staging())
+    remove(docs.rejects_staging())
 
     # ---- counters and result
     raw_counters = run.counters

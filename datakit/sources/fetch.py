@@ -36,7 +36,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 import fsspec
 
 from datakit.manifest import SourceSpec
+from datakit.core import fsio
 from datakit.core.fsio import local_path, stream_digest
 from datakit.core.listing import FileInfo, is_http
 from datakit.core.uris import USER_AGENT, is_remote, list_source_files
@@ -379,66 +379,10 @@ def _fsspec_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream
 # writing
 
 
-class _Dest:
-    """The output directory, local or fsspec; temp files are dot-files (never read as data)."""
-
-    def __init__(self, out_dir: str):
-        self.local = not is_remote(out_dir)
-        self.root = os.path.abspath(local_path(out_dir)) if self.local else out_dir.rstrip("/")
-        self.fs = None if self.local else fsspec.core.url_to_fs(out_dir)[0]
-
-    def path(self, *parts: str) -> str:
-        return posixpath.join(self.root, *parts) if not self.local else os.path.join(self.root, *parts)
-
-    def makedirs(self, path: str) -> None:
-        if self.local:
-            os.makedirs(path, exist_ok=True)
-        else:
-            self.fs.makedirs(path, exist_ok=True)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path) if self.local else self.fs.exists(path)
-
-    def size(self, path: str) -> int:
-        return os.path.getsize(path) if self.local else int(self.fs.info(path)["size"])
-
-    def open(self, path: str, mode: str):
-        return open(path, mode) if self.local else self.fs.open(path, mode)
-
-    def temp_for(self, path: str) -> str:
-        head, tail = os.path.split(path) if self.local else posixpath.split(path)
-        name = f".{tail}.tmp-{uuid.uuid4().hex[:12]}"
-        return os.path.join(head, name) if self.local else posixpath.join(head, name)
-
-    def commit(self, tmp: str, path: str) -> None:
-        if self.local:
-            os.replace(tmp, path)
-        else:
-            self.fs.mv(tmp, path)
-
-    def discard(self, tmp: str) -> None:
-        try:
-            if self.local:
-                os.unlink(tmp)
-            else:
-                self.fs.rm(tmp)
-        except FileNotFoundError:
-            pass
-
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        tmp = self.temp_for(path)
-        try:
-            with self.open(tmp, "wb") as f:
-                f.write(data)
-        except BaseException:
-            self.discard(tmp)
-            raise
-        self.commit(tmp, path)
-
-
-def _sha256_of(dest: _Dest, path: str, chunk_size: int) -> str:
-    with dest.open(path, "rb") as f:
-        return stream_digest(f, hashlib.sha256(), chunk_size)
+def _dest_root(out_dir: str) -> str:
+    """Where a download goes: an absolute local path, or the URL as given (its files are written through
+    `datakit.core.fsio`, so every remote call is retried and no upload is left half done)."""
+    return out_dir.rstrip("/") if is_remote(out_dir) else os.path.abspath(local_path(out_dir))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -461,14 +405,14 @@ class _Partial:
     """The temp file of one download in progress: the bytes so far and their sha256/md5. It is never
     published unless complete and verified; a broken transfer resumes from its end (Range)."""
 
-    def __init__(self, dest: _Dest, final: str):
-        self.dest, self.tmp = dest, dest.temp_for(final)
+    def __init__(self, final: str):
+        f, self.tmp = fsio.open_atomic(final)  # a local file: beside `final`, or in TMPDIR for a remote one
+        f.close()
         self.size = 0
         self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
 
     def reset(self) -> None:
         """Forget what was received (the server restarted from byte 0, or the bytes were wrong)."""
-        self.dest.discard(self.tmp)
         self.size = 0
         self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
 
@@ -481,7 +425,7 @@ class _Partial:
             got, offset, chunks = _fsspec_chunks(rf.path, chunk_size, self.size)
         if offset == 0 and self.size:
             self.reset()  # the server sent the whole file again: start over
-        with self.dest.open(self.tmp, "ab" if self.size else "wb") as out:
+        with open(self.tmp, "ab" if self.size else "wb") as out:
             for data in chunks:
                 if stop.is_set():
                     raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
@@ -513,15 +457,15 @@ def _check_complete(rf: FileInfo, part: _Partial, expected: int | None, md5: str
         )
 
 
-def _reuse_existing(rf: FileInfo, pin: str | None, dest: _Dest, final: str, announced: int | None,
-                    chunk_size: int, stats: _Stats) -> FetchedFile | None:
+def _reuse_existing(rf: FileInfo, pin: str | None, final: str, announced: int | None,
+                    stats: _Stats) -> FetchedFile | None:
     """A file under its final name was complete when renamed; reuse it if it still matches what the
     upstream announces now (length) and the pin. A different answer re-downloads, never reuses."""
-    if not dest.exists(final):
+    if not fsio.exists(final):
         return None
-    size = dest.size(final)
+    size = fsio.size(final)
     if announced is None or size == announced:
-        digest = _sha256_of(dest, final, chunk_size)
+        digest = fsio.sha256_file(final)
         if pin is None or digest == pin:
             stats.add("files")
             stats.add("bytes", size)
@@ -534,7 +478,7 @@ def _reuse_existing(rf: FileInfo, pin: str | None, dest: _Dest, final: str, anno
 def _fetch_one(
     rf: FileInfo,
     pin: str | None,
-    dest: _Dest,
+    root: str,
     *,
     chunk_size: int,
     timeout: float,
@@ -545,14 +489,13 @@ def _fetch_one(
 ) -> FetchedFile:
     """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
     verify against every signal there is, publish by rename. Never publishes a partial file."""
-    final = dest.path(FILES_DIR, *rf.rel.split("/"))
-    dest.makedirs(os.path.dirname(final) if dest.local else posixpath.dirname(final))
+    final = fsio.join(root, FILES_DIR, *rf.rel.split("/"))
+    fsio.makedirs(posixpath.dirname(final))
     head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
-    existing = _reuse_existing(rf, pin, dest, final, head.length if head.length is not None else rf.size,
-                               chunk_size, stats)
+    existing = _reuse_existing(rf, pin, final, head.length if head.length is not None else rf.size, stats)
     if existing is not None:
         return existing
-    part = _Partial(dest, final)
+    part = _Partial(final)
     last_exc: _Transient | None = None
     try:
         for attempt in range(policy.attempts):
@@ -573,14 +516,14 @@ def _fetch_one(
                 if exc.restart:
                     part.reset()
                 continue
-            dest.commit(part.tmp, final)
+            fsio.commit(part.tmp, final)
             stats.add("files")
             stats.add("bytes", part.size)
             stats.add("downloaded_files")
             return FetchedFile(rf.rel, final, rf.path, part.size, part.sha.hexdigest(), expected,
                                upstream.etag)
     finally:
-        part.dest.discard(part.tmp)  # nothing left behind (a no-op once published)
+        fsio.discard(part.tmp)  # nothing left behind (a no-op once published)
     raise FetchError(f"{rf.path}: failed after {policy.attempts} attempts: {last_exc}", url=rf.path)
 
 
@@ -652,15 +595,15 @@ def fetch_source(
     if not spec.remote:
         return _local_result(spec, files, chunk_size)
 
-    dest = _Dest(out_dir)
-    dest.makedirs(dest.path(FILES_DIR))
+    root = _dest_root(out_dir)
+    fsio.makedirs(fsio.join(root, FILES_DIR))
     stats = _Stats()
     stop = threading.Event()
     results: dict[str, FetchedFile] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="datakit-fetch") as pool:
         futures = {
             pool.submit(
-                _fetch_one, rf, _pin_for(spec, rf), dest, chunk_size=chunk_size, timeout=timeout,
+                _fetch_one, rf, _pin_for(spec, rf), root, chunk_size=chunk_size, timeout=timeout,
                 policy=policy, stats=stats, stop=stop, sleep=sleep,
             ): rf
             for rf in files
@@ -682,8 +625,8 @@ def fetch_source(
             results[rf.rel] = f.result()
     fetched = [results[rf.rel] for rf in files]
     result = FetchResult(spec.name, uri, spec.revision, out_dir, False, fetched, dict(stats.values))
-    dest.write_bytes_atomic(
-        dest.path(PROVENANCE_FILE),
+    fsio.atomic_write_bytes(
+        fsio.join(root, PROVENANCE_FILE),
         (json.dumps(result.provenance(), indent=2, sort_keys=True) + "\n").encode(),
     )
     return result

@@ -16,7 +16,6 @@ the rest; the ledger (the commit point) is written last, once every shard is don
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -30,7 +29,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
-from datakit.core.fsio import copy_file, is_dir
+from datakit.core.fsio import copy_file, is_dir, sha256_file
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
@@ -387,7 +386,7 @@ def _clear_foreign_files(split_dir: str, total: int) -> None:
     keep = set()
     for i in range(total):
         keep.update(C.shard_file_names(i, total).values())
-    for n in C.listdir(split_dir):
+    for n in C.list_names(split_dir):
         if (n.startswith(TokenCacheDir.SHARD_PREFIX) and n not in keep) or n.startswith(".tmp-"):
             C.remove(C.join(split_dir, n))
 
@@ -441,7 +440,7 @@ def tokenize_source(
     for s in SPLITS:
         C.makedirs(cache_dir.split(s))
     tok_copy = cache_dir.tokenizer
-    if not C.exists(tok_copy) or _sha256_of(tok_copy) != identity.sha256:
+    if not C.exists(tok_copy) or sha256_file(tok_copy) != identity.sha256:
         copy_file(_tokenizer_file(tokenizer_path), tok_copy)
     threads = threads or _default_threads(exec_config, total)
     if batch_bytes is None:
@@ -508,9 +507,3 @@ def _tokenizer_file(path_or_url: str) -> str:
     if is_dir(path_or_url):
         return path_or_url.rstrip("/") + "/" + TOKENIZER_FILE
     return path_or_url
-
-
-def _sha256_of(path: str) -> str:
-    with C.open_read(path) as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
