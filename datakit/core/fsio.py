@@ -201,6 +201,13 @@ def open_read(path: str) -> IO[bytes]:
     return io.BufferedReader(_RemoteRange(path, 0, size(path)), READ_CHUNK_BYTES)
 
 
+def info(path: str) -> dict:
+    """What the store records for a file (size, and on object stores its ETag / checksums): one HEAD."""
+    if is_local(path):
+        return {"name": path, "size": os.path.getsize(local_path(path)), "type": "file"}
+    return retrying("stat", path, lambda: dict(fs_for(path).info(path)))
+
+
 def size(path: str) -> int:
     """A file's size in bytes (FileNotFoundError when it is not there): one HEAD on object stores."""
     if is_local(path):

@@ -15,7 +15,8 @@ Why each piece:
   (sorted keys, no timestamps: the same download gives the same bytes).
 
 http(s) goes through urllib (stdlib), which reports status codes exactly; every other non-local
-protocol (gs://, s3://, memory://, ...) goes through fsspec. Local sources are read in place.
+protocol (gs://, s3://, memory://, ...) goes through `datakit.core.fsio` (fsspec under it). Local sources are
+read in place.
 
 Layout written under ``out_dir``: ``files/<relative name>`` for the data, ``provenance.json``.
 """
@@ -41,7 +42,6 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
 
 from datakit.manifest import SourceSpec
 from datakit.core import fsio
@@ -340,13 +340,14 @@ def _store_md5(info: dict) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _fsspec_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream, int, Any]:
-    """Open ``path`` on its fsspec store at byte ``start``; (what the store says, start, chunks)."""
+def _store_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream, int, Any]:
+    """Open ``path`` on its store at byte ``start``, through fsio (every GET retried, in ranges);
+    (what the store says, start, chunks)."""
     try:
-        fs, p = fsspec.core.url_to_fs(path)
-        info = fs.info(p)
-        f = fs.open(p, "rb", block_size=chunk_size)
-        if start:
+        info = fsio.info(path)
+        size = info.get("size")
+        f = fsio.open_range(path, start, int(size) - start) if size is not None else fsio.open_read(path)
+        if start and size is None:
             f.seek(start)
     except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         raise FetchError(f"{path}: {type(exc).__name__}: {exc}", url=path) from None
@@ -422,7 +423,7 @@ class _Partial:
         if is_http(rf.path):
             got, offset, chunks = _http_chunks(rf.path, chunk_size, timeout, self.size, head.etag)
         else:
-            got, offset, chunks = _fsspec_chunks(rf.path, chunk_size, self.size)
+            got, offset, chunks = _store_chunks(rf.path, chunk_size, self.size)
         if offset == 0 and self.size:
             self.reset()  # the server sent the whole file again: start over
         with open(self.tmp, "ab" if self.size else "wb") as out:

@@ -29,7 +29,6 @@ from datakit.core.fsio import (
     atomic_write_bytes,
     commit,
     exists,
-    fs_for as fs_of,  # noqa: F401 (inspection lists caches through it)
     is_local,
     list_names,
     local_path,
@@ -38,6 +37,7 @@ from datakit.core.fsio import (
     open_read,
     read_bytes,
     remove,
+    walk,  # noqa: F401 (inspection lists caches through it)
     xxh3_file,
 )
 from datakit.core.layout import TokenCacheDir
