@@ -305,8 +305,8 @@ def _built_steps(s3, out: str) -> set[str]:
 
 def test_listing_is_one_request_with_sizes_and_no_stat(store):
     """Both listers (the engine's and the sources') get names and sizes from one LIST call."""
-    from datakit.core.uris import list_files as list_source_files
-    from datakit.shuffle.io import list_files
+    from datakit.core.uris import list_source_files
+    from datakit.shuffle import list_files
 
     root = f"{BUCKET}/listing-{uuid.uuid4().hex[:8]}"
     s3 = _s3fs()

@@ -378,7 +378,7 @@ def test_full_disk_mid_step_fails_cleanly_with_one_line_and_no_leftovers(tmp_pat
     assert r.exit_code == 1, r.output
     assert "no space left on device" in r.output and "Traceback" not in r.output
     step_dir = next((tiny_tmpfs / "out").glob("normalize-big-*"))
-    assert read_status(datakit.steps.storage.open_prefix(str(step_dir))[0], str(step_dir))["status"] == "FAILED"
+    assert read_status(str(step_dir))["status"] == "FAILED"
     assert leftovers(tiny_tmpfs) == []
 
 
@@ -500,8 +500,7 @@ def test_waiting_on_another_runs_lease_is_said(tmp_path: Path):
     step = Step("slow", lambda ctx: {"counters": {}}, {"x": 1})
     d = tmp_path / step.dirname
     d.mkdir(parents=True)
-    fs = datakit.steps.storage.open_prefix(str(tmp_path))[0]
-    other = Lease(fs, str(d), timeout_s=30)
+    other = Lease(str(d), timeout_s=30)
     other.acquire()
     events: list[dict] = []
     timer = threading.Timer(0.5, other.release)

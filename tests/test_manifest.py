@@ -12,7 +12,7 @@ import pytest
 
 from datakit.manifest import Manifest, ManifestError, ManifestInvalid, SourceSpec
 from datakit.pipeline import load_manifest, manifest_from_dict, validate_manifest
-from datakit.core.uris import SourceNotFound, is_remote, list_files
+from datakit.core.uris import SourceNotFound, is_remote, list_source_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -812,14 +812,14 @@ def test_memory_uri_reachability():
 
 def test_list_files_order_dotfiles_exclude_max(corpus: Path):
     data = corpus / "data"
-    files = list_files(str(data))
-    assert [f.name for f in files] == ["a.jsonl", "b.jsonl", "sub/c.jsonl"]
+    files = list_source_files(str(data))
+    assert [f.rel for f in files] == ["a.jsonl", "b.jsonl", "sub/c.jsonl"]
     assert files[0].path == str(data / "a.jsonl") and files[0].size == len('{"text": "alpha"}\n')
-    assert [f.name for f in list_files(f"{data}/**/*.jsonl", exclude=["sub/*"])] == ["a.jsonl", "b.jsonl"]
-    assert [f.name for f in list_files(f"{data}/*.jsonl", max_files=1)] == ["a.jsonl"]
-    assert [f.name for f in list_files(f"file://{data}/b.jsonl")] == ["b.jsonl"]
+    assert [f.rel for f in list_source_files(f"{data}/**/*.jsonl", exclude=["sub/*"])] == ["a.jsonl", "b.jsonl"]
+    assert [f.rel for f in list_source_files(f"{data}/*.jsonl", max_files=1)] == ["a.jsonl"]
+    assert [f.rel for f in list_source_files(f"file://{data}/b.jsonl")] == ["b.jsonl"]
     with pytest.raises(SourceNotFound, match="no data files left"):
-        list_files(str(data / ".hidden.jsonl"))
+        list_source_files(str(data / ".hidden.jsonl"))
 
 
 def test_is_remote():

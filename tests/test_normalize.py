@@ -26,8 +26,9 @@ from datakit.normalize import (
     normalize_source,
 )
 from datakit.core.documents import content_id
+from datakit.core.listing import common_root
 from datakit.manifest import SourceSpec
-from datakit.normalize.pipeline import common_root, file_refs, output_shards, pack_shards
+from datakit.normalize.pipeline import file_refs, output_shards, pack_shards
 from datakit.shuffle import ExecConfig, FileInfo, list_files, route, encode_key
 from datakit.sources.readers import RawRecord, Reject
 
@@ -170,8 +171,8 @@ def test_planning_helpers():
     assert common_root(["/a/b/c/x.jsonl", "/a/b/d/y.jsonl"]) == "/a/b"
     assert common_root(["/a/b/x.jsonl"]) == "/a/b"
     assert common_root(["gs://bk/p/x", "gs://bk/p/q/y"]) == "gs://bk/p"
-    files = [FileInfo("/d/b.jsonl", 5), FileInfo("/d/.git/x.jsonl", 1), FileInfo("/d/a.jsonl", 7),
-             FileInfo("/d/sub/.tmp.jsonl", 1)]
+    files = [FileInfo("/d/b.jsonl", 5, "b.jsonl"), FileInfo("/d/.git/x.jsonl", 1, ".git/x.jsonl"),
+             FileInfo("/d/a.jsonl", 7, "a.jsonl"), FileInfo("/d/sub/.tmp.jsonl", 1, "sub/.tmp.jsonl")]
     refs, hidden = file_refs(files)
     assert [(r.index, r.rel, r.size) for r in refs] == [(0, "a.jsonl", 7), (1, "b.jsonl", 5)]
     assert hidden == 2
@@ -180,9 +181,10 @@ def test_planning_helpers():
     # output shards: one per target of estimated text; compressed files count 4x their size, and
     # the count never depends on the worker count (outputs are the same on every machine)
     mib = 2**20
-    plain, zst = file_refs([FileInfo("/d/a.jsonl", 150 * mib)])[0], file_refs([FileInfo("/d/a.jsonl.zst", 40 * mib)])[0]
+    plain = file_refs([FileInfo("/d/a.jsonl", 150 * mib, "a.jsonl")])[0]
+    zst = file_refs([FileInfo("/d/a.jsonl.zst", 40 * mib, "a.jsonl.zst")])[0]
     assert output_shards(plain, 64 * mib) == 3 and output_shards(zst, 64 * mib) == 3
-    assert output_shards(file_refs([FileInfo("/d/x.txt", 10)])[0], 64 * mib) == 1
+    assert output_shards(file_refs([FileInfo("/d/x.txt", 10, "x.txt")])[0], 64 * mib) == 1
     units = [(r, s) for r, s in zip(range(6), [10, 10, 10, 50, 1, 1])]
     assert pack_shards(units, 25, 100) == [[0, 1], [2], [3], [4, 5]]
     assert pack_shards(units, 1000, 2) == [[0, 1], [2, 3], [4, 5]]
@@ -465,7 +467,7 @@ def test_no_records_and_no_files_fail_clearly(tmp_path):
         normalize_source(src("cc", "warc"), files=list_files(str(d)), out_dir=str(tmp_path / "out"),
                          exec_config=LOCAL2)
     with pytest.raises(NormalizeError, match="no input files"):
-        normalize_source(src("cc", "warc"), files=[FileInfo(str(d / ".x.warc.gz"), 1)],
+        normalize_source(src("cc", "warc"), files=[FileInfo(str(d / ".x.warc.gz"), 1, ".x.warc.gz")],
                          out_dir=str(tmp_path / "out"))
     with pytest.raises(ValueError, match="unknown format"):
         normalize_source(src("cc", "csv"), files=list_files(str(d)), out_dir=str(tmp_path / "out"))

@@ -20,10 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from datakit.core.listing import is_hidden
 from datakit.normalize.config import NormalizeConfig
 from datakit.sources.readers import (
     CORRUPT, MALFORMED_JSON, NOT_AN_OBJECT, OVERSIZED, TRUNCATED, FileRef, RawRecord, Reject,
-    StreamBroken, decode_bytes, decode_html, html_to_text, is_hidden, iter_decompressed, read_file, read_html,
+    StreamBroken, decode_bytes, decode_html, html_to_text, iter_decompressed, read_file, read_html,
     read_jsonl, read_parquet, read_text, read_warc,
 )
 
@@ -467,6 +468,7 @@ def test_read_warc_zstd(tmp_path):
 def test_is_hidden_and_dispatch(tmp_path):
     assert is_hidden(".git/config") and is_hidden("a/.cache/x.jsonl") and is_hidden(".x.jsonl")
     assert not is_hidden("a/b/x.jsonl") and not is_hidden("./a.jsonl")
+    assert is_hidden("_SUCCESS") and is_hidden("out/_tmp/x.jsonl")  # one rule: '.' or '_', like every listing
     path = tmp_path / "one.jsonl"
     path.write_text('{"text": "x"}\n')
     assert len(list(read_file(ref(path), "jsonl"))) == 1

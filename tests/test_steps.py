@@ -624,12 +624,11 @@ def test_memory_filesystem_prefix():
 def test_lease_excludes_a_second_holder_until_release(tmp_path):
     import threading
 
-    fs = fsspec.filesystem("file")
-    a = Lease(fs, str(tmp_path), timeout_s=30)
+    a = Lease(str(tmp_path), timeout_s=30)
     a.acquire()
     got = threading.Event()
     waited: list = []
-    b = Lease(fs, str(tmp_path), timeout_s=30, poll_s=0.02)
+    b = Lease(str(tmp_path), timeout_s=30, poll_s=0.02)
     t = threading.Thread(target=lambda: (b.acquire(on_wait=waited.append), got.set()))
     t.start()
     assert not got.wait(0.3)  # b is blocked while a holds a live lease
@@ -643,11 +642,10 @@ def test_lease_excludes_a_second_holder_until_release(tmp_path):
 
 
 def test_stale_lease_is_taken_over_and_old_holder_learns_it_lost(tmp_path):
-    fs = fsspec.filesystem("file")
     # heartbeat far slower than the timeout: a's record goes stale although its process lives.
-    a = Lease(fs, str(tmp_path), timeout_s=0.2, heartbeat_s=60)
+    a = Lease(str(tmp_path), timeout_s=0.2, heartbeat_s=60)
     a.acquire()
-    b = Lease(fs, str(tmp_path), timeout_s=0.2, poll_s=0.02)
+    b = Lease(str(tmp_path), timeout_s=0.2, poll_s=0.02)
     b.acquire()
     assert b.gen == a.gen + 1
     with pytest.raises(LeaseLost, match="taken over"):

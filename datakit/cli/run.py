@@ -45,16 +45,16 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
     from datakit import pipeline
     from datakit.steps import ConfigError
-    from datakit.steps.storage import PrefixNotWritable
+    from datakit.core.fsio import PrefixNotWritable
 
     m = load(manifest)
     out = resolve_prefix(m, prefix, manifest is not None)
     try:
         pipeline.check_manifest(m)  # a manifest no stage can run is refused before the prefix is touched
         if not dry_run:  # a prefix that cannot be written costs one line, before anything is planned
-            from datakit.steps.storage import check_writable, open_prefix
+            from datakit.core.fsio import check_writable, store_url
 
-            check_writable(*open_prefix(out))
+            check_writable(store_url(out))
         plan = pipeline.build_plan(m, out, write_cache=not dry_run)
     except (ValueError, FileNotFoundError, ImportError) as e:
         click.echo(f"error: {e}", err=True)
@@ -101,7 +101,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 def _exit_on_disk_error(e: BaseException, prefix: str) -> None:
     """A prefix that cannot be written at all (read-only, no permission, full before anything ran):
     one line naming the path and what to do, exit 2. Returns for any other error (the caller re-raises)."""
-    from datakit.steps.storage import PrefixNotWritable, disk_problem
+    from datakit.core.fsio import PrefixNotWritable, disk_problem
 
     problem = e.problem if isinstance(e, PrefixNotWritable) else disk_problem(e)
     if problem is None:

@@ -1,30 +1,41 @@
-"""Small filesystem layer: local paths fast, everything else through fsspec; atomic publishes.
+"""The one way to the store: every read, write, exclusive create, append, removal and listing of the
+engine goes through this module, local paths fast, everything else through fsspec.
 
-Every output the engine writes goes to a temporary name first and is renamed into place, so a crash
-leaves nothing a rerun would mistake for a finished file. On object stores (gs://, s3://) an output is
-written to a local temporary file (the only local footprint: spill) and uploaded in one request when it
-is complete, straight to its final name: a PUT becomes visible only when it completes, which gives the
-same guarantee without a copy + delete "rename", and the upload can be retried as a whole.
+Atomic publishes. Every output goes to a temporary name first and is renamed into place, so a crash
+leaves nothing a rerun would mistake for a finished file. Local disks get temp + fsync + rename, and
+``link()`` for create-if-absent (atomic AND the target appears with its full content). On object stores
+(gs://, s3://) an output is one PUT straight to its final name (a small record: `atomic_write_bytes`;
+a streamed output: a local temporary file, the only local footprint, uploaded by `commit`): a PUT becomes
+visible only when it completes, which gives the same guarantee without a copy + delete "rename", and it
+can be retried as a whole. Exclusive create is a conditional PUT (If-None-Match) where the store has it.
 
-Object stores go away for seconds at a time (a restart, a network blip, throttling). Every remote call
-made here goes through `retrying`: exponential backoff over `DATAKIT_STORE_RETRY_S` seconds (default
-60), then `StoreUnavailable` naming the URL and what to do. Remote reads are ranged GETs of bounded
-chunks (`open_read`, `open_range`), so a reader fetches only the bytes it asks for and a dropped
-connection costs one chunk, re-fetched on retry, never the whole file.
+Bounded waits. Object stores go away for seconds at a time (a restart, a network blip, throttling).
+Every remote call made here goes through `retrying`: exponential backoff over `DATAKIT_STORE_RETRY_S`
+seconds (default 60), then `StoreUnavailable` naming the URL and what to do. No remote file object is
+left for a destructor to flush: writes are single puts or uploads of closed local files. Remote reads
+are ranged GETs of bounded chunks (`open_read`, `open_range`), so a reader fetches only the bytes it asks
+for and a dropped connection costs one chunk, re-fetched on retry, never the whole file.
+
+Paths are strings: a local path (or file:// URL) or an fsspec URL; `store_url` gives a prefix's canonical
+form and `join` appends to either. Full and read-only disks are classified here too (`disk_problem`), so
+one clear line replaces a chained traceback wherever a write fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
+import posixpath
 import shutil
 import socket
 import tempfile
 import time
 import uuid
-from typing import IO, Callable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import IO, Callable, Iterator, Sequence, TypeVar
 
 import fsspec
 
@@ -48,6 +59,24 @@ def local_path(path: str) -> str:
 def fs_for(path: str):
     fs, _ = fsspec.core.url_to_fs(path)
     return fs
+
+
+def store_url(url: str) -> str:
+    """The canonical form of a prefix: an absolute local path, or a protocol URL without a trailing
+    slash. Why: step dirs and reports name the same place the same way however the user typed it."""
+    fs, path = fsspec.core.url_to_fs(url)
+    path = path.rstrip("/") or "/"
+    return path if is_local(url) else fs.unstrip_protocol(path)
+
+
+def join(root: str | os.PathLike, *rel: str) -> str:
+    """``root/rel...`` with one slash between parts, for local paths and URLs alike (no os.sep: an
+    fsspec URL always uses "/", and the same string must come out on every platform)."""
+    root = os.fspath(root)
+    parts = [p for p in rel if p]
+    if not root:
+        return "/".join(parts)
+    return "/".join([root.rstrip("/"), *parts])
 
 
 def _transient(exc: BaseException) -> bool:
@@ -169,8 +198,21 @@ def open_read(path: str) -> IO[bytes]:
     """Open a file for reading. Remote: one HEAD for the size, then ranged GETs of up to 8 MB as read."""
     if is_local(path):
         return open(local_path(path), "rb")
-    size = retrying("stat", path, lambda: int(fs_for(path).size(path)))
-    return io.BufferedReader(_RemoteRange(path, 0, size), READ_CHUNK_BYTES)
+    return io.BufferedReader(_RemoteRange(path, 0, size(path)), READ_CHUNK_BYTES)
+
+
+def info(path: str) -> dict:
+    """What the store records for a file (size, and on object stores its ETag / checksums): one HEAD."""
+    if is_local(path):
+        return {"name": path, "size": os.path.getsize(local_path(path)), "type": "file"}
+    return retrying("stat", path, lambda: dict(fs_for(path).info(path)))
+
+
+def size(path: str) -> int:
+    """A file's size in bytes (FileNotFoundError when it is not there): one HEAD on object stores."""
+    if is_local(path):
+        return os.path.getsize(local_path(path))
+    return retrying("stat", path, lambda: int(fs_for(path).size(path)))
 
 
 def read_bytes(path: str) -> bytes:
@@ -216,24 +258,35 @@ class _Limited(io.RawIOBase):
         super().close()
 
 
-def makedirs(path: str) -> None:
-    if is_local(path):
-        os.makedirs(local_path(path), exist_ok=True)
-    else:
-        retrying("makedirs", path, lambda: fs_for(path).makedirs(path, exist_ok=True))
-
-
-def remove_tree(path: str) -> None:
-    """Delete a directory and everything under it (local or remote); a missing one is fine. Remote: one
-    listing and batched deletes (S3's DeleteObjects takes 1,000 keys a request)."""
-    if is_local(path):
-        shutil.rmtree(local_path(path), ignore_errors=True)
-        return
-    fs = fs_for(path)
+def read_if_exists(path: str) -> bytes | None:
+    """A whole small file's bytes, or None when it does not exist (a normal state for markers)."""
     try:
-        retrying("delete", path, lambda: fs.rm(path, recursive=True))
+        return read_bytes(path)
     except FileNotFoundError:
-        pass
+        return None
+
+
+def read_table(path: str, columns: Sequence[str] | None = None):
+    """One parquet file as an Arrow table (only ``columns`` when given). Local: pyarrow reads the
+    path itself; remote: through `open_read`, so every ranged GET is retried like any other call."""
+    import pyarrow.parquet as pq
+
+    cols = list(columns) if columns is not None else None
+    if is_local(path):
+        return pq.read_table(local_path(path), columns=cols)
+    with open_read(path) as f:
+        return pq.read_table(f, columns=cols)
+
+
+def read_parquet_metadata(path: str):
+    """A parquet file's footer (row counts, row groups, schema) without its data: one ranged read of
+    the tail on object stores."""
+    import pyarrow.parquet as pq
+
+    if is_local(path):
+        return pq.read_metadata(local_path(path))
+    with open_read(path) as f:
+        return pq.read_metadata(f)
 
 
 def exists(path: str) -> bool:
@@ -242,9 +295,114 @@ def exists(path: str) -> bool:
     return retrying("exists", path, lambda: fs_for(path).exists(path))
 
 
+def is_dir(path: str) -> bool:
+    if is_local(path):
+        return os.path.isdir(local_path(path))
+    return retrying("stat", path, lambda: fs_for(path).isdir(path))
+
+
+def list_names(directory: str) -> list[str]:
+    """Base names directly under ``directory``, sorted (empty if it does not exist), never from a
+    stale listing cache: markers and leases are read back right after a peer wrote them."""
+    if is_local(directory):
+        try:
+            return sorted(os.listdir(local_path(directory)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    return retrying("list", directory, lambda: _remote_names(directory))
+
+
+def _remote_names(directory: str) -> list[str]:
+    fs = fs_for(directory)
+    fs.invalidate_cache(directory)
+    try:
+        entries = fs.ls(directory, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
+
+
+def walk(directory: str) -> dict[str, int]:
+    """Every file under ``directory`` (relative '/'-separated path -> size), hidden ones included: what a
+    step dir holds (one listing on object stores). Data inputs are listed by `datakit.core.listing`."""
+    if is_local(directory):
+        base = local_path(directory)
+        out: dict[str, int] = {}
+        for root, _, names in os.walk(base):
+            for n in names:
+                full = os.path.join(root, n)
+                out[os.path.relpath(full, base).replace(os.sep, "/")] = os.path.getsize(full)
+        return out
+    return retrying("list", directory, lambda: _remote_walk(directory))
+
+
+def _remote_walk(directory: str) -> dict[str, int]:
+    fs, base = fsspec.core.url_to_fs(directory)
+    base = base.rstrip("/") + "/"
+    try:
+        found = fs.find(directory, withdirs=False, detail=True)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for path, info in found.items():
+        rel = str(path)[len(base):] if str(path).startswith(base) else posixpath.basename(str(path))
+        out[rel] = int(info.get("size") or 0)
+    return out
+
+
+# ---------------------------------------------------------------- writes
+
+
+def makedirs(path: str) -> None:
+    if is_local(path):
+        os.makedirs(local_path(path), exist_ok=True)
+    else:
+        retrying("makedirs", path, lambda: fs_for(path).makedirs(path, exist_ok=True))
+
+
+def remove(path: str) -> None:
+    """Delete a file or a whole tree (local or remote); already gone is fine (another cleaner got there
+    first). Remote: one listing and batched deletes (S3's DeleteObjects takes 1,000 keys a request)."""
+    if is_local(path):
+        p = local_path(path)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+        except FileNotFoundError:
+            pass
+        return
+    try:
+        retrying("delete", path, lambda: fs_for(path).rm(path, recursive=True))
+    except FileNotFoundError:
+        pass
+
+
+TEMP_MARK = ".tmp-"
+
+
 def tmp_name(path: str) -> str:
     head, tail = os.path.split(path)
-    return os.path.join(head, f".tmp-{uuid.uuid4().hex[:12]}-{tail}")
+    return os.path.join(head, f"{TEMP_MARK}{uuid.uuid4().hex[:12]}-{tail}")
+
+
+def is_temp_name(name: str) -> bool:
+    """Names our writers give unpublished files (``.tmp-*``, ``.<name>.tmp-*``): never outputs."""
+    return TEMP_MARK in name
+
+
+def remove_temp_files(directory: str, keep: Callable[[str], bool] = lambda name: False) -> int:
+    """Remove every unpublished temp file under ``directory`` except names ``keep`` protects (a live
+    lease's own temp file); returns how many. A failed attempt's temp files are garbage (they are never
+    renamed into place) and may be what filled the disk."""
+    removed = 0
+    for rel in walk(directory):
+        name = posixpath.basename(rel)
+        if is_temp_name(name) and not keep(name):
+            remove(join(directory, rel))
+            removed += 1
+    return removed
 
 
 def open_atomic(path: str) -> tuple[IO[bytes], str]:
@@ -283,28 +441,6 @@ def discard(tmp: str) -> None:
         pass
 
 
-def stream_digest(f: IO[bytes], h, chunk_bytes: int = 1 << 20) -> str:
-    """Hex digest of what is left of an open binary file, read in chunks (``h``: a fresh hashlib or
-    xxhash object): one loop for every content hash the pipeline keeps."""
-    while chunk := f.read(chunk_bytes):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-def sha256_file(path: str) -> str:
-    """Hex sha256 of a file's bytes, streamed (local or any fsspec URL)."""
-    with open_read(path) as f:
-        return stream_digest(f, hashlib.sha256())
-
-
-def xxh3_file(path: str) -> str:
-    """Hex xxh3-128 of a file's bytes, streamed: the fast checksum of outputs and token shards."""
-    import xxhash
-
-    with open_read(path) as f:
-        return stream_digest(f, xxhash.xxh3_128(), 4 << 20)
-
-
 @contextlib.contextmanager
 def atomic_output(path: str) -> Iterator[IO[bytes]]:
     """Write `path` through a temp file: published on success (local files fsynced first), discarded on error."""
@@ -327,7 +463,198 @@ def copy_file(src: str, dst: str) -> None:
         shutil.copyfileobj(f, out, 1 << 20)
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Publish `data` at `path` all at once."""
-    with atomic_output(path) as f:
-        f.write(data)
+def _write_temp(directory: str, data: bytes, tmp_prefix: str) -> str:
+    """A durable (fsynced) temp file holding `data` in `directory`; the caller renames or links it."""
+    fd, tmp = tempfile.mkstemp(dir=directory or ".", prefix=tmp_prefix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+    return tmp
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix. Local:
+    an fsynced temp file (named ``tmp_prefix``..., so a lease can protect its own) renamed into place;
+    remote: one retried PUT."""
+    if not is_local(path):
+        retrying("write", path, lambda: fs_for(path).pipe_file(path, data))
+        return
+    p = local_path(path)
+    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+    tmp = _write_temp(os.path.dirname(p), data, tmp_prefix)
+    try:
+        os.replace(tmp, p)
+    except BaseException:
+        _unlink_quiet(tmp)
+        raise
+
+
+def create_exclusive(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> bool:
+    """Create ``path`` holding ``data`` only if it does not exist. True if this call created it.
+
+    Local: write a temp file, then link() it to the target: link fails if the target exists, and the
+    target appears with its full content (O_EXCL alone would expose an empty file for a moment).
+    Remote: a conditional PUT (If-None-Match) where the store supports it; stores without it fall back
+    to check-then-put, which is best effort - the lease re-verifies after creating for that reason. A
+    retried PUT whose first try landed reads as "exists": the lease then waits out its own record."""
+    if is_local(path):
+        p = local_path(path)
+        tmp = _write_temp(os.path.dirname(p), data, tmp_prefix)
+        try:
+            os.link(tmp, p)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            _unlink_quiet(tmp)
+    try:
+        retrying("create", path, lambda: _put_if_absent(path, data))
+        return True
+    except FileExistsError:
+        return False
+
+
+def _put_if_absent(path: str, data: bytes) -> None:
+    fs = fs_for(path)
+    try:
+        fs.pipe_file(path, data, mode="create")
+    except (NotImplementedError, TypeError):  # a store without conditional puts
+        if fs.exists(path):
+            raise FileExistsError(path) from None
+        fs.pipe_file(path, data)
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one line. Local: a single O_APPEND write, so concurrent runners interleave whole lines.
+    Remote: object stores cannot append, so read + rewrite in one PUT (not safe against concurrent
+    appenders: the event log of a shared remote prefix may lose a line, never gain a torn one)."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    if is_local(path):
+        fd = os.open(local_path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return
+    old = read_if_exists(path) or b""
+    retrying("write", path, lambda: fs_for(path).pipe_file(path, old + data))
+
+
+# ---------------------------------------------------------------- content hashes
+
+
+def stream_digest(f: IO[bytes], h, chunk_bytes: int = 1 << 20) -> str:
+    """Hex digest of what is left of an open binary file, read in chunks (``h``: a fresh hashlib or
+    xxhash object): one loop for every content hash the pipeline keeps."""
+    while chunk := f.read(chunk_bytes):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's bytes, streamed (local or any fsspec URL)."""
+    with open_read(path) as f:
+        return stream_digest(f, hashlib.sha256())
+
+
+def xxh3_file(path: str) -> str:
+    """Hex xxh3-128 of a file's bytes, streamed: the fast checksum of outputs and token shards."""
+    import xxhash
+
+    with open_read(path) as f:
+        return stream_digest(f, xxhash.xxh3_128(), 4 << 20)
+
+
+# ---------------------------------------------------------------- full and read-only disks
+
+# errno values that mean "this place cannot take our bytes", as opposed to a bug or bad data.
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM}
+_ERRNO_TEXT = {errno.ENOSPC: "[Errno 28]", errno.EROFS: "[Errno 30]", errno.EACCES: "[Errno 13]"}
+
+
+@dataclass(frozen=True)
+class DiskProblem:
+    """A write that failed because of the disk, not the code: full, read-only or not ours to write.
+
+    Why a record of its own: a 134-line chained traceback of a full disk tells the user nothing they
+    can act on; this says what happened, where, and what to do, in one line."""
+
+    code: int
+    path: str | None
+
+    @property
+    def no_space(self) -> bool:
+        return self.code in _NO_SPACE
+
+    def message(self, where: str | None = None) -> str:
+        path = self.path or where or "the output prefix"
+        if self.no_space:
+            return (f"no space left on device while writing {path}: free space there (or pass --prefix "
+                    "on a bigger disk) and rerun; finished steps are kept")
+        what = "read-only file system" if self.code == errno.EROFS else "permission denied"
+        return (f"cannot write {path}: {what}; choose a writable --prefix (or fix its permissions) and "
+                "rerun")
+
+
+class PrefixNotWritable(RuntimeError):
+    """The output prefix cannot be written at all (read-only, no permission, or already full)."""
+
+    def __init__(self, problem: DiskProblem, root: str):
+        super().__init__(problem.message(root))
+        self.problem, self.root = problem, root
+
+
+def disk_problem(exc: BaseException | None) -> DiskProblem | None:
+    """The disk problem behind an exception, looking through its cause/context chain and through
+    errors re-raised from engine workers (which carry only the original's type and message)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE | _NOT_WRITABLE:
+            return DiskProblem(exc.errno, exc.filename if isinstance(exc.filename, str) else None)
+        info = getattr(exc, "info", None)
+        if isinstance(info, dict):
+            text = f"{info.get('type', '')}: {info.get('message', '')}"
+            for code, mark in _ERRNO_TEXT.items():
+                if mark in text:
+                    return DiskProblem(code, _quoted_path(str(info.get("message", ""))))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _quoted_path(message: str) -> str | None:
+    """The path in an OSError's text (``[Errno 28] No space left on device: '/x/y'``), if any."""
+    head, sep, tail = message.rpartition(": '")
+    return tail[:-1] if sep and tail.endswith("'") else None
+
+
+def check_writable(root: str) -> None:
+    """Create the prefix and write (then remove) a small probe file in it; PrefixNotWritable if the
+    disk refuses. Why up front: a read-only or full prefix should cost one clear line, not a step."""
+    probe = join(root, f"{TEMP_MARK}probe-{uuid.uuid4().hex[:12]}")
+    try:
+        makedirs(root)
+        atomic_write_bytes(probe, b"probe\n")
+    except OSError as e:
+        problem = disk_problem(e)
+        if problem is None:
+            raise
+        raise PrefixNotWritable(problem, root) from None
+    finally:
+        try:
+            remove(probe)
+        except OSError:
+            pass

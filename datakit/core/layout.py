@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
-from datakit.core.fsio import exists, fs_for, is_local, local_path
+from datakit.core.fsio import join, list_names
 
 __all__ = [
     "PLAN_FILE",
@@ -56,16 +56,6 @@ _WORK_PART_RE = re.compile(r"^part-(\d{5,})\.parquet$")
 
 
 # ------------------------------------------------------------------------------------------ names
-
-
-def join(root: str | os.PathLike, *rel: str) -> str:
-    """``root/rel...`` with one slash between parts, for local paths and URLs alike (no os.sep: an
-    fsspec URL always uses "/", and the same string must come out on every platform)."""
-    root = os.fspath(root)
-    parts = [p for p in rel if p]
-    if not root:
-        return "/".join(parts)
-    return "/".join([root.rstrip("/"), *parts])
 
 
 def part_name(index: int, total: int) -> str:
@@ -107,14 +97,7 @@ def parquet_names(dir_path: str) -> list[str]:
 
     Strays are included (a caller checking completeness should name them); dot-files are in-flight
     temporaries of an atomic write and are never part of a set."""
-    if is_local(dir_path):
-        p = local_path(dir_path)
-        names = os.listdir(p) if os.path.isdir(p) else []
-    else:
-        if not exists(dir_path):
-            return []
-        names = [x.rstrip("/").rsplit("/", 1)[-1] for x in fs_for(dir_path).ls(dir_path, detail=False)]
-    return sorted(n for n in names if n.endswith(".parquet") and not n.startswith("."))
+    return [n for n in list_names(dir_path) if n.endswith(".parquet") and not n.startswith(".")]
 
 
 @dataclass(frozen=True)

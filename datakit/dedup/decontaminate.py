@@ -59,9 +59,9 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.core.documents import content_id
-from datakit.core.fsio import atomic_write_bytes, exists, open_read, sha256_file
+from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove, sha256_file
 from datakit.core.layout import AttributesDir
-from datakit.core.uris import is_remote, local_path
+from datakit.core.uris import is_remote
 from datakit.manifest.checks import check_name, check_nonempty
 from datakit.shuffle import ExecConfig, counters
 from datakit.shuffle.io import open_decompressed
@@ -80,7 +80,6 @@ from .layout import (
     open_parquet,
     per_file_tasks,
     read_columns,
-    remove_tree,
     write_meta,
     write_parquet_atomic,
 )
@@ -847,7 +846,7 @@ def decontaminate(
     report = {"ngram": cfg.ngram, "params": params, "boilerplate": boiler_stats, "benchmarks": result.benchmarks,
               "sources": result.sources, **_report_flags(run2.items)}
     atomic_write_bytes(f"{out_dir.rstrip('/')}/report.json", json.dumps(report, indent=1, sort_keys=True).encode())
-    remove_tree(work)
+    remove(work)
     return result
 
 

@@ -37,6 +37,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core.fsio import remove
 from datakit.core.layout import AttributesDir, work_part_name
 from datakit.shuffle import Dataset, ExecConfig, counters
 
@@ -72,7 +73,6 @@ from .layout import (
     rank_bases,
     read_columns,
     read_meta,
-    remove_tree,
     require_columns,
     resolve_attr_dir,
     write_meta,
@@ -608,5 +608,5 @@ def fuzzy_dups(
             "priority": s.priority,
         })
         result.sources[s.name] = {"attributes": AttributesDir.rel(s.name), **c}
-    remove_tree(work)
+    remove(work)
     return result

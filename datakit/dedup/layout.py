@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
@@ -24,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, FileInfo, list_files
-from datakit.core.fsio import atomic_write_bytes, exists, fs_for, is_local, makedirs, open_read
+from datakit.core.fsio import atomic_write_bytes, exists, makedirs, open_read, remove
 from datakit.core.layout import AttributesDir, DocumentsDir, parse_part_name
 
 ATTRS_META = AttributesDir.META
@@ -126,12 +124,7 @@ def write_meta(dir_: str, meta: dict) -> None:
 
 def invalidate(dir_: str) -> None:
     """Remove a previous run's meta file before rewriting a set: a half-rewritten set is never valid."""
-    path = AttributesDir(dir_).meta
-    if exists(path):
-        if is_local(path):
-            os.unlink(path.removeprefix("file://"))
-        else:
-            fs_for(path).rm(path)
+    remove(AttributesDir(dir_).meta)
 
 
 def read_meta(dir_: str) -> dict:
@@ -278,13 +271,3 @@ def rank_bases(entries: Sequence[FileEntry]) -> np.ndarray:
         if e.file_idx == 0:
             base[e.rank] = e.gidx
     return base
-
-
-def remove_tree(path: str) -> None:
-    """Delete a work directory (local or fsspec) if it exists."""
-    if is_local(path):
-        shutil.rmtree(path.removeprefix("file://"), ignore_errors=True)
-    else:
-        fs = fs_for(path)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)

@@ -19,12 +19,11 @@ def check_outputs(ctx: RunContext, name: str) -> None:
     manifests `datakit run` and `datakit verify` use): an edit that keeps sizes and counts, such as one
     valid token id overwritten by another, is still caught. Runs last for its step, so the specific
     checks above it report first."""
-    from datakit.steps import storage
+    from datakit.core.fsio import store_url
     from datakit.steps.verify import verify_step_dir
 
     def outputs() -> str:
-        fs, d = storage.open_prefix(ctx.path(name))
-        report = verify_step_dir(fs, d, deep=True)
+        report = verify_step_dir(store_url(ctx.path(name)), deep=True)
         if not report.manifest and report.ok:
             return "no output manifest (built before output manifests existed)"
         if not report.ok:

@@ -10,7 +10,9 @@ import os
 import re
 from typing import Any
 
-from datakit.core.uris import check_uri, http_probe, is_http, is_remote, local_path
+from datakit.core.fsio import local_path
+from datakit.core.listing import is_http
+from datakit.core.uris import check_uri, http_probe, is_remote
 
 # fullmatch, never match with "$": "$" also matches before a final newline, so "web\n" would pass
 # and name folders that `gc` and `verify` cannot see.

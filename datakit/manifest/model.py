@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datakit.core.uris import has_glob, is_remote
+from datakit.core.listing import has_glob
+from datakit.core.uris import is_remote
 from datakit.manifest.checks import check_name, check_sha, check_uri_list
 
 # The readers' formats (datakit.sources.readers.READERS; a test keeps the two in step). Spelled here so

@@ -27,11 +27,12 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, current_shard
 from datakit.core.documents import CORE_SCHEMA
-from datakit.core.fsio import exists, fs_for, is_local, open_read
+from datakit.core.fsio import exists, is_dir, is_local, join, list_names, makedirs, open_read, remove
+from datakit.core.listing import common_root, is_hidden
 from datakit.core.layout import DocumentsDir, parse_work_part_name, work_part_name
 from datakit.manifest import SourceSpec
 from datakit.sources.readers import (
-    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, Reject, input_verdict, is_hidden,
+    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, Reject, input_verdict,
     planned_reject, read_file,
 )
 
@@ -57,21 +58,9 @@ _STRINGISH = (pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
 # planning
 
 
-def common_root(paths: Sequence[str]) -> str:
-    """Deepest directory containing every path (string-wise, so URLs work too)."""
-    dirs = [p.rstrip("/").rsplit("/", 1)[0] if "/" in p else "" for p in paths]
-    parts = [d.split("/") for d in dirs]
-    common = parts[0]
-    for p in parts[1:]:
-        n = 0
-        while n < min(len(common), len(p)) and common[n] == p[n]:
-            n += 1
-        common = common[:n]
-    return "/".join(common)
-
-
 def file_refs(files: Sequence[Any], root: str | None = None) -> tuple[list[FileRef], int]:
-    """Sorted, indexed, relative-named refs; dot-files and dot-directories under the root are dropped.
+    """Sorted, indexed, relative-named refs; hidden files under the root (`datakit.core.listing.is_hidden`:
+    a folder or name starting with '.' or '_') are dropped.
 
     Returns (refs, number of hidden files skipped)."""
     items = sorted({(f.path, int(f.size)) if hasattr(f, "path") else (str(f), 0) for f in files})
@@ -281,43 +270,29 @@ def _local_abspath(path: str) -> str:
     return os.path.abspath(path[len("file://"):] if path.startswith("file://") else path)
 
 
-def _rm_tree(path: str) -> None:
-    fs = fs_for(path)
-    if exists(path):
-        fs.rm(path, recursive=True)
-
-
 def _clear_outputs(out_dir: str, keep: str) -> None:
     """Remove what an earlier attempt left under outputs/ (the step owns out_dir), except `keep`."""
     outputs = DocumentsDir(out_dir).outputs
     if not exists(outputs):
         return
-    fs = fs_for(outputs)
-    keep_parts = keep.rstrip("/").split("/")
+    _clear_except(outputs, keep.rstrip("/"))
 
-    def walk(path: str) -> None:
-        for child in fs.ls(path, detail=False):
-            child = child if is_local(outputs) else fs.unstrip_protocol(child)
-            if keep.rstrip("/") == child.rstrip("/"):
-                continue
-            depth = len(child.rstrip("/").split("/"))
-            if keep_parts[:depth] == child.rstrip("/").split("/") and fs.isdir(child):
-                walk(child)  # an ancestor of `keep`: descend
-            else:
-                fs.rm(child, recursive=True)
 
-    walk(outputs)
+def _clear_except(path: str, keep: str) -> None:
+    """Remove everything under ``path`` but ``keep`` (and the folders leading to it)."""
+    for name in list_names(path):
+        child = join(path, name)
+        if child == keep:
+            continue
+        if keep.startswith(child + "/") and is_dir(child):
+            _clear_except(child, keep)  # an ancestor of `keep`: descend
+        else:
+            remove(child)
 
 
 def _list_staged(dir_path: str) -> list[str]:
     """The read tasks' staged reject files (``work_part_name``), in task order."""
-    if not exists(dir_path):
-        return []
-    fs = fs_for(dir_path)
-    names = [p for p in fs.ls(dir_path, detail=False) if parse_work_part_name(p) is not None]
-    if not is_local(dir_path):
-        names = [fs.unstrip_protocol(p) for p in names]
-    return sorted(names)
+    return [join(dir_path, n) for n in list_names(dir_path) if parse_work_part_name(n) is not None]
 
 
 def _rewrite_job(job: tuple[str, pa.Schema]) -> str:
@@ -430,7 +405,7 @@ def normalize_source(
     refs, hidden = file_refs(files, _local_abspath(root) if root else None)
     if not refs:
         raise NormalizeError(f"normalize {name!r}: no input files (of {len(files)} given, {hidden} were "
-                             "dot-files or under dot-directories)")
+                             "hidden: a name or folder starting with '.' or '_')")
     if planned is not None:
         refs = check_planned(name, fmt, refs, planned)
     nn = output_shards(refs, cfg.target_shard_bytes)
@@ -443,7 +418,7 @@ def normalize_source(
     docs = DocumentsDir(out_dir)
     staging = docs.rejects_staging(token)
     _clear_outputs(out_dir, keep=staging)
-    fs_for(staging).makedirs(staging, exist_ok=True)
+    makedirs(staging)
     ds = (
         Dataset.from_shards(shards, labels=[_label(s) for s in shards])
         .map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=columns, staging_dir=staging))
@@ -454,7 +429,7 @@ def normalize_source(
     summaries = sorted(run.items, key=lambda s: s["shard"])
     schema = _unified_schema(spec, refs, summaries, fixed, docs, nn, exec_config)
     consolidate_rejects(_list_staged(staging), docs.part("rejects", 0, 1))
-    _rm_tree(docs.rejects_staging())
+    remove(docs.rejects_staging())
     result, fields_seen = _result(spec, refs, hidden, nn, schema, run.counters)
     if not result.check_counts():  # a bug, never bad data: say so loudly
         raise NormalizeError(f"normalize {name!r}: counts do not add up: {result.counters}", result)
@@ -493,4 +468,4 @@ def _check(result: NormalizeResult, fields_seen: dict[str, int], text_field: str
             f"[{reasons}]. See {rejects_path} (file, line, offset, reason, excerpt per record).", result)
 
 
-__all__ = ["normalize_source", "file_refs", "common_root", "pack_shards", "plan_parquet", "read_stage"]
+__all__ = ["normalize_source", "file_refs", "pack_shards", "plan_parquet", "read_stage"]

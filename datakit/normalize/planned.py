@@ -15,9 +15,7 @@ import dataclasses
 import os
 from typing import Sequence
 
-import pyarrow.parquet as pq
-
-from datakit.core.fsio import exists, fs_for, is_local, local_path, sha256_file
+from datakit.core.fsio import exists, is_local, local_path, read_table, sha256_file, size
 from datakit.sources.readers import INPUT_CHANGED, INPUT_MISSING, FileRef
 
 from .config import NormalizeError, PlannedFile
@@ -28,7 +26,7 @@ _RESTORE = ("restore it and rerun (this step is rebuilt), or rerun as is to plan
 
 def _size_of(path: str) -> int | None:
     try:
-        return os.path.getsize(local_path(path)) if is_local(path) else int(fs_for(path).info(path)["size"])
+        return size(path)
     except FileNotFoundError:
         return None
 
@@ -65,8 +63,7 @@ def planned_failures(rejects_path: str) -> list[str]:
     """'file: detail' for every planned input the readers found missing or changed (from the rejects)."""
     if not exists(rejects_path):
         return []
-    with fs_for(rejects_path).open(rejects_path, "rb") as f:
-        table = pq.read_table(f, columns=["file", "reason", "detail"])
+    table = read_table(rejects_path, columns=["file", "reason", "detail"])
     return [f"{row['file']}: {row['detail']}" for row in table.to_pylist()
             if row["reason"] in (INPUT_CHANGED, INPUT_MISSING)]
 

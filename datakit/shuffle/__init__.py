@@ -2,12 +2,14 @@
 indexes, pluggable backends (local process pool, inline, Ray). Imports nothing from datakit but the
 foundation, `datakit.core`."""
 
+from datakit.core.listing import FileInfo, list_files
+
 from .backend_base import Capabilities
 from .backends import backend_capabilities
 from .context import ShardInfo, counters, current_shard
 from .dataset import Dataset
 from .executor import ExecConfig, RunResult, ShardFailed, StageStats, WorkerDeaths, format_stats
-from .io import FileInfo, list_files, read_jsonl, read_parquet, read_text
+from .io import read_jsonl, read_parquet, read_text
 from .keys import KeyEncodingError, decode_key, encode_key, route
 from .plan import PlanError
 

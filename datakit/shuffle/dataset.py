@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+from datakit.core.listing import FileInfo, list_files
+
 from .executor import ExecConfig, RunResult, execute
-from .io import FileInfo, list_files, read_jsonl, read_parquet, read_parquet_batches, read_text
+from .io import read_jsonl, read_parquet, read_parquet_batches, read_text
 from .plan import JoinNode, PlanError, RowOpNode, ShuffleNode, SinkSpec, SourceNode, explain, plan
 
 
@@ -92,7 +94,7 @@ class Dataset:
         call; items are `FileInfo`s for a reader (`read_jsonl`, `read_parquet`, `read_text`) to open."""
         files = list_files(patterns, exclude)
         if not files and not allow_empty:
-            raise FileNotFoundError(f"no files match {patterns!r} (dot-files and dot-directories are skipped)")
+            raise FileNotFoundError(f"no files match {patterns!r} (hidden files and folders, starting with '.' or '_', are skipped)")
         shards = [[f] for f in files] or [[]]
         return Dataset(SourceNode(shards, [f.path for f in files] or ["(no files)"]))
 

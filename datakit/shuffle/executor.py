@@ -26,7 +26,7 @@ import cloudpickle
 
 from .backend_base import Backend
 from .backends import get_backend
-from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove_tree
+from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove
 from .io import format_output
 from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
@@ -353,7 +353,7 @@ def _release(run: _Run, ok: bool) -> None:
         if is_local(run.root):
             shutil.rmtree(run.root, ignore_errors=True)
         elif ok:  # on an object store too: shuffle files are dead weight once every stage has run
-            remove_tree(run.root)
+            remove(run.root)
 
 
 def _human(n: float) -> str:

@@ -1,78 +1,25 @@
-"""File listing, generic readers and streaming sinks.
+"""Generic readers and streaming sinks (the listing they read from is `datakit.core.listing`).
 
-Listing uses one `glob(detail=True)` call per pattern, so sizes come back with the names instead of one
-stat per file (thousands of round trips on object stores). Readers are strict: a malformed line raises
+Readers are strict: a malformed line raises
 with file and line; stages that must tolerate bad records (normalize) bring their own lenient readers.
 Sinks stream rows into row groups and publish with temp + rename.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import gzip
 import io
 import json
 import pickle
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from datakit.core.fsio import commit, discard, is_local, open_atomic, open_read, retrying
+from datakit.core.fsio import commit, discard, is_local, open_atomic, open_read
 from datakit.core.json_exact import loads
-
-_GLOB_CHARS = "*?["
-
-
-@dataclass(frozen=True, order=True)
-class FileInfo:
-    path: str
-    size: int
-
-
-def _is_hidden(rel: str) -> bool:
-    return any(part.startswith((".", "_")) and part not in (".", "..") for part in rel.split("/") if part)
-
-
-def _listing(pattern: str) -> dict[str, int]:
-    fs, path = fsspec.core.url_to_fs(pattern)
-    remote = not is_local(pattern)
-    if any(c in path for c in _GLOB_CHARS):
-        root = path[: min(path.find(c) for c in _GLOB_CHARS if c in path)].rsplit("/", 1)[0]
-        found = fs.glob(path, detail=True)
-    elif fs.isdir(path):
-        root = path.rstrip("/")
-        found = fs.find(path, detail=True)
-    else:
-        root = path.rsplit("/", 1)[0]
-        found = {path: fs.info(path)} if fs.exists(path) else {}
-    out: dict[str, int] = {}
-    for name, info in found.items():
-        if info.get("type") == "directory":
-            continue
-        rel = name[len(root) :].lstrip("/") if name.startswith(root) else name
-        if _is_hidden(rel):
-            continue
-        out[fs.unstrip_protocol(name) if remote else name] = int(info.get("size") or 0)
-    return out
-
-
-def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = ()) -> list[FileInfo]:
-    """All files matching the pattern(s), sorted by path; dot/underscore files and dirs are skipped."""
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    found: dict[str, int] = {}
-    for pattern in patterns:
-        found.update(_listing(pattern) if is_local(pattern) else retrying("list", pattern, lambda: _listing(pattern)))
-    files = [
-        FileInfo(p, s)
-        for p, s in sorted(found.items())
-        if not any(fnmatch.fnmatch(p, ex) or fnmatch.fnmatch(p.rsplit("/", 1)[-1], ex) for ex in exclude)
-    ]
-    return files
+from datakit.core.listing import FileInfo
 
 
 def open_decompressed(path: str) -> io.BufferedIOBase:
@@ -241,4 +188,4 @@ def write_shard(items: Iterable[Any], kind: str, path: str, schema: pa.Schema | 
     return path
 
 
-__all__ = ["FileInfo", "list_files", "read_jsonl", "read_parquet", "read_text", "write_shard", "is_local"]
+__all__ = ["read_jsonl", "read_parquet", "read_text", "write_shard", "is_local"]

@@ -21,7 +21,8 @@ Why each piece:
   (sorted keys, no timestamps: the same download gives the same bytes).
 
 http(s) goes through urllib (stdlib), which reports status codes exactly; every other non-local
-protocol (gs://, s3://, memory://, ...) goes through fsspec. Local sources are read in place.
+protocol (gs://, s3://, memory://, ...) goes through `datakit.core.fsio` (fsspec under it). Local sources are
+read in place.
 
 Layout written under ``out_dir``: ``files/<relative name>`` for the data, ``provenance.json``.
 """
@@ -42,17 +43,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
 
 from datakit.manifest import SourceSpec
-from datakit.core.fsio import stream_digest
-from datakit.core.uris import USER_AGENT, RemoteFile, is_http, is_remote, list_files, local_path
+from datakit.core import fsio
+from datakit.core.fsio import local_path, stream_digest
+from datakit.core.listing import FileInfo, is_http
+from datakit.core.uris import USER_AGENT, is_remote, list_source_files
 
 __all__ = [
     "FetchError",
@@ -203,19 +204,19 @@ def _provenance_of(f: FetchedFile) -> dict[str, Any]:
 # pins
 
 
-def _pin_for(spec: SourceSpec, rf: RemoteFile) -> str | None:
+def _pin_for(spec: SourceSpec, rf: FileInfo) -> str | None:
     pins = spec.sha256
     if pins is None:
         return None
     if isinstance(pins, str):
         return pins
-    for key in (rf.name, rf.path, posixpath.basename(rf.name)):
+    for key in (rf.rel, rf.path, posixpath.basename(rf.rel)):
         if key in pins:
             return pins[key]
     return None
 
 
-def _check_pins(spec: SourceSpec, files: list[RemoteFile]) -> None:
+def _check_pins(spec: SourceSpec, files: list[FileInfo]) -> None:
     """Every pin must name a listed file: a pin that matches nothing means a file went missing."""
     pins = spec.sha256
     if pins is None:
@@ -227,7 +228,7 @@ def _check_pins(spec: SourceSpec, files: list[RemoteFile]) -> None:
                 "map file names to digests instead"
             )
         return
-    known = {k for rf in files for k in (rf.name, rf.path, posixpath.basename(rf.name))}
+    known = {k for rf in files for k in (rf.rel, rf.path, posixpath.basename(rf.rel))}
     missing = sorted(k for k in pins if k not in known)
     if missing:
         raise FetchError(f"source {spec.name!r}: pinned file(s) not found at {spec.uri}: {', '.join(missing)}")
@@ -354,13 +355,14 @@ def _store_md5(info: dict) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _fsspec_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream, int, Any]:
-    """Open ``path`` on its fsspec store at byte ``start``; (what the store says, start, chunks)."""
+def _store_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream, int, Any]:
+    """Open ``path`` on its store at byte ``start``, through fsio (every GET retried, in ranges);
+    (what the store says, start, chunks)."""
     try:
-        fs, p = fsspec.core.url_to_fs(path)
-        info = fs.info(p)
-        f = fs.open(p, "rb", block_size=chunk_size)
-        if start:
+        info = fsio.info(path)
+        size = info.get("size")
+        f = fsio.open_range(path, start, int(size) - start) if size is not None else fsio.open_read(path)
+        if start and size is None:
             f.seek(start)
     except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         raise FetchError(f"{path}: {type(exc).__name__}: {exc}", url=path) from None
@@ -393,66 +395,10 @@ def _fsspec_chunks(path: str, chunk_size: int, start: int = 0) -> tuple[Upstream
 # writing
 
 
-class _Dest:
-    """The output directory, local or fsspec; temp files are dot-files (never read as data)."""
-
-    def __init__(self, out_dir: str):
-        self.local = not is_remote(out_dir)
-        self.root = os.path.abspath(local_path(out_dir)) if self.local else out_dir.rstrip("/")
-        self.fs = None if self.local else fsspec.core.url_to_fs(out_dir)[0]
-
-    def path(self, *parts: str) -> str:
-        return posixpath.join(self.root, *parts) if not self.local else os.path.join(self.root, *parts)
-
-    def makedirs(self, path: str) -> None:
-        if self.local:
-            os.makedirs(path, exist_ok=True)
-        else:
-            self.fs.makedirs(path, exist_ok=True)
-
-    def exists(self, path: str) -> bool:
-        return os.path.exists(path) if self.local else self.fs.exists(path)
-
-    def size(self, path: str) -> int:
-        return os.path.getsize(path) if self.local else int(self.fs.info(path)["size"])
-
-    def open(self, path: str, mode: str):
-        return open(path, mode) if self.local else self.fs.open(path, mode)
-
-    def temp_for(self, path: str) -> str:
-        head, tail = os.path.split(path) if self.local else posixpath.split(path)
-        name = f".{tail}.tmp-{uuid.uuid4().hex[:12]}"
-        return os.path.join(head, name) if self.local else posixpath.join(head, name)
-
-    def commit(self, tmp: str, path: str) -> None:
-        if self.local:
-            os.replace(tmp, path)
-        else:
-            self.fs.mv(tmp, path)
-
-    def discard(self, tmp: str) -> None:
-        try:
-            if self.local:
-                os.unlink(tmp)
-            else:
-                self.fs.rm(tmp)
-        except FileNotFoundError:
-            pass
-
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        tmp = self.temp_for(path)
-        try:
-            with self.open(tmp, "wb") as f:
-                f.write(data)
-        except BaseException:
-            self.discard(tmp)
-            raise
-        self.commit(tmp, path)
-
-
-def _sha256_of(dest: _Dest, path: str, chunk_size: int) -> str:
-    with dest.open(path, "rb") as f:
-        return stream_digest(f, hashlib.sha256(), chunk_size)
+def _dest_root(out_dir: str) -> str:
+    """Where a download goes: an absolute local path, or the URL as given (its files are written through
+    `datakit.core.fsio`, so every remote call is retried and no upload is left half done)."""
+    return out_dir.rstrip("/") if is_remote(out_dir) else os.path.abspath(local_path(out_dir))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -475,27 +421,27 @@ class _Partial:
     """The temp file of one download in progress: the bytes so far and their sha256/md5. It is never
     published unless complete and verified; a broken transfer resumes from its end (Range)."""
 
-    def __init__(self, dest: _Dest, final: str):
-        self.dest, self.tmp = dest, dest.temp_for(final)
+    def __init__(self, final: str):
+        f, self.tmp = fsio.open_atomic(final)  # a local file: beside `final`, or in TMPDIR for a remote one
+        f.close()
         self.size = 0
         self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
 
     def reset(self) -> None:
         """Forget what was received (the server restarted from byte 0, or the bytes were wrong)."""
-        self.dest.discard(self.tmp)
         self.size = 0
         self.sha, self.md5 = hashlib.sha256(), hashlib.md5()
 
-    def receive(self, rf: RemoteFile, head: Upstream, chunk_size: int, timeout: float,
+    def receive(self, rf: FileInfo, head: Upstream, chunk_size: int, timeout: float,
                 stop: threading.Event) -> Upstream:
         """One GET (a Range GET when bytes are already here); returns what that response announced."""
         if is_http(rf.path):
             got, offset, chunks = _http_chunks(rf.path, chunk_size, timeout, self.size, head.etag)
         else:
-            got, offset, chunks = _fsspec_chunks(rf.path, chunk_size, self.size)
+            got, offset, chunks = _store_chunks(rf.path, chunk_size, self.size)
         if offset == 0 and self.size:
             self.reset()  # the server sent the whole file again: start over
-        with self.dest.open(self.tmp, "ab" if self.size else "wb") as out:
+        with open(self.tmp, "ab" if self.size else "wb") as out:
             for data in chunks:
                 if stop.is_set():
                     raise _Cancelled(f"{rf.path}: cancelled (another file failed)", url=rf.path)
@@ -506,7 +452,7 @@ class _Partial:
         return got
 
 
-def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: str | None,
+def _check_complete(rf: FileInfo, part: _Partial, expected: int | None, md5: str | None,
                     pin: str | None) -> None:
     """Raise unless the received bytes are the whole, intact file: the announced length (GET, HEAD or
     the listing), the store's MD5, the pinned sha256."""
@@ -527,7 +473,7 @@ def _check_complete(rf: RemoteFile, part: _Partial, expected: int | None, md5: s
         )
 
 
-def _unsized_error(rf: RemoteFile, size: int) -> FetchError:
+def _unsized_error(rf: FileInfo, size: int) -> FetchError:
     return FetchError(
         f"{rf.path}: cannot confirm the download is complete ({size:,} bytes received; the server sent no "
         "length or digest, and the source pins no sha256): pin the file's sha256 in the source (sha256:), "
@@ -536,31 +482,31 @@ def _unsized_error(rf: RemoteFile, size: int) -> FetchError:
     )
 
 
-def _reuse_existing(rf: RemoteFile, pin: str | None, dest: _Dest, final: str, announced: int | None,
-                    chunk_size: int, stats: _Stats, allow_unsized: bool) -> FetchedFile | None:
+def _reuse_existing(rf: FileInfo, pin: str | None, final: str, announced: int | None,
+                    stats: _Stats, allow_unsized: bool) -> FetchedFile | None:
     """A file under its final name was complete when renamed; reuse it if it still matches what the
     upstream announces now (length) and the pin. A different answer re-downloads, never reuses; so does
     a copy nothing can confirm now (no length, no pin) unless the source allows unsized files (the
     download itself may confirm it, by chunked framing, or refuse it)."""
-    if not dest.exists(final):
+    if not fsio.exists(final):
         return None
-    size = dest.size(final)
+    size = fsio.size(final)
     unconfirmed = announced is None and pin is None
     if (announced is None or size == announced) and (allow_unsized or not unconfirmed):
-        digest = _sha256_of(dest, final, chunk_size)
+        digest = fsio.sha256_file(final)
         if pin is None or digest == pin:
             stats.add("files")
             stats.add("bytes", size)
             stats.add("skipped_existing")
-            return FetchedFile(rf.name, final, rf.path, size, digest, announced, size_unconfirmed=unconfirmed)
+            return FetchedFile(rf.rel, final, rf.path, size, digest, announced, size_unconfirmed=unconfirmed)
     log.info("re-downloading %s: existing copy does not match the upstream answer or the pin", rf.path)
     return None
 
 
 def _fetch_one(
-    rf: RemoteFile,
+    rf: FileInfo,
     pin: str | None,
-    dest: _Dest,
+    root: str,
     *,
     chunk_size: int,
     timeout: float,
@@ -573,14 +519,14 @@ def _fetch_one(
     """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
     verify against every signal there is, publish by rename. Never publishes a partial file, nor one
     nothing vouches for unless ``allow_unsized`` (then it is marked ``size_unconfirmed``)."""
-    final = dest.path(FILES_DIR, *rf.name.split("/"))
-    dest.makedirs(os.path.dirname(final) if dest.local else posixpath.dirname(final))
+    final = fsio.join(root, FILES_DIR, *rf.rel.split("/"))
+    fsio.makedirs(posixpath.dirname(final))
     head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
-    existing = _reuse_existing(rf, pin, dest, final, head.length if head.length is not None else rf.size,
-                               chunk_size, stats, allow_unsized)
+    existing = _reuse_existing(rf, pin, final, head.length if head.length is not None else rf.size, stats,
+                               allow_unsized)
     if existing is not None:
         return existing
-    part = _Partial(dest, final)
+    part = _Partial(final)
     last_exc: _Transient | None = None
     try:
         for attempt in range(policy.attempts):
@@ -607,14 +553,14 @@ def _fetch_one(
             if unconfirmed:
                 log.warning("%s: size unconfirmed (%d bytes; no length, digest or pin; allow_unsized: true)",
                             rf.path, part.size)
-            dest.commit(part.tmp, final)
+            fsio.commit(part.tmp, final)
             stats.add("files")
             stats.add("bytes", part.size)
             stats.add("downloaded_files")
-            return FetchedFile(rf.name, final, rf.path, part.size, part.sha.hexdigest(), expected,
+            return FetchedFile(rf.rel, final, rf.path, part.size, part.sha.hexdigest(), expected,
                                upstream.etag, unconfirmed)
     finally:
-        part.dest.discard(part.tmp)  # nothing left behind (a no-op once published)
+        fsio.discard(part.tmp)  # nothing left behind (a no-op once published)
     raise FetchError(f"{rf.path}: failed after {policy.attempts} attempts: {last_exc}", url=rf.path)
 
 
@@ -622,7 +568,7 @@ def _fetch_one(
 # a source
 
 
-def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) -> FetchResult:
+def _local_result(spec: SourceSpec, files: list[FileInfo], chunk_size: int) -> FetchResult:
     """Local sources are not copied; sha256 is computed (and checked) only where pinned."""
     out: list[FetchedFile] = []
     for rf in files:
@@ -635,7 +581,7 @@ def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) ->
                 digest = stream_digest(f, hashlib.sha256(), chunk_size)
             if digest != pin:
                 raise FetchError(f"{path}: sha256 mismatch: expected {pin}, got {digest}", url=path)
-        out.append(FetchedFile(rf.name, path, rf.path, size, digest))
+        out.append(FetchedFile(rf.rel, path, rf.path, size, digest))
     counters = {"files": len(out), "bytes": sum(f.size for f in out), "downloaded_files": 0,
                 "skipped_existing": 0, "retries": 0}
     uri = spec.uri if isinstance(spec.uri, str) else list(spec.uri)
@@ -644,11 +590,11 @@ def _local_result(spec: SourceSpec, files: list[RemoteFile], chunk_size: int) ->
 
 def _list_with_retries(
     spec: SourceSpec, uri: str | list[str], policy: RetryPolicy, sleep: Callable[[float], None]
-) -> list[RemoteFile]:
+) -> list[FileInfo]:
     """The source's listing; a flaky object-store listing is retried like a download."""
     for attempt in range(policy.attempts):
         try:
-            return list_files(uri, exclude=spec.exclude, max_files=spec.max_files)
+            return list_source_files(uri, exclude=spec.exclude, max_files=spec.max_files)
         except (FileNotFoundError, PermissionError, ImportError, ValueError) as exc:
             raise FetchError(f"source {spec.name!r}: {exc}", url=str(uri)) from None
         except (OSError, TimeoutError) as exc:
@@ -686,15 +632,15 @@ def fetch_source(
     if not spec.remote:
         return _local_result(spec, files, chunk_size)
 
-    dest = _Dest(out_dir)
-    dest.makedirs(dest.path(FILES_DIR))
+    root = _dest_root(out_dir)
+    fsio.makedirs(fsio.join(root, FILES_DIR))
     stats = _Stats()
     stop = threading.Event()
     results: dict[str, FetchedFile] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="datakit-fetch") as pool:
         futures = {
             pool.submit(
-                _fetch_one, rf, _pin_for(spec, rf), dest, chunk_size=chunk_size, timeout=timeout,
+                _fetch_one, rf, _pin_for(spec, rf), root, chunk_size=chunk_size, timeout=timeout,
                 policy=policy, stats=stats, stop=stop, sleep=sleep, allow_unsized=spec.allow_unsized,
             ): rf
             for rf in files
@@ -710,14 +656,14 @@ def fetch_source(
                 if not f.cancelled() and f.exception() is not None and not isinstance(f.exception(), _Cancelled)
             ]
             # Report the first real failure in file order, so the message is deterministic.
-            first = min(failed, key=lambda f: futures[f].name)
+            first = min(failed, key=lambda f: futures[f].rel)
             raise first.exception()  # type: ignore[misc]
         for f, rf in futures.items():
-            results[rf.name] = f.result()
-    fetched = [results[rf.name] for rf in files]
+            results[rf.rel] = f.result()
+    fetched = [results[rf.rel] for rf in files]
     result = FetchResult(spec.name, uri, spec.revision, out_dir, False, fetched, dict(stats.values))
-    dest.write_bytes_atomic(
-        dest.path(PROVENANCE_FILE),
+    fsio.atomic_write_bytes(
+        fsio.join(root, PROVENANCE_FILE),
         (json.dumps(result.provenance(), indent=2, sort_keys=True) + "\n").encode(),
     )
     return result
@@ -733,7 +679,7 @@ def unconfirmed_copy(spec: SourceSpec, files: list[dict]) -> str | None:
         return None
     for f in files:
         unconfirmed = f.get("size_unconfirmed", f.get("announced_size") is None)
-        if unconfirmed and _pin_for(spec, RemoteFile(f.get("uri") or "", f["name"], f.get("size"))) is None:
+        if unconfirmed and _pin_for(spec, FileInfo(f.get("uri") or "", f.get("size"), f["name"])) is None:
             return (f"{f['name']}: its size was never confirmed (no length, digest or pin) and the source "
                     "does not set allow_unsized: true")
     return None

@@ -840,14 +840,9 @@ def read_file(ref: FileRef, fmt: str, cfg: NormalizeConfig = NormalizeConfig(),
     return reader(ref, cfg, stats)
 
 
-def is_hidden(rel: str) -> bool:
-    """Dot-files and files under dot-directories are never data (.git, .cache, editor temp files)."""
-    return any(part.startswith(".") for part in rel.split("/") if part not in ("", ".", ".."))
-
-
 __all__ = [
     "FORMATS", "FileRef", "RawRecord", "Reject", "HtmlText", "StreamBroken", "decode_bytes",
     "decode_html", "html_to_text", "iter_decompressed", "read_file", "read_jsonl", "read_parquet", "read_text",
-    "read_html", "read_warc", "is_hidden", "fix_surrogates", "READERS", "open_ref", "input_verdict",
+    "read_html", "read_warc", "fix_surrogates", "READERS", "open_ref", "input_verdict",
     "planned_reject", "INPUT_CHANGED", "INPUT_MISSING", "BINARY", "EXTRACT_TIMEOUT", "MAX_MAIN_CONTENT_DEPTH",
 ]

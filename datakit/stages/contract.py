@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from datakit.core.fsio import is_local, local_path, sha256_file
-from datakit.core.uris import list_files
+from datakit.core.uris import list_source_files
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
 
@@ -211,11 +211,11 @@ def _path_identity(value: str | Sequence[str] | None) -> Any:
 
 def _content_digest(path: str) -> str:
     """The sha256 of a file; of a directory, the sha256 of its files' relative names and sha256s (the
-    files `list_files` sees), so a renamed, added or edited file changes it."""
+    files `list_source_files` sees), so a renamed, added or edited file changes it."""
     local = local_path(path)
     if not os.path.isdir(local):
         return sha256_file(local)
     h = hashlib.sha256()
-    for f in list_files(local):
-        h.update(f"{f.name}\0{sha256_file(f.path)}\n".encode())
+    for f in list_source_files(local):
+        h.update(f"{f.rel}\0{sha256_file(f.path)}\n".encode())
     return h.hexdigest()

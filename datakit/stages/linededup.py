@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_write_bytes, open_read
+from datakit.core.fsio import atomic_write_bytes, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.manifest import Section
 from datakit.quality import linededup as ld
@@ -43,7 +43,7 @@ REMOVALS_SCHEMA = pa.schema([("file", pa.string()), ("id", pa.string()), ("key",
 def _file_keys(job: tuple, unit: str, min_chars: int) -> list[tuple]:
     """(key, (rank, file, row), source, file, id) for every long-enough segment of one documents file."""
     rank, source, name, path = job
-    table = pq.read_table(path, columns=["id", "text"])
+    table = read_table(path, columns=["id", "text"])
     out = []
     for row, (doc_id, text) in enumerate(zip(table.column("id").to_pylist(), table.column("text").to_pylist())):
         for k in ld.keys(text, unit, min_chars):
@@ -87,7 +87,7 @@ def rewrite_file(src: str, removals: dict[str, dict[str, set[int]]], rules: Line
 
     name = src.rstrip("/").rsplit("/", 1)[-1]
     plan = removals.get(name, {})
-    table = pq.read_table(src)
+    table = read_table(src)
     rows = table.to_pylist()
     kept, removed, stats = [], [], {"docs_in": len(rows), "docs_changed": 0, "segments_removed": 0}
     for doc in rows:
@@ -110,8 +110,7 @@ def rewrite_file(src: str, removals: dict[str, dict[str, set[int]]], rules: Line
 
 
 def _apply(ctx: StepContext, source: str, documents: str, index: str, rules: LineDedupRules) -> dict:
-    with open_read(join(ctx.deps[index].output, f"{source}.parquet")) as f:
-        t = pq.read_table(f)
+    t = read_table(join(ctx.deps[index].output, f"{source}.parquet"))
     removals: dict[str, dict[str, set[int]]] = {}
     for name, doc_id, k in zip(*(t.column(c).to_pylist() for c in ("file", "id", "key"))):
         removals.setdefault(name, {}).setdefault(doc_id, set()).add(k)

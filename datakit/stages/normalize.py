@@ -15,7 +15,7 @@ from datakit.core.fsio import is_local, local_path
 from datakit.manifest import Section, SourceSpec
 from datakit.normalize.config import NormalizeConfig, PlannedFile
 from datakit.sources.fetch import FILES_DIR
-from datakit.shuffle import FileInfo, list_files
+from datakit.core.listing import FileInfo, list_files
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
 
@@ -54,7 +54,7 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     from datakit.normalize.pipeline import normalize_source
 
     plan = _downloaded_plan(ctx, download) if download else planned
-    files = [FileInfo(p.path, p.size) for p in plan] if plan else source_files(spec)
+    files = list(plan) if plan else source_files(spec)
     result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
                               planned=plan)
     out = counters_only(result.to_dict())

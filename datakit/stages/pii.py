@@ -18,8 +18,8 @@ from __future__ import annotations
 from functools import partial
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from datakit.core.fsio import read_table
 from datakit.manifest import Section
 from datakit.quality.config import PiiConfig, PiiRules
 from datakit.quality.pii import redact
@@ -34,7 +34,7 @@ VERSION = "1"
 
 def redact_file(src: str, rules: PiiRules) -> tuple[pa.Table, list, dict[str, int]]:
     """One documents file with its PII replaced; ids, order and every other column as they were."""
-    table = pq.read_table(src)
+    table = read_table(src)
     texts, changed = [], 0
     stats = {"docs_in": table.num_rows, "docs_out": table.num_rows, "removed": 0}
     for text in table.column("text").to_pylist():

@@ -21,8 +21,8 @@ from __future__ import annotations
 from functools import partial
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from datakit.core.fsio import read_table
 from datakit.manifest import Section
 from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS, Chain
 from datakit.quality.config import QualityConfig, QualityRules
@@ -61,7 +61,7 @@ def filter_file(src: str, rules: QualityRules) -> tuple[pa.Table, list[tuple], d
     from datakit.core.documents import content_id
 
     chain = _chain(rules)
-    table = pq.read_table(src)
+    table = read_table(src)
     schema = output_schema(table.schema)
     kept, removed = [], []
     stats = {"docs_in": table.num_rows, "changed": 0}

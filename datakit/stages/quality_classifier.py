@@ -27,9 +27,9 @@ import tempfile
 from functools import partial
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_write_bytes, is_local, local_path, sha256_file
+from datakit.core.fsio import (atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, read_table,
+                               sha256_file)
 from datakit.core.layout import DocumentsDir, join
 from datakit.manifest import Manifest, Section
 from datakit.classify import model as clf
@@ -65,10 +65,7 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
         compact = os.path.join(tmp, SCORING_FILE)
         clf.compact_model(path, compact)
         scores = clf.load_scorer(compact, sha256_file(compact)).score([e.text for e in heldout], cfg.max_chars)
-        with open(path, "rb") as fh:
-            blob = fh.read()
-        with open(compact, "rb") as fh:
-            compact_blob = fh.read()
+        blob, compact_blob = read_bytes(path), read_bytes(compact)
         sha, compact_sha = sha256_file(path), sha256_file(compact)
     metrics = clf.metrics([e.positive for e in heldout], scores)
     atomic_write_bytes(join(ctx.output, MODEL_FILE), blob)
@@ -84,7 +81,7 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
 def score_file(src: str, model_path: str, sha: str, max_chars: int) -> tuple[pa.Table, list, dict[str, int]]:
     """One documents file with a ``quality_score`` column (same rows, same order), scored with the compact
     model at ``model_path`` (``clf.compact_model``) straight from the file's Arrow text column."""
-    table = pq.read_table(src)
+    table = read_table(src)
     scores = clf.load_scorer(model_path, sha).score(table.column("text"), max_chars)
     if sel.SCORE in table.column_names:
         table = table.drop([sel.SCORE])
@@ -106,7 +103,7 @@ def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: Class
 
 def select_file(src: str, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
                 record_removed: bool) -> tuple[pa.Table, list, dict[str, int]]:
-    table = pq.read_table(src)
+    table = read_table(src)
     mask = sel.keep_mask(table, cfg, cut, tier)
     kept = table.filter(pa.array(mask))
     stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows}
@@ -125,7 +122,7 @@ def _cut(ctx: StepContext, documents: str, cfg: ClassifierConfig) -> tuple[sel.K
     """The exact top-fraction cut over every file of the source: (cut key, documents kept)."""
     src, names = input_names(ctx, documents, "qselect")
     paths = [join(src.main, n) for n in names]
-    n = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    n = sum(read_parquet_metadata(p).num_rows for p in paths)
     k = round(cfg.top_fraction * n)
     per_file = (Dataset.from_items(paths, num_shards=len(paths))
                 .map(partial(sel.top_keys, k=k)).collect(ctx.exec_config))

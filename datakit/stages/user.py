@@ -26,8 +26,8 @@ from functools import partial
 from typing import Any, Callable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from datakit.core.fsio import read_table
 from datakit.manifest import UserStageSpec
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
@@ -132,7 +132,7 @@ def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[
 def transform_file(src: str, spec: UserStageSpec, search_dir: str | None, code: str) -> tuple[pa.Table, list, dict]:
     """One documents file through the user's callable: (kept table, removed rows, stats)."""
     fn = load_callable(spec.call, search_dir, code)
-    table = pq.read_table(src)
+    table = read_table(src)
     rows = table.to_pylist()
     removed: list[tuple] = []
     changed = 0

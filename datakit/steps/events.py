@@ -13,7 +13,8 @@ import threading
 import time
 from typing import Callable
 
-from . import storage
+from datakit.core import fsio
+
 from .markers import now_iso
 
 EVENTS_FILE = "events.jsonl"
@@ -24,8 +25,8 @@ class EventLog:
     """Appends events to the prefix's events.jsonl (unless ``write`` is False: dry runs) and calls
     ``on_event``. A failing callback is logged, never allowed to break a step's markers."""
 
-    def __init__(self, fs, root: str, run_id: str, *, write: bool, on_event: Callable[[dict], None] | None):
-        self.fs, self.path, self.run_id = fs, storage.join(root, EVENTS_FILE), run_id
+    def __init__(self, root: str, run_id: str, *, write: bool, on_event: Callable[[dict], None] | None):
+        self.path, self.run_id = fsio.join(root, EVENTS_FILE), run_id
         self.write, self.on_event = write, on_event
         self._lock = threading.Lock()
         self._root = root
@@ -40,9 +41,9 @@ class EventLog:
             line = json.dumps(record, sort_keys=True, default=str)
             with self._lock:
                 if not self._dir_ready:
-                    self.fs.makedirs(self._root, exist_ok=True)
+                    fsio.makedirs(self._root)
                     self._dir_ready = True
-                storage.append_line(self.fs, self.path, line)
+                fsio.append_line(self.path, line)
         if self.on_event is not None:
             try:
                 self.on_event(record)
@@ -53,8 +54,7 @@ class EventLog:
 
 def read_events(prefix: str) -> list[dict]:
     """All events recorded under a prefix (empty if none)."""
-    fs, root = storage.open_prefix(prefix)
-    raw = storage.read_bytes(fs, storage.join(root, EVENTS_FILE))
+    raw = fsio.read_if_exists(fsio.join(fsio.store_url(prefix), EVENTS_FILE))
     if not raw:
         return []
     return [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]

@@ -40,8 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from datakit.core import fsio
-
-from . import storage
+from datakit.core.listing import common_root, relative_to
 
 DIGEST_CHARS = 20
 RACY_WINDOW_S = 2.0
@@ -121,8 +120,8 @@ def relative_names(paths: list[str]) -> dict[str, str]:
     """absolute path -> name relative to the files' common parent dir (POSIX separators)."""
     if not paths:
         return {}
-    root = os.path.commonpath([os.path.dirname(p) for p in paths])
-    return {p: os.path.relpath(p, root).replace(os.sep, "/") for p in paths}
+    root = common_root(paths)
+    return {p: relative_to(p, root) for p in paths}
 
 
 class HashCache:
@@ -169,20 +168,14 @@ class HashCache:
             log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
 
     def _segment_names(self) -> list[str]:
-        fs, root = storage.open_prefix(self.cache_dir)
-        return [n for n in storage.list_names(fs, root) if _SEGMENT.match(n)]
+        return [n for n in fsio.list_names(self.cache_dir) if _SEGMENT.match(n)]
 
     def _read_segment(self, name: str) -> bytes | None:
-        try:
-            with fsio.open_read(posixpath.join(self.cache_dir, name)) as f:
-                return f.read()
-        except FileNotFoundError:  # merged and deleted by a concurrent writer
-            return None
+        return fsio.read_if_exists(fsio.join(self.cache_dir, name))  # None: merged away by a concurrent writer
 
     def _remove_segments(self, names: list[str]) -> None:
-        fs, root = storage.open_prefix(self.cache_dir)
         for name in names:
-            storage.remove(fs, storage.join(root, name))
+            fsio.remove(fsio.join(self.cache_dir, name))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import storage
+from datakit.core import fsio
+
 from .lease import read_holder
 from .step import Step
 
@@ -32,13 +33,14 @@ class GcReport:
                 "bytes_freed": self.bytes_freed}
 
 
-def _is_step_dir(fs, path: str) -> bool:
-    return fs.exists(storage.join(path, ".status")) or fs.exists(storage.join(path, "artifact.json"))
+def _is_step_dir(path: str) -> bool:
+    names = fsio.list_names(path)
+    return ".status" in names or "artifact.json" in names
 
 
-def _size(fs, path: str) -> int:
+def _size(path: str) -> int:
     try:
-        return int(sum(fs.du(path, total=False).values()))
+        return sum(fsio.walk(path).values())
     except (OSError, ValueError):
         return 0
 
@@ -46,26 +48,22 @@ def _size(fs, path: str) -> int:
 def collect_garbage(steps: Iterable[Step], prefix: str, *, dry_run: bool = False,
                     lease_timeout_s: float = 60.0) -> GcReport:
     """Remove (or, dry run, list) the prefix's step dirs that the plan ``steps`` does not name."""
-    fs, root = storage.open_prefix(prefix)
+    root = fsio.store_url(prefix)
     planned = {s.dirname for s in steps}
     report = GcReport()
-    try:
-        entries = sorted(fs.ls(root, detail=True), key=lambda e: e["name"])
-    except FileNotFoundError:
-        return report
-    for entry in entries:
-        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
-        if entry.get("type") != "directory" or not _STEP_DIR.match(name) or not _is_step_dir(fs, entry["name"]):
+    for name in fsio.list_names(root):
+        path = fsio.join(root, name)
+        if not _STEP_DIR.match(name) or not _is_step_dir(path):  # a file lists no markers under it
             continue
         if name in planned:
             report.current.append(name)
             continue
-        holder = read_holder(fs, entry["name"], lease_timeout_s)
+        holder = read_holder(path, lease_timeout_s)
         if holder is not None and holder.get("state") == "live":
             report.kept_running.append(name)
             continue
-        report.bytes_freed += _size(fs, entry["name"])
+        report.bytes_freed += _size(path)
         report.removed.append(name)
         if not dry_run:
-            fs.rm(entry["name"], recursive=True)
+            fsio.remove(path)
     return report

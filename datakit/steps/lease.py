@@ -32,7 +32,7 @@ from typing import Callable
 
 import psutil
 
-from . import storage
+from datakit.core import fsio
 
 LEASE_PREFIX = ".lease"
 _LEASE_FILE = re.compile(r"^\.lease\.(\d+)$")
@@ -53,9 +53,9 @@ def _host_id() -> str:
     return f"{socket.gethostname()}@{int(psutil.boot_time())}"
 
 
-def _gens(fs, step_dir: str) -> list[int]:
+def _gens(step_dir: str) -> list[int]:
     out = []
-    for name in storage.list_names(fs, step_dir):
+    for name in fsio.list_names(step_dir):
         m = _LEASE_FILE.match(name)
         if m:
             out.append(int(m.group(1)))
@@ -63,11 +63,11 @@ def _gens(fs, step_dir: str) -> list[int]:
 
 
 def _lease_path(step_dir: str, gen: int) -> str:
-    return storage.join(step_dir, f"{LEASE_PREFIX}.{gen:06d}")
+    return fsio.join(step_dir, f"{LEASE_PREFIX}.{gen:06d}")
 
 
-def _read(fs, step_dir: str, gen: int) -> dict | None:
-    raw = storage.read_bytes(fs, _lease_path(step_dir, gen))
+def _read(step_dir: str, gen: int) -> dict | None:
+    raw = fsio.read_if_exists(_lease_path(step_dir, gen))
     if raw is None:
         return None
     try:
@@ -106,23 +106,23 @@ def holder_state(rec: dict | None, timeout_s: float) -> str:
     return "live"
 
 
-def read_holder(fs, step_dir: str, timeout_s: float = 60.0) -> dict | None:
+def read_holder(step_dir: str, timeout_s: float = 60.0) -> dict | None:
     """The current top lease record plus ``state`` (see holder_state); None if there never was one."""
-    gens = _gens(fs, step_dir)
+    gens = _gens(step_dir)
     if not gens:
         return None
-    rec = _read(fs, step_dir, gens[-1]) or {}
+    rec = _read(step_dir, gens[-1]) or {}
     return {**rec, "gen": gens[-1], "state": holder_state(rec or None, timeout_s) if rec else "unreadable"}
 
 
 class Lease:
     """Exclusive, heartbeating lease on one step dir (which must exist). Use as a context manager."""
 
-    def __init__(self, fs, step_dir: str, *, timeout_s: float = 60.0, heartbeat_s: float | None = None,
+    def __init__(self, step_dir: str, *, timeout_s: float = 60.0, heartbeat_s: float | None = None,
                  poll_s: float | None = None):
         if timeout_s <= 0:
             raise ValueError(f"lease timeout_s must be > 0, got {timeout_s}")
-        self.fs, self.step_dir, self.timeout_s = fs, step_dir, float(timeout_s)
+        self.step_dir, self.timeout_s = step_dir, float(timeout_s)
         self.heartbeat_s = heartbeat_s if heartbeat_s is not None else max(0.05, self.timeout_s / 4)
         self.poll_s = poll_s if poll_s is not None else min(1.0, max(0.05, self.timeout_s / 10))
         self.owner = uuid.uuid4().hex
@@ -147,12 +147,12 @@ class Lease:
         waited = False
         unreadable_since: dict[int, float] = {}
         while True:
-            gens = _gens(self.fs, self.step_dir)
+            gens = _gens(self.step_dir)
             target = 1
             if gens:
                 top = gens[-1]
-                rec = _read(self.fs, self.step_dir, top)
-                if rec is None and storage.read_bytes(self.fs, _lease_path(self.step_dir, top)) is not None:
+                rec = _read(self.step_dir, top)
+                if rec is None and fsio.read_if_exists(_lease_path(self.step_dir, top)) is not None:
                     # Being written (stores without atomic create) or corrupt: wait, but not forever.
                     first = unreadable_since.setdefault(top, time.monotonic())
                     state = "stale" if time.monotonic() - first > self.timeout_s else "live"
@@ -169,16 +169,16 @@ class Lease:
                                 (rec or {}).get("owner"))
                 target = top + 1
             path = _lease_path(self.step_dir, target)
-            if not storage.create_exclusive(self.fs, path, self._record(), tmp_prefix=f"{LEASE_PREFIX}.tmp-"):
+            if not fsio.create_exclusive(path, self._record(), tmp_prefix=f"{LEASE_PREFIX}.tmp-"):
                 continue  # a peer created this gen first: re-read who holds it
-            if _gens(self.fs, self.step_dir)[-1] != target:
+            if _gens(self.step_dir)[-1] != target:
                 # We recreated an old, already-cleaned gen from a stale view: a higher gen exists.
-                storage.remove(self.fs, path)
+                fsio.remove(path)
                 continue
             self.gen = target
-            for old in _gens(self.fs, self.step_dir):
+            for old in _gens(self.step_dir):
                 if old < target:
-                    storage.remove(self.fs, _lease_path(self.step_dir, old))
+                    fsio.remove(_lease_path(self.step_dir, old))
             self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.step_dir}", daemon=True)
             self._thread.start()
             return
@@ -196,12 +196,12 @@ class Lease:
                 log.warning("lease heartbeat on %s failed; retrying", self.step_dir, exc_info=True)
 
     def _still_top(self) -> bool:
-        gens = _gens(self.fs, self.step_dir)
+        gens = _gens(self.step_dir)
         return bool(gens) and gens[-1] == self.gen
 
     def _write(self, released: bool) -> None:
-        storage.write_atomic(self.fs, _lease_path(self.step_dir, self.gen), self._record(released),
-                             tmp_prefix=f"{LEASE_PREFIX}.tmp-")
+        fsio.atomic_write_bytes(_lease_path(self.step_dir, self.gen), self._record(released),
+                              tmp_prefix=f"{LEASE_PREFIX}.tmp-")
 
     @property
     def lost(self) -> bool:
@@ -213,7 +213,7 @@ class Lease:
             raise LeaseLost(f"{self.step_dir}: lease not held")
         if self._lost.is_set() or not self._still_top():
             self._lost.set()
-            raise LeaseLost(f"{storage.to_url(self.fs, self.step_dir)}: lease taken over by another runner "
+            raise LeaseLost(f"{self.step_dir}: lease taken over by another runner "
                             f"(this one looked stale for more than {self.timeout_s:g} s)")
 
     def release(self) -> None:

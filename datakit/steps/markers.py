@@ -12,7 +12,7 @@ import socket
 import time
 from datetime import datetime, timezone
 
-from . import storage
+from datakit.core import fsio
 
 STATUS_FILE = ".status"
 ARTIFACT_FILE = "artifact.json"
@@ -34,9 +34,9 @@ def to_json_bytes(obj: dict) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
 
 
-def read_status(fs, step_dir: str) -> dict | None:
+def read_status(step_dir: str) -> dict | None:
     """The status record, None if absent. An unreadable marker counts as not built (state UNKNOWN)."""
-    raw = storage.read_bytes(fs, storage.join(step_dir, STATUS_FILE))
+    raw = fsio.read_if_exists(fsio.join(step_dir, STATUS_FILE))
     if raw is None:
         return None
     try:
@@ -48,44 +48,44 @@ def read_status(fs, step_dir: str) -> dict | None:
         return {"status": "UNKNOWN", "error": f"unreadable {STATUS_FILE}: {raw[:80]!r}"}
 
 
-def is_built(fs, step_dir: str) -> bool:
-    status = read_status(fs, step_dir)
+def is_built(step_dir: str) -> bool:
+    status = read_status(step_dir)
     return status is not None and status.get("status") == SUCCESS
 
 
-def write_status(fs, step_dir: str, status: str, **fields) -> None:
+def write_status(step_dir: str, status: str, **fields) -> None:
     record = {"status": status, "time": now_iso(), "host": socket.gethostname(), "pid": os.getpid(), **fields}
-    storage.write_atomic(fs, storage.join(step_dir, STATUS_FILE), to_json_bytes(record))
+    fsio.atomic_write_bytes(fsio.join(step_dir, STATUS_FILE), to_json_bytes(record))
 
 
-def remove_status(fs, step_dir: str) -> None:
-    storage.remove(fs, storage.join(step_dir, STATUS_FILE))
+def remove_status(step_dir: str) -> None:
+    fsio.remove(fsio.join(step_dir, STATUS_FILE))
 
 
-def read_artifact(fs, step_dir: str) -> dict:
+def read_artifact(step_dir: str) -> dict:
     """The artifact record of a built step. A SUCCESS dir without a valid record is a hard error."""
-    path = storage.join(step_dir, ARTIFACT_FILE)
-    raw = storage.read_bytes(fs, path)
+    path = fsio.join(step_dir, ARTIFACT_FILE)
+    raw = fsio.read_if_exists(path)
     if raw is None:
-        raise FileNotFoundError(f"{storage.to_url(fs, path)}: missing although {STATUS_FILE} says {SUCCESS}")
+        raise FileNotFoundError(f"{path}: missing although {STATUS_FILE} says {SUCCESS}")
     try:
         return json.loads(raw)
     except ValueError as e:
-        raise ValueError(f"{storage.to_url(fs, path)}: invalid JSON: {e}") from None
+        raise ValueError(f"{path}: invalid JSON: {e}") from None
 
 
-def write_artifact(fs, step_dir: str, record: dict) -> None:
-    storage.write_atomic(fs, storage.join(step_dir, ARTIFACT_FILE), to_json_bytes(record))
+def write_artifact(step_dir: str, record: dict) -> None:
+    fsio.atomic_write_bytes(fsio.join(step_dir, ARTIFACT_FILE), to_json_bytes(record))
 
 
-def write_error(fs, step_dir: str, text: str) -> None:
-    storage.write_atomic(fs, storage.join(step_dir, ERROR_FILE), text.encode("utf-8"))
+def write_error(step_dir: str, text: str) -> None:
+    fsio.atomic_write_bytes(fsio.join(step_dir, ERROR_FILE), text.encode("utf-8"))
 
 
-def clear_step_dir(fs, step_dir: str, keep) -> None:
+def clear_step_dir(step_dir: str, keep) -> None:
     """Remove everything a previous, untrusted attempt left (status first, so a crash mid-clear
     still reads as not built). ``keep(name)`` protects the lease files."""
-    remove_status(fs, step_dir)
-    for name in storage.list_names(fs, step_dir):
+    remove_status(step_dir)
+    for name in fsio.list_names(step_dir):
         if not keep(name):
-            storage.remove(fs, storage.join(step_dir, name))
+            fsio.remove(fsio.join(step_dir, name))

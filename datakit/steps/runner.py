@@ -25,7 +25,9 @@ from typing import Any, Callable, Iterable
 
 import datakit
 
-from . import markers, storage, verify
+from datakit.core import fsio
+
+from . import markers, verify
 from .events import EventLog
 from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
@@ -75,24 +77,19 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class _Location:
-    """A prefix (writable) or mirror (read-only) root."""
+    """A prefix (writable) or mirror (read-only) root: a local path or URL in `fsio.store_url` form."""
 
-    fs: Any
     root: str
     kind: str  # "prefix" | "mirror"
 
     def step_dir(self, step: Step) -> str:
-        return storage.join(self.root, step.dirname)
-
-    def url(self, step: Step) -> str:
-        return storage.to_url(self.fs, self.step_dir(step))
+        return fsio.join(self.root, step.dirname)
 
 
 def _open(url: str | None, kind: str) -> _Location | None:
     if url is None:
         return None
-    fs, root = storage.open_prefix(str(url))
-    return _Location(fs, root, kind)
+    return _Location(fsio.store_url(str(url)), kind)
 
 
 def _for_step(exec_config: Any, step: Step) -> Any:
@@ -103,12 +100,12 @@ def _for_step(exec_config: Any, step: Step) -> Any:
     return exec_config
 
 
-def _built_artifact(fs, d: str) -> dict | None:
+def _built_artifact(d: str) -> dict | None:
     """The artifact record of a step dir whose status says SUCCESS; None if unbuilt or unreadable."""
-    if not markers.is_built(fs, d):
+    if not markers.is_built(d):
         return None
     try:
-        art = markers.read_artifact(fs, d)
+        art = markers.read_artifact(d)
     except (OSError, ValueError):
         return None
     return art if isinstance(art, dict) else None
@@ -117,12 +114,12 @@ def _built_artifact(fs, d: str) -> dict | None:
 def _load_built(loc: _Location, step: Step) -> StepRecord | None:
     """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact + outputs that still
     match their manifest, by size: cheap), else None."""
-    art = _built_artifact(loc.fs, loc.step_dir(step))
+    art = _built_artifact(loc.step_dir(step))
     if art is None or art.get("identity") != step.identity:
         return None
-    if verify.damage_reason(loc.fs, loc.step_dir(step)) is not None:
+    if verify.damage_reason(loc.step_dir(step)) is not None:
         return None
-    return StepRecord(step.name, step.identity, loc.url(step), art.get("result") or {}, art.get("counters") or {})
+    return StepRecord(step.name, step.identity, loc.step_dir(step), art.get("result") or {}, art.get("counters") or {})
 
 
 def _find_built(step: Step, prefix: _Location, mirror: _Location | None) -> tuple[StepRecord, str] | None:
@@ -264,25 +261,25 @@ def _damage(loc: _Location, step: Step) -> str | None:
     """Why this identity's own dir cannot be trusted, or None when there is no such dir. Only called
     for steps that are not built, so a SUCCESS marker here has a bad artifact record."""
     d = loc.step_dir(step)
-    status = markers.read_status(loc.fs, d)
+    status = markers.read_status(d)
     if status is None:
-        if not _dir_exists(loc.fs, d):
+        if not _dir_exists(d):
             return None
         state = f"no {markers.STATUS_FILE} marker"
     elif status.get("status") == markers.SUCCESS:
-        art = _built_artifact(loc.fs, d)
-        damage = verify.damage_reason(loc.fs, d) if art and art.get("identity") == step.identity else None
+        art = _built_artifact(d)
+        damage = verify.damage_reason(d) if art and art.get("identity") == step.identity else None
         if damage:
             return damage
         state = f"SUCCESS but {markers.ARTIFACT_FILE} is unreadable or records another identity"
     else:
         state = str(status.get("status"))
-    return f"output damaged or unfinished: {state} at {loc.url(step)}"
+    return f"output damaged or unfinished: {state} at {loc.step_dir(step)}"
 
 
-def _dir_exists(fs, d: str) -> bool:
+def _dir_exists(d: str) -> bool:
     # Object stores have no empty dirs: a dir exists when something is in it.
-    return os.path.isdir(d) if storage.is_local(fs) else bool(storage.list_names(fs, d))
+    return fsio.is_dir(d) if fsio.is_local(d) else bool(fsio.list_names(d))
 
 
 def _is_build_of(dirname: str, step: Step) -> bool:
@@ -293,7 +290,7 @@ def _is_build_of(dirname: str, step: Step) -> bool:
 
 
 def _successful_artifact(loc: _Location, dirname: str, name: str) -> dict | None:
-    art = _built_artifact(loc.fs, storage.join(loc.root, dirname))
+    art = _built_artifact(fsio.join(loc.root, dirname))
     return art if art is not None and art.get("name") == name else None
 
 
@@ -309,7 +306,7 @@ class _Run:
         # Steps rebuilt in this run because their built output was damaged (and, transitively, their
         # dependents: they were built from the damaged bytes, so they are rebuilt too).
         self.rebuilt_damaged: set[str] = set()
-        self.disk_problem: storage.DiskProblem | None = None  # a full disk stops the rest of the run
+        self.disk_problem: fsio.DiskProblem | None = None  # a full disk stops the rest of the run
 
     def emit(self, event: str, step: Step, **fields: Any) -> None:
         self.safe_emit({"event": event, "step": step.name, "identity": step.identity, **fields})
@@ -320,7 +317,7 @@ class _Run:
         try:
             self.events.emit(event)
         except OSError as e:
-            problem = storage.disk_problem(e)
+            problem = fsio.disk_problem(e)
             if problem is None or not self.events.write:
                 raise
             logging.getLogger("datakit.steps").warning("events.jsonl is no longer written: %s",
@@ -344,7 +341,7 @@ class _Run:
     def _earlier_build(self, step: Step) -> _EarlierBuild | None:
         """Newest (by the artifact's "finished" time) SUCCESS build of ``step.name`` in the prefix."""
         if self._prefix_names is None:
-            self._prefix_names = storage.list_names(self.prefix.fs, self.prefix.root)
+            self._prefix_names = fsio.list_names(self.prefix.root)
         builds = []
         for dirname in self._prefix_names:
             art = _successful_artifact(self.prefix, dirname, step.name) if _is_build_of(dirname, step) else None
@@ -381,20 +378,19 @@ class _Run:
                 return self.build(step, forced, reason)
             except OSError as e:  # the step dir, its lease or its RUNNING marker could not be written
                 return self._disk_failure(step, e, reason)
-        url = self.prefix.url(step)
+        url = self.prefix.step_dir(step)
         self.emit("step_would_run", step, output=url, reason=reason)
         return _entry(step, "would_run", url, reason=reason)
 
     def build(self, step: Step, forced: bool, reason: str | None = None) -> dict:
-        fs, d = self.prefix.fs, self.prefix.step_dir(step)
-        url = self.prefix.url(step)
-        fs.makedirs(d, exist_ok=True)
-        lease = Lease(fs, d, timeout_s=self.lease_timeout_s)
+        d = self.prefix.step_dir(step)
+        fsio.makedirs(d)
+        lease = Lease(d, timeout_s=self.lease_timeout_s)
         waited_from: list[float] = []
 
         def on_wait(h: dict) -> None:
             waited_from.append(time.perf_counter())
-            self.emit("step_waiting", step, output=url,
+            self.emit("step_waiting", step, output=d,
                       holder={k: h.get(k) for k in ("owner", "host", "pid", "heartbeat_iso", "gen")})
 
         lease.acquire(on_wait=on_wait)
@@ -404,28 +400,27 @@ class _Run:
                 rec = _load_built(self.prefix, step)
                 if rec is not None:  # a concurrent runner built it while we waited
                     self.records[step.name] = rec
-                    self.emit("step_skipped", step, output=url, location="prefix",
+                    self.emit("step_skipped", step, output=d, location="prefix",
                               reason=f"built by another runner{waited}")
-                    return _entry(step, "skipped", url, counters=rec.counters, location="prefix",
+                    return _entry(step, "skipped", d, counters=rec.counters, location="prefix",
                                   reason=f"built by another runner{waited}")
             if waited:
                 reason = f"{reason}; ran{waited}" if reason else f"ran{waited}"
-            return self._run_fn(step, lease, fs, d, url, forced, reason)
+            return self._run_fn(step, lease, d, forced, reason)
         finally:
             try:
                 lease.release()
             except OSError:  # a full disk: the lease goes stale on its own, the outcome stands
                 logging.getLogger("datakit.steps").warning("could not release the lease of %s", d, exc_info=True)
 
-    def _run_fn(self, step: Step, lease: Lease, fs, d: str, url: str, forced: bool = False,
-                reason: str | None = None) -> dict:
+    def _run_fn(self, step: Step, lease: Lease, d: str, forced: bool = False, reason: str | None = None) -> dict:
         if forced or not step.resumable:
-            markers.clear_step_dir(fs, d, keep=is_lease_name)
+            markers.clear_step_dir(d, keep=is_lease_name)
         started = time.time()
-        markers.write_status(fs, d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
+        markers.write_status(d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
                              lease_owner=lease.owner)
-        self.emit("step_started", step, output=url, reason=reason)
-        ctx = StepContext(step=step, output=url, deps={dep.name: self.records[dep.name] for dep in step.deps},
+        self.emit("step_started", step, output=d, reason=reason)
+        ctx = StepContext(step=step, output=d, deps={dep.name: self.records[dep.name] for dep in step.deps},
                           exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit)
         t0 = time.perf_counter()
         try:
@@ -433,73 +428,73 @@ class _Run:
                 result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
             lease.check()
-            verify.write_manifest(fs, d)  # what `run` and `verify` will check this build against
+            verify.write_manifest(d)  # what `run` and `verify` will check this build against
             lease.check()
-            markers.write_artifact(fs, d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
+            markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()
-            markers.write_status(fs, d, markers.SUCCESS, identity=step.identity, run_id=self.events.run_id,
+            markers.write_status(d, markers.SUCCESS, identity=step.identity, run_id=self.events.run_id,
                                  wall_s=round(wall, 6))
         except BaseException as e:  # noqa: BLE001 - every way out must leave an honest marker
             wall = time.perf_counter() - t0
             interrupted = not isinstance(e, Exception)
-            problem = None if interrupted else storage.disk_problem(e)
+            problem = None if interrupted else fsio.disk_problem(e)
             if interrupted:
                 error = f"interrupted ({type(e).__name__})"
             else:
-                error = problem.message(url) if problem else f"{type(e).__name__}: {e}"
+                error = problem.message(d) if problem else f"{type(e).__name__}: {e}"
             tb = traceback.format_exc()
             if not isinstance(e, LeaseLost):
-                self._discard_partial(step, fs, d, problem)
-                self._mark_failed(step, lease, fs, d, ctx.counters, started, wall, error, tb)
+                self._discard_partial(step, d, problem)
+                self._mark_failed(step, lease, d, ctx.counters, started, wall, error, tb)
             if problem is not None and problem.no_space:
                 self.disk_problem = problem
-            self.emit("step_failed", step, output=url, wall_s=round(wall, 6), error=error, traceback=tb)
+            self.emit("step_failed", step, output=d, wall_s=round(wall, 6), error=error, traceback=tb)
             if interrupted:
                 raise
-            return _entry(step, "failed", url, wall_s=wall, counters=ctx.counters, error=error, location="prefix",
+            return _entry(step, "failed", d, wall_s=wall, counters=ctx.counters, error=error, location="prefix",
                           reason=reason)
-        self.records[step.name] = StepRecord(step.name, step.identity, url, result, counters)
-        self.emit("step_succeeded", step, output=url, wall_s=round(wall, 6), counters=counters)
-        return _entry(step, "succeeded", url, wall_s=wall, counters=counters, location="prefix", reason=reason)
+        self.records[step.name] = StepRecord(step.name, step.identity, d, result, counters)
+        self.emit("step_succeeded", step, output=d, wall_s=round(wall, 6), counters=counters)
+        return _entry(step, "succeeded", d, wall_s=wall, counters=counters, location="prefix", reason=reason)
 
     def _disk_failure(self, step: Step, exc: OSError, reason: str | None) -> dict:
         """A step that could not even start because the disk refused: failed, in one line."""
-        problem = storage.disk_problem(exc)
+        problem = fsio.disk_problem(exc)
         if problem is None:
             raise exc
-        url = self.prefix.url(step)
+        url = self.prefix.step_dir(step)
         if problem.no_space:
             self.disk_problem = problem
         try:
-            storage.remove_temp_files(self.prefix.fs, self.prefix.step_dir(step), keep=is_lease_name)
+            fsio.remove_temp_files(self.prefix.step_dir(step), keep=is_lease_name)
         except OSError:
             pass
         error = problem.message(url)
         self.emit("step_failed", step, output=url, wall_s=0.0, error=error, traceback=None)
         return _entry(step, "failed", url, error=error, location="prefix", reason=reason)
 
-    def _discard_partial(self, step: Step, fs, d: str, problem: storage.DiskProblem | None) -> None:
+    def _discard_partial(self, step: Step, d: str, problem: fsio.DiskProblem | None) -> None:
         """A failed attempt's temp files are never published: remove them (they may be what filled the
         disk). On a full disk a non-resumable step's partial outputs go too, since the next attempt
         starts from an empty dir anyway and the space is what the markers need now."""
         try:
-            storage.remove_temp_files(fs, d, keep=is_lease_name)
+            fsio.remove_temp_files(d, keep=is_lease_name)
             if problem is not None and problem.no_space and not step.resumable:
-                markers.clear_step_dir(fs, d, keep=is_lease_name)
+                markers.clear_step_dir(d, keep=is_lease_name)
         except OSError:
             logging.getLogger("datakit.steps").warning("could not clean up %s", d, exc_info=True)
 
-    def _mark_failed(self, step, lease, fs, d, counters, started, wall, error, tb) -> None:
+    def _mark_failed(self, step, lease, d, counters, started, wall, error, tb) -> None:
         """FAILED marker + traceback, unless a peer now owns the dir (then it is not ours to touch).
         If the disk refuses even that, the other markers are removed to make room and FAILED is
         written again: a run must never leave RUNNING behind for a step that is over."""
         try:
             lease.check()
-            markers.write_error(fs, d, tb)
+            markers.write_error(d, tb)
             art = self._artifact(step, None, dict(sorted(counters.items())), started, wall, markers.FAILED)
             art.update(error=error, traceback=tb)
-            markers.write_artifact(fs, d, art)
-            markers.write_status(fs, d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
+            markers.write_artifact(d, art)
+            markers.write_status(d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
                                  error=error)
         except LeaseLost:
             return
@@ -507,11 +502,11 @@ class _Run:
             logging.getLogger("datakit.steps").warning("could not record failure of %s", step.name, exc_info=True)
             for name in (markers.ERROR_FILE, markers.ARTIFACT_FILE, markers.STATUS_FILE):
                 try:
-                    storage.remove(fs, storage.join(d, name))
+                    fsio.remove(fsio.join(d, name))
                 except OSError:
                     pass
             try:
-                markers.write_status(fs, d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
+                markers.write_status(d, markers.FAILED, identity=step.identity, run_id=self.events.run_id,
                                      error=error)
             except OSError:
                 pass
@@ -580,7 +575,7 @@ def _check_configs_avoid_outputs(order: list[Step], locations: list[tuple[str | 
     roots: list[str] = []
     for url, loc in locations:
         if loc is not None:
-            roots += [storage.to_url(loc.fs, loc.root)] + ([str(url).rstrip("/")] if "://" in str(url) else [])
+            roots += [loc.root] + ([str(url).rstrip("/")] if "://" in str(url) else [])
     for s in order:
         hit = config_mentions(s.config, roots)
         if hit:
@@ -630,15 +625,14 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     selected, forced = _validate_selection(order, only, force)
     pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
     _check_configs_avoid_outputs(order, [(prefix, pre), (mirror, mir)])
-    run = _Run(pre, mir, EventLog(pre.fs, pre.root, uuid.uuid4().hex[:12], write=not dry_run, on_event=on_event),
+    run = _Run(pre, mir, EventLog(pre.root, uuid.uuid4().hex[:12], write=not dry_run, on_event=on_event),
                exec_config, lease_timeout_s)
     _load_deps_outside_selection(run, order, selected)
 
     if not dry_run:
-        storage.check_writable(pre.fs, pre.root)  # PrefixNotWritable: one clear line, nothing run
+        fsio.check_writable(pre.root)  # PrefixNotWritable: one clear line, nothing run
         run.safe_emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
-                       "prefix": storage.to_url(pre.fs, pre.root),
-                       "mirror": storage.to_url(mir.fs, mir.root) if mir else None})
+                       "prefix": pre.root, "mirror": mir.root if mir else None})
     entries: list[dict] = []
     outcome: dict[str, str] = {}
     for step in order:
@@ -647,8 +641,8 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
         bad = [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")]
         if bad or run.disk_problem is not None:
             error = (f"dependency failed: {', '.join(bad)}" if bad else
-                     f"not run: the disk is full ({run.disk_problem.message(pre.url(step))})")
-            entry = _entry(step, "cascaded", pre.url(step), error=error)
+                     f"not run: the disk is full ({run.disk_problem.message(pre.step_dir(step))})")
+            entry = _entry(step, "cascaded", pre.step_dir(step), error=error)
             run.emit("step_cascaded", step, error=entry["error"])
         else:
             entry = run.step_entry(step, step.name in forced, dry_run)
@@ -673,13 +667,13 @@ def step_status(steps: Step | Iterable[Step], prefix: str, mirror: str | None = 
     pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
     out = []
     for step in order:
-        st = markers.read_status(pre.fs, pre.step_dir(step))
-        location, path = ("prefix", pre.url(step)) if st is not None else (None, pre.url(step))
+        st = markers.read_status(pre.step_dir(step))
+        location, path = ("prefix", pre.step_dir(step)) if st is not None else (None, pre.step_dir(step))
         if (st is None or st.get("status") != markers.SUCCESS) and mir is not None:
-            mst = markers.read_status(mir.fs, mir.step_dir(step))
+            mst = markers.read_status(mir.step_dir(step))
             if mst is not None and mst.get("status") == markers.SUCCESS:
-                st, location, path = mst, "mirror", mir.url(step)
-        holder = read_holder(pre.fs, pre.step_dir(step), lease_timeout_s)
+                st, location, path = mst, "mirror", mir.step_dir(step)
+        holder = read_holder(pre.step_dir(step), lease_timeout_s)
         out.append({"name": step.name, "identity": step.identity,
                     "state": st.get("status", "UNKNOWN") if st else "MISSING",
                     "time": st.get("time") if st else None, "path": path, "location": location,

@@ -17,22 +17,18 @@ before manifests existed have none: they are trusted as before (and ``verify`` s
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from dataclasses import asdict, dataclass, field
 
-import xxhash
+from datakit.core import fsio
 
-from datakit.core.fsio import stream_digest
-
-from . import markers, storage
+from . import markers
 from .lease import is_lease_name
 from .step import collect_steps
 
 MANIFEST_FORMAT = "datakit.step_outputs"
 MANIFEST_VERSION = 1
 QUICK_HASH_BYTES = 64 << 10     # local files up to this size are hashed by the cheap check too
-_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -65,52 +61,32 @@ def is_output_name(rel: str) -> bool:
     """Whether a file under a step dir is an output (not a marker, lease or unpublished temp file)."""
     name = posixpath.basename(rel)
     top = rel.split("/", 1)[0]
-    return not (top in markers.MARKER_FILES or is_lease_name(name) or storage.is_temp_name(name))
+    return not (top in markers.MARKER_FILES or is_lease_name(name) or fsio.is_temp_name(name))
 
 
-def _walk(fs, step_dir: str) -> dict[str, int]:
+def _walk(step_dir: str) -> dict[str, int]:
     """Relative path -> size of every output file under the step dir (one listing on object stores)."""
-    out: dict[str, int] = {}
-    if storage.is_local(fs):
-        for root, _, names in os.walk(step_dir):
-            for n in names:
-                full = os.path.join(root, n)
-                rel = os.path.relpath(full, step_dir).replace(os.sep, "/")
-                if is_output_name(rel):
-                    out[rel] = os.path.getsize(full)
-        return out
-    base = step_dir.rstrip("/") + "/"
-    for path, info in fs.find(step_dir, withdirs=False, detail=True).items():
-        rel = str(path)[len(base):] if str(path).startswith(base) else posixpath.basename(str(path))
-        if is_output_name(rel):
-            out[rel] = int(info.get("size") or 0)
-    return out
+    return {rel: size for rel, size in fsio.walk(step_dir).items() if is_output_name(rel)}
 
 
-def file_hash(fs, path: str) -> str:
-    """xxh3-128 of a file's bytes, streamed."""
-    with fs.open(path, "rb") as f:
-        return stream_digest(f, xxhash.xxh3_128(), _CHUNK)
-
-
-def build_manifest(fs, step_dir: str) -> list[OutputFile]:
+def build_manifest(step_dir: str) -> list[OutputFile]:
     """Every output file of the step dir, sorted by path, with size and hash."""
-    sizes = _walk(fs, step_dir)
-    return [OutputFile(rel, sizes[rel], file_hash(fs, storage.join(step_dir, rel))) for rel in sorted(sizes)]
+    sizes = _walk(step_dir)
+    return [OutputFile(rel, sizes[rel], fsio.xxh3_file(fsio.join(step_dir, rel))) for rel in sorted(sizes)]
 
 
-def write_manifest(fs, step_dir: str) -> list[OutputFile]:
+def write_manifest(step_dir: str) -> list[OutputFile]:
     """Record the step's outputs (called by the runner after the step fn, before the artifact)."""
-    files = build_manifest(fs, step_dir)
+    files = build_manifest(step_dir)
     record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "files": [asdict(f) for f in files]}
-    storage.write_atomic(fs, storage.join(step_dir, markers.OUTPUTS_FILE), markers.to_json_bytes(record))
+    fsio.atomic_write_bytes(fsio.join(step_dir, markers.OUTPUTS_FILE), markers.to_json_bytes(record))
     return files
 
 
-def read_manifest(fs, step_dir: str) -> list[OutputFile] | None:
+def read_manifest(step_dir: str) -> list[OutputFile] | None:
     """The recorded outputs; None when the step has no manifest. An unreadable manifest raises
     ValueError (a damaged step, never a trusted one)."""
-    raw = storage.read_bytes(fs, storage.join(step_dir, markers.OUTPUTS_FILE))
+    raw = fsio.read_if_exists(fsio.join(step_dir, markers.OUTPUTS_FILE))
     if raw is None:
         return None
     try:
@@ -122,36 +98,36 @@ def read_manifest(fs, step_dir: str) -> list[OutputFile] | None:
         raise ValueError(f"{markers.OUTPUTS_FILE} is unreadable ({e})") from None
 
 
-def _problem(fs, step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool) -> str | None:
+def _problem(step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool) -> str | None:
     size = sizes.get(f.path)
     if size is None:
         return f"{f.path} is missing"
     if size != f.size:
         return f"{f.path} size {size} != {f.size} recorded"
     if hash_it:
-        got = file_hash(fs, storage.join(step_dir, f.path))
+        got = fsio.xxh3_file(fsio.join(step_dir, f.path))
         if got != f.xxh3_128:
             return f"{f.path} content changed (xxh3-128 {got} != {f.xxh3_128} recorded)"
     return None
 
 
-def verify_step_dir(fs, step_dir: str, *, deep: bool = False, max_problems: int = 20) -> VerifyReport:
+def verify_step_dir(step_dir: str, *, deep: bool = False, max_problems: int = 20) -> VerifyReport:
     """Compare a step dir with its manifest. Cheap (default): sizes, plus hashes of small local files.
     Deep: every file's hash. Files the manifest does not list are ignored (they were never trusted)."""
     report = VerifyReport(step_dir, manifest=True, deep=deep)
     try:
-        files = read_manifest(fs, step_dir)
+        files = read_manifest(step_dir)
     except ValueError as e:
         report.problems.append(str(e))
         return report
     if files is None:
         report.manifest = False
         return report
-    sizes = _walk(fs, step_dir)
-    local = storage.is_local(fs)
+    sizes = _walk(step_dir)
+    local = fsio.is_local(step_dir)
     for f in files:
         hash_it = deep or (local and f.size <= QUICK_HASH_BYTES)
-        problem = _problem(fs, step_dir, f, sizes, hash_it)
+        problem = _problem(step_dir, f, sizes, hash_it)
         report.checked += 1
         if problem:
             report.problems.append(problem)
@@ -160,9 +136,9 @@ def verify_step_dir(fs, step_dir: str, *, deep: bool = False, max_problems: int 
     return report
 
 
-def damage_reason(fs, step_dir: str) -> str | None:
+def damage_reason(step_dir: str) -> str | None:
     """One line saying why a built step's outputs cannot be trusted (the cheap check), else None."""
-    report = verify_step_dir(fs, step_dir, max_problems=3)
+    report = verify_step_dir(step_dir, max_problems=3)
     if report.ok:
         return None
     more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
@@ -172,15 +148,15 @@ def damage_reason(fs, step_dir: str) -> str | None:
 def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
     """``datakit verify``: each step of the DAG as {name, state, detail, path}; state is OK, DAMAGED,
     UNVERIFIED (built before output manifests existed) or NOT_BUILT."""
-    fs, root = storage.open_prefix(prefix)
+    root = fsio.store_url(prefix)
     rows = []
     for step in collect_steps(steps):
-        d = storage.join(root, step.dirname)
-        row = {"name": step.name, "path": storage.to_url(fs, d)}
-        if not markers.is_built(fs, d):
+        d = fsio.join(root, step.dirname)
+        row = {"name": step.name, "path": d}
+        if not markers.is_built(d):
             rows.append({**row, "state": "NOT_BUILT", "detail": "not built under this prefix"})
             continue
-        report = verify_step_dir(fs, d, deep=deep)
+        report = verify_step_dir(d, deep=deep)
         if not report.manifest and report.ok:
             state, detail = "UNVERIFIED", f"no {markers.OUTPUTS_FILE} (built before output manifests)"
         elif report.ok:
@@ -192,4 +168,4 @@ def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
 
 
 __all__ = ["OutputFile", "VerifyReport", "build_manifest", "write_manifest", "read_manifest", "verify_step_dir",
-           "damage_reason", "file_hash", "is_output_name", "verify_steps"]
+           "damage_reason", "is_output_name", "verify_steps"]

@@ -17,27 +17,27 @@ Every file is written to a temporary name and renamed into place.
 
 from __future__ import annotations
 
+import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import IO, Any
 
-import fsspec
 import numpy as np
 
 from datakit.core.fsio import (
     atomic_write_bytes,
     commit,
-    discard as remove,
     exists,
-    fs_for as fs_of,
     is_local,
+    list_names,
     local_path,
     makedirs,  # noqa: F401 (the build step uses it through this module)
     open_atomic,
     open_read,
-    tmp_name,
+    read_bytes,
+    remove,
+    walk,  # noqa: F401 (inspection lists caches through it)
     xxh3_file,
 )
 from datakit.core.layout import TokenCacheDir
@@ -74,17 +74,6 @@ class CacheNotReady(RuntimeError):
 
 def join(base: str, *names: str) -> str:
     return "/".join([base.rstrip("/"), *names])
-
-
-def listdir(path: str) -> list[str]:
-    """Base names in a directory ([] if it does not exist)."""
-    if is_local(path):
-        p = local_path(path)
-        return sorted(os.listdir(p)) if os.path.isdir(p) else []
-    fs = fs_of(path)
-    if not fs.exists(path):
-        return []
-    return sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
@@ -158,12 +147,9 @@ class NpyStreamWriter:
         self.dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
         self.length = 0
         self._f: IO[bytes] | None
-        if is_local(path):
-            self._f, self._tmp = open_atomic(path)
-            self._staged = None
-        else:  # the header is patched at the end, which needs a seekable file: stage locally, then upload
-            fd, self._staged = tempfile.mkstemp(prefix="datakit-npy-", suffix=".npy")
-            self._f, self._tmp = os.fdopen(fd, "wb"), self._staged
+        # Local: a temp file beside `path`; remote: a local temp file (open_atomic), which the header
+        # patched at the end needs (seekable), uploaded by `commit` in one retried PUT.
+        self._f, self._tmp = open_atomic(path)
         self._f.write(_npy_header(self.dtype, 0))
 
     def append(self, arr: np.ndarray) -> None:
@@ -182,15 +168,7 @@ class NpyStreamWriter:
         os.fsync(self._f.fileno())
         self._f.close()
         self._f = None
-        if self._staged is None:
-            commit(self._tmp, self.path)
-        else:
-            remote_tmp = tmp_name(self.path)
-            try:
-                fs_of(self.path).put_file(self._staged, remote_tmp)
-                commit(remote_tmp, self.path)
-            finally:
-                os.unlink(self._staged)
+        commit(self._tmp, self.path)
         return self.path
 
     def abort(self) -> None:
@@ -214,8 +192,7 @@ def load_npy(path: str, mmap: bool = True) -> np.ndarray:
     """Memory-map a local .npy (copy-free, lazy); remote files are read fully into memory."""
     if is_local(path):
         return np.load(local_path(path), mmap_mode="r" if mmap else None, allow_pickle=False)
-    with fsspec.open(path, "rb") as f:
-        return np.load(f, allow_pickle=False)
+    return np.load(io.BytesIO(read_bytes(path)), allow_pickle=False)
 
 
 
@@ -244,7 +221,7 @@ def read_ledger(split_dir: str) -> dict:
             f"{CACHE_VERSION}); rebuild the cache"
         )
     if not ledger.get("finished"):
-        done = len([n for n in listdir(split_dir) if n.endswith(".json") and n.startswith(TokenCacheDir.SHARD_PREFIX)])
+        done = len([n for n in list_names(split_dir) if n.endswith(".json") and n.startswith(TokenCacheDir.SHARD_PREFIX)])
         raise CacheNotReady(
             f"token cache {split_dir!r} is unfinished ({done} of {ledger.get('num_shards', '?')} shards done): "
             "its build crashed or is still running; rerun the tokenize step to resume it"

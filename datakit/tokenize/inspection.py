@@ -25,22 +25,15 @@ def _find_split_dirs(path: str) -> list[str]:
     path = path.rstrip("/")
     if C.exists(C.join(path, C.LEDGER_FILE)):
         return [path]
-    if C.is_local(path):
-        root = C.local_path(path)
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"no such cache directory: {path}")
-        found = []
-        base_depth = root.rstrip("/").count("/")
-        for d, subdirs, files in os.walk(root):
-            subdirs[:] = sorted(s for s in subdirs if not s.startswith("."))
-            if d.count("/") - base_depth >= _MAX_DEPTH:
-                subdirs[:] = []
-            if C.LEDGER_FILE in files:
-                found.append(d)
-        return sorted(found)
-    fs = C.fs_of(path)
-    hits = fs.glob(f"{path}/**/{C.LEDGER_FILE}", maxdepth=_MAX_DEPTH)
-    return sorted(fs.unstrip_protocol(h.rsplit("/", 1)[0]) for h in hits)
+    if C.is_local(path) and not os.path.isdir(C.local_path(path)):
+        raise FileNotFoundError(f"no such cache directory: {path}")
+    found = []
+    for rel in C.walk(path):  # one listing on object stores
+        folders = rel.split("/")[:-1]
+        if (rel.rsplit("/", 1)[-1] == C.LEDGER_FILE and folders and len(folders) <= _MAX_DEPTH
+                and not any(f.startswith(".") for f in folders)):
+            found.append(C.join(path, *folders))
+    return sorted(found)
 
 
 def _sample(split_dir: str, ledger: dict) -> tuple[str | None, str | None]:

@@ -16,14 +16,12 @@ the rest; the ledger (the commit point) is written last, once every shard is don
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +29,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
-from datakit.core.fsio import copy_file
+from datakit.core.fsio import copy_file, is_dir, sha256_file
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
@@ -426,7 +424,7 @@ def _clear_foreign_files(split_dir: str, total: int) -> None:
     keep = set()
     for i in range(total):
         keep.update(C.shard_file_names(i, total).values())
-    for n in C.listdir(split_dir):
+    for n in C.list_names(split_dir):
         if (n.startswith(TokenCacheDir.SHARD_PREFIX) and n not in keep) or n.startswith(".tmp-"):
             C.remove(C.join(split_dir, n))
 
@@ -516,7 +514,7 @@ def _prepare_cache_dir(cache_dir: TokenCacheDir, tokenizer_path: str, sha256: st
     for s in SPLITS:
         C.makedirs(cache_dir.split(s))
     tok_copy = cache_dir.tokenizer
-    if not C.exists(tok_copy) or _sha256_of(tok_copy) != sha256:
+    if not C.exists(tok_copy) or sha256_file(tok_copy) != sha256:
         copy_file(_tokenizer_file(tokenizer_path), tok_copy)
     return tok_copy
 
@@ -559,13 +557,6 @@ def _engine_summary(name: str, planned: EngineChoice | None, results: list[dict]
 
 
 def _tokenizer_file(path_or_url: str) -> str:
-    fs, p = fsspec.core.url_to_fs(path_or_url)
-    if fs.isdir(p):
+    if is_dir(path_or_url):
         return path_or_url.rstrip("/") + "/" + TOKENIZER_FILE
     return path_or_url
-
-
-def _sha256_of(path: str) -> str:
-    with C.open_read(path) as f:
-        return hashlib.sha256(f.read()).hexdigest()
-

@@ -17,11 +17,11 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
-import fsspec
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
+from datakit.core.fsio import atomic_write_bytes, exists, is_dir, join, open_read, read_bytes, store_url
+from datakit.core.layout import TOKENIZER_FILE, DocumentsDir, parquet_names
 
 __all__ = [
     "EOS_TOKEN",
@@ -83,10 +83,10 @@ def _looks_like_hub_name(s: str) -> bool:
 
 
 def _read_tokenizer_bytes(path_or_url: str) -> tuple[bytes, str]:
-    fs, path = fsspec.core.url_to_fs(path_or_url)
-    if fs.isdir(path):
-        path = path.rstrip("/") + "/" + TOKENIZER_FILE
-    if not fs.exists(path):
+    path = store_url(path_or_url)
+    if is_dir(path):
+        path = join(path, TOKENIZER_FILE)
+    if not exists(path):
         if _looks_like_hub_name(path_or_url):
             raise TokenizerError(
                 f"tokenizer {path_or_url!r} looks like a Hugging Face Hub name, but datakit cannot fetch "
@@ -96,8 +96,7 @@ def _read_tokenizer_bytes(path_or_url: str) -> tuple[bytes, str]:
                 "or leave it null to train a byte-level BPE on the corpus."
             )
         raise TokenizerError(f"tokenizer file not found: {path_or_url!r} (looked for {path!r})")
-    with fs.open(path, "rb") as f:
-        return f.read(), fs.unstrip_protocol(path) if _is_url(path_or_url) else path
+    return read_bytes(path), path
 
 
 def _special_id(tok: Tokenizer, candidates: tuple[str, ...], explicit: str | None, what: str, where: str):
@@ -159,19 +158,19 @@ def find_source_files(input_dir: str) -> list[str]:
     ``<dir>/outputs/main/*.parquet``), or ``<dir>/*.parquet``.
 
     Sorted by name so every consumer sees the same order; dot-files are skipped."""
-    fs, root = fsspec.core.url_to_fs(input_dir)
+    root = store_url(input_dir)
     for sub in (DocumentsDir.MAIN, ""):
-        base = f"{root.rstrip('/')}/{sub}" if sub else root.rstrip("/")
-        found = sorted(p for p in fs.glob(f"{base}/*.parquet") if not os.path.basename(p).startswith("."))
+        base = join(root, sub) if sub else root
+        found = parquet_names(base)
         if found:
-            return [fs.unstrip_protocol(p) if _is_url(input_dir) else p for p in found]
+            return [join(base, n) for n in found]
     raise FileNotFoundError(
         f"no parquet files in source {input_dir!r}: expected {DocumentsDir(input_dir).main}/part-*.parquet"
     )
 
 
 def _iter_texts(path: str, batch_rows: int = 256) -> Iterator[str]:
-    with fsspec.open(path, "rb") as f:
+    with open_read(path) as f:
         pf = pq.ParquetFile(f)
         if "text" not in pf.schema_arrow.names:
             raise ValueError(f"{path}: no 'text' column (columns: {pf.schema_arrow.names})")
@@ -241,13 +240,8 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     )
     tok.train_from_iterator(texts, trainer, length=len(texts))
     data = tok.to_str(pretty=False).encode("utf-8")
-    fs, root = fsspec.core.url_to_fs(out_dir)
-    fs.makedirs(root, exist_ok=True)
-    final = f"{root.rstrip('/')}/{TOKENIZER_FILE}"
-    tmp = f"{root.rstrip('/')}/.{TOKENIZER_FILE}.tmp-{os.getpid()}"
-    with fs.open(tmp, "wb") as f:
-        f.write(data)
-    fs.mv(tmp, final)
+    final = join(store_url(out_dir), TOKENIZER_FILE)
+    atomic_write_bytes(final, data)
     identity = tokenizer_identity(tok, data, where=final)
     return {
         **identity.to_dict(),

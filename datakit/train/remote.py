@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from datakit.core.fsio import copy_file, exists, fs_for
+from datakit.core.fsio import copy_file, exists, list_names, remove
 from datakit.core.layout import TrainDir, join
 from datakit.train.checkpoint import checkpoint_step
 
@@ -30,17 +30,12 @@ class RemoteMirror:
     def __init__(self, remote: str) -> None:
         self.remote = remote.rstrip("/")
         self.local = tempfile.mkdtemp(prefix="datakit-train-")
-        self.fs = fs_for(self.remote)
         self.published: set[str] = set()
         self._remote_dir = TrainDir(self.remote)
         self._local_dir = TrainDir(self.local)
 
     def _remote_checkpoints(self) -> list[str]:
-        d = self._remote_dir.checkpoints
-        if not self.fs.exists(d):
-            return []
-        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(d, detail=False)]
-        return sorted(n for n in names if checkpoint_step(n) is not None)
+        return [n for n in list_names(self._remote_dir.checkpoints) if checkpoint_step(n) is not None]
 
     def pull(self) -> None:
         """Copy down what a resume reads: the newest checkpoint and the metrics so far."""
@@ -63,10 +58,7 @@ class RemoteMirror:
         if os.path.exists(self._local_dir.metrics):
             copy_file(self._local_dir.metrics, self._remote_dir.metrics)
         for name in sorted(self.published - set(kept_names)):
-            try:
-                self.fs.rm(join(self._remote_dir.checkpoints, name))
-            except FileNotFoundError:
-                pass
+            remove(join(self._remote_dir.checkpoints, name))
             self.published.discard(name)
 
     def finish(self, result: Any) -> Any:
