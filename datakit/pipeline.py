@@ -104,13 +104,14 @@ def exec_config(prefix: str, backend: str, workers: int | None = None, **options
 def run(manifest: Manifest, *, prefix: str | None = None, backend: str | None = None, workers: int | None = None,
         steps: list[Step] | None = None, extra_steps: Iterable[Step] = (), dry_run: bool = False,
         only: list[str] | None = None, force: Iterable[str] = (), mirror: str | None = None,
-        on_event: Callable[[dict], None] | None = None, **engine: Any) -> RunSummary:
+        on_event: Callable[[dict], None] | None = None, fast: bool = False, **engine: Any) -> RunSummary:
     """Build (unless ``steps`` are given) and run a manifest's pipeline plus ``extra_steps`` under
-    ``prefix`` (default: the manifest's). ``engine`` options go to the ExecConfig (progress, backend_options)."""
+    ``prefix`` (default: the manifest's). ``fast``: skip built steps whose outputs have their recorded
+    sizes, without checking content. ``engine`` options go to the ExecConfig (progress, backend_options)."""
     out = str(prefix or manifest.prefix)
     planned = list(steps) if steps is not None else build_steps(manifest, out, write_cache=not dry_run)
     cfg = exec_config(out, backend or manifest.backend, workers or manifest.workers, **engine)
     summary = run_steps(planned + list(extra_steps), out, mirror=mirror or manifest.mirror, dry_run=dry_run,
-                        only=only, force=list(force), exec_config=cfg, on_event=on_event)
+                        only=only, force=list(force), exec_config=cfg, on_event=on_event, fast=fast)
     summary.data = data_summary(views(summary, planned), out).to_dict()
     return summary

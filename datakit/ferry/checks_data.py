@@ -24,7 +24,7 @@ def check_outputs(ctx: RunContext, name: str) -> None:
 
     def outputs() -> str:
         fs, d = storage.open_prefix(ctx.path(name))
-        report = verify_step_dir(fs, d, deep=True)
+        report = verify_step_dir(fs, d)
         if not report.manifest and report.ok:
             return "no output manifest (built before output manifests existed)"
         if not report.ok:
