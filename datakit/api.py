@@ -34,13 +34,15 @@ def steps_by_name(manifest: Manifest) -> dict[str, Step]:
 def run(manifest: Manifest | str, *, prefix: str | None = None, backend: str | None = None,
         workers: int | None = None, extra_steps: Iterable[Step] = (), dry_run: bool = False,
         only: list[str] | None = None, force: list[str] = (), mirror: str | None = None,
-        progress: bool | None = None, log: Callable[[str], None] | logging.Logger | None = None) -> RunSummary:
+        progress: bool | None = None, log: Callable[[str], None] | logging.Logger | None = None,
+        fast: bool = False) -> RunSummary:
     """Run a manifest's pipeline (plus `extra_steps`, which may depend on its steps); returns the summary,
     whose ``data`` holds what happened to the data (per-source funnel, tokens, training figures).
 
     ``progress``: progress bars on stderr (default: when stderr is a terminal). ``log``: where the run's
     lines go (steps started and finished, why they ran, training progress, warnings): a callable taking
-    a string, or a `logging.Logger`; default: the ``datakit`` logger at INFO."""
+    a string, or a `logging.Logger`; default: the ``datakit`` logger at INFO. ``fast``: trust built steps
+    whose outputs have their recorded sizes (default: their content is checked, as `datakit run` does)."""
     m = load_manifest(manifest) if isinstance(manifest, (str, os.PathLike)) else manifest
     plan = build_plan(m, prefix, write_cache=not dry_run)
     by_name = {s.name: s for s in plan.runnable}
@@ -52,7 +54,7 @@ def run(manifest: Manifest | str, *, prefix: str | None = None, backend: str | N
 
     return pipeline.run(m, prefix=prefix, backend=backend, workers=workers, plan=plan, extra_steps=extra_steps,
                         dry_run=dry_run, only=only, force=force, mirror=mirror, on_event=on_event,
-                        progress=progress)
+                        progress=progress, fast=fast)
 
 
 def _writer(log: Callable[[str], None] | logging.Logger | None) -> Callable[[str], None]:

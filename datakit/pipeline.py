@@ -112,9 +112,10 @@ def exec_config(prefix: str, backend: str, workers: int | None = None, **options
 def run(manifest: Manifest, *, prefix: str | None = None, backend: str | None = None, workers: int | None = None,
         plan: Plan | None = None, steps: list[Step] | None = None, extra_steps: Iterable[Step] = (),
         dry_run: bool = False, only: list[str] | None = None, force: Iterable[str] = (), mirror: str | None = None,
-        on_event: Callable[[dict], None] | None = None, **engine: Any) -> RunSummary:
+        on_event: Callable[[dict], None] | None = None, fast: bool = False, **engine: Any) -> RunSummary:
     """Build the plan (unless given) and run its steps (or only ``steps``, a part of it) plus ``extra_steps``
     under ``prefix`` (default: the manifest's); a real run first publishes the plan as `<prefix>/plan.json`.
+    ``fast``: skip built steps whose outputs have their recorded sizes, without checking content.
     ``engine`` options go to the ExecConfig (progress, backend_options)."""
     out = str(prefix or manifest.prefix)
     plan = plan or build_plan(manifest, out, write_cache=not dry_run)
@@ -123,6 +124,6 @@ def run(manifest: Manifest, *, prefix: str | None = None, backend: str | None = 
     if not dry_run:
         write_plan(out, plan)
     summary = run_steps(planned + list(extra_steps), out, mirror=mirror or manifest.mirror, dry_run=dry_run,
-                        only=only, force=list(force), exec_config=cfg, on_event=on_event)
+                        only=only, force=list(force), exec_config=cfg, on_event=on_event, fast=fast)
     summary.data = data_summary(views(summary, plan), plan, out).to_dict()
     return summary

@@ -33,7 +33,7 @@ from datakit.manifest import SourceSpec
 from datakit.steps import Step, run_steps
 from datakit.steps.lease import Lease
 from datakit.steps.markers import OUTPUTS_FILE, read_status
-from datakit.steps.verify import verify_steps
+from datakit.steps.verify import QUICK_HASH_BYTES, verify_steps
 
 FAST = RetryPolicy(attempts=3, backoff=0.001, max_backoff=0.01)
 
@@ -401,10 +401,12 @@ def built(tmp_path_factory) -> tuple[Path, object]:
     root = tmp_path_factory.mktemp("built")
     data = root / "data"
     data.mkdir()
-    for i in range(3):
-        (data / f"part-{i}.jsonl").write_bytes(jsonl_records(60, f"t{i}"))
-    m = datakit.manifest_from_dict({"prefix": str(root / "out"), "tokenize": {"vocab_size": 300},
-                                    "sources": [{"name": "docs", "uri": str(data / "*.jsonl"), "format": "jsonl"}]})
+    for i in range(3):  # 100 records each: a normalize part over QUICK_HASH_BYTES, which --fast only sizes
+        (data / f"part-{i}.jsonl").write_bytes(jsonl_records(100, f"t{i}"))
+    spec = {"prefix": str(root / "out"), "tokenize": {"vocab_size": 300},
+            "sources": [{"name": "docs", "uri": str(data / "*.jsonl"), "format": "jsonl"}]}
+    m = datakit.manifest_from_dict(spec)
+    (root / "sources.yaml").write_text(json.dumps(spec))  # the same manifest for the CLI (JSON is YAML)
     s = datakit.run(m, workers=2)
     assert s.ok, s.to_dict()
     return root / "out", m
@@ -470,12 +472,82 @@ def test_token_overwritten_with_another_valid_id_is_caught_by_verify_and_ferry_c
     arr[5] = (int(arr[5]) + 1) % 300
     arr.flush()
     del arr
-    rows = {x["name"]: x for x in verify_steps(datakit.pipeline.build_steps(m, str(prefix)), str(prefix), deep=True)}
+    rows = {x["name"]: x for x in verify_steps(datakit.pipeline.build_steps(m, str(prefix)), str(prefix))}
     assert rows["tokenize-docs"]["state"] == "DAMAGED" and shard.name in rows["tokenize-docs"]["detail"]
     assert {x["state"] for n, x in rows.items() if n != "tokenize-docs"} == {"OK"}
     from datakit.tokenize.cache import verify_checksums
 
     assert verify_checksums(str(tok / "train")) == [f"{shard.name} does not match its ledger checksum (content changed)"]
+
+
+def _data_digests(prefix: Path) -> dict[str, str]:
+    """sha256 of every file a run wrote under its step dirs, except the records of when and by whom
+    (artifact.json, .status, leases), the event log and the input-hash cache."""
+    return {str(p.relative_to(prefix)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(prefix.rglob("*")) if p.is_file() and p.name not in ("artifact.json", ".status")
+            and not p.name.startswith(".lease") and p.name != "events.jsonl" and ".datakit" not in p.parts}
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.output
+
+
+def _cli_run(built, prefix: Path, *extra: str) -> dict[str, dict]:
+    code, out = _cli("run", str(built[0].parent / "sources.yaml"), "--prefix", str(prefix), "--workers", "2",
+                     "--json", *extra)
+    assert code == 0, out
+    return {s["name"]: s for s in json.loads(out.strip().splitlines()[-1])["steps"]}
+
+
+def _same_size_damage_survives_fast_then_is_rebuilt(built, prefix: Path, damaged: Path, step: str) -> dict:
+    """The CLI round of a same-size edit: ``--fast`` keeps the old size-only behaviour (verify ok, run
+    skips all), plain ``verify`` fails naming the file, plain ``run`` rebuilds the step (and what
+    depends on it) and the prefix then equals the clean build, file for file."""
+    manifest = str(built[0].parent / "sources.yaml")
+    code, out = _cli("verify", manifest, "--prefix", str(prefix), "--fast")
+    assert code == 0 and "ok: every built step matches its output manifest (sizes)" in out, out
+    assert {s["status"] for s in _cli_run(built, prefix, "--fast").values()} == {"skipped"}
+    code, out = _cli("verify", manifest, "--prefix", str(prefix))
+    assert code == 1, out
+    line = next(x for x in out.splitlines() if x.startswith("DAMAGED"))
+    assert step in line and f"{damaged.name} content changed" in line, out
+    assert sum(x.startswith("DAMAGED") for x in out.splitlines()) == 1
+    steps = _cli_run(built, prefix)
+    assert steps[step]["status"] == "succeeded" and damaged.name in steps[step]["reason"]
+    assert steps[step]["reason"].startswith("output damaged: ") and "content changed" in steps[step]["reason"]
+    assert _data_digests(prefix) == _data_digests(built[0])
+    code, out = _cli("verify", manifest, "--prefix", str(prefix))
+    assert code == 0 and "ok: every built step matches its output manifest (content)" in out, out
+    return steps
+
+
+@pytest.mark.slow
+def test_token_id_overwritten_same_size_is_found_by_verify_and_rebuilt_by_run(built, tmp_path: Path):
+    prefix, _ = _copy_prefix(built, tmp_path)
+    tok = next(prefix.glob("tokenize-docs-*"))
+    shard = next((tok / "train").glob("shard-*.tokens.npy"))
+    size = shard.stat().st_size
+    arr = np.load(shard, mmap_mode="r+")
+    arr[5] = (int(arr[5]) + 1) % 300  # another valid id of the 300-token vocabulary
+    arr.flush()
+    del arr
+    assert shard.stat().st_size == size > QUICK_HASH_BYTES
+    steps = _same_size_damage_survives_fast_then_is_rebuilt(built, prefix, shard, "tokenize-docs")
+    assert {n for n, e in steps.items() if e["status"] == "succeeded"} == {"tokenize-docs"}
+
+
+@pytest.mark.slow
+def test_parquet_byte_flipped_same_size_is_found_by_verify_and_rebuilt_with_downstream(built, tmp_path: Path):
+    prefix, _ = _copy_prefix(built, tmp_path)
+    part = next(prefix.glob("normalize-docs-*/outputs/main/part-00000-of-*.parquet"))
+    data = bytearray(part.read_bytes())
+    assert len(data) > QUICK_HASH_BYTES  # a file --fast checks by size only
+    data[len(data) // 2] ^= 0x20
+    part.write_bytes(bytes(data))
+    steps = _same_size_damage_survives_fast_then_is_rebuilt(built, prefix, part, "normalize-docs")
+    assert all(e["status"] == "succeeded" for e in steps.values())  # everything downstream was rebuilt
+    assert steps["tokenize-docs"]["reason"].startswith("dependency rebuilt because its output was damaged")
 
 
 def test_every_built_step_writes_a_manifest_of_its_outputs(tmp_path: Path):

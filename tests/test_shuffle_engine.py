@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import json
 import os
+import select
 import signal
 from pathlib import Path
 
@@ -21,12 +22,14 @@ from datakit.shuffle import (
     KeyEncodingError,
     PlanError,
     ShardFailed,
+    WorkerDeaths,
     counters,
     current_shard,
     encode_key,
     list_files,
     route,
 )
+from datakit.shuffle.backends import local_backend
 from datakit.shuffle.frames import RunWriter, iter_run, read_sidecar_runs
 
 
@@ -249,6 +252,84 @@ def test_kill_minus_nine_mid_shuffle_gives_identical_output(tmp_path, backend):
     assert (tmp_path / "killed").exists()
     assert result.stats[0].worker_deaths == 1
     assert result.items == clean
+
+
+def _kill_and_reap_wait(pid: int) -> None:
+    """SIGKILL a process and wait (bounded) until it has exited: its pidfd turns readable then."""
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, f"worker {pid} did not exit after SIGKILL"
+    finally:
+        os.close(fd)
+
+
+def _grouped(items, fn=lambda it: it):
+    return (Dataset.from_items(items, 1).map_shard(fn)
+            .group_by(lambda r: r["k"], lambda k, it: (k, sorted(r["v"] for r in it)), num_shards=4))
+
+
+def test_idle_worker_killed_between_pipelines_is_replaced_on_submit():
+    items = _records(3000, 97)
+    clean = _grouped(items).collect(cfg("local"))
+    pool = local_backend(2)
+    victims = [w.proc for w in pool.workers]
+    for proc in victims:  # both idle: the warm pool waits for the next pipeline
+        _kill_and_reap_wait(proc.pid)
+    result = _grouped(items).run(cfg("local"))
+    assert result.items == clean
+    assert [p.returncode for p in victims] == [-signal.SIGKILL] * 2
+    assert sum(s.worker_deaths for s in result.stats) == 0  # no attempt was lost to an idle death
+    assert all(w.proc.poll() is None for w in pool.workers) and {w.proc for w in pool.workers}.isdisjoint(victims)
+
+
+def _kill_siblings_once(pids_file: str, marker: str):
+    """A map task that kills every other worker of the pool (idle while this one-task stage runs) and
+    waits until they are gone, so the next stage's submits find dead workers."""
+    def fn(it):
+        if not os.path.exists(marker):
+            Path(marker).write_text(str(os.getpid()))
+            for pid in json.loads(Path(pids_file).read_text()):
+                if pid != os.getpid():
+                    _kill_and_reap_wait(pid)
+        yield from it
+
+    return fn
+
+
+def test_idle_worker_killed_between_stages_gives_identical_output(tmp_path):
+    items = _records(3000, 97)
+    clean = _grouped(items).collect(cfg("local"))
+    pool = local_backend(2)
+    victims = [w.proc for w in pool.workers]
+    pids = tmp_path / "pids.json"
+    pids.write_text(json.dumps([p.pid for p in victims]))
+    result = _grouped(items, _kill_siblings_once(str(pids), str(tmp_path / "killed"))).run(cfg("local"))
+    assert result.items == clean
+    killer = int((tmp_path / "killed").read_text())
+    assert [p.returncode for p in victims if p.pid != killer] == [-signal.SIGKILL]
+    assert sum(s.worker_deaths for s in result.stats) == 0
+
+
+def _kill_own_worker(attempts: Path):
+    def fn(x):
+        (attempts / f"a{current_shard().attempt}").write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+    return fn
+
+
+def test_task_that_kills_its_worker_every_time_fails_after_the_bound(tmp_path, backend):
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    with pytest.raises(WorkerDeaths) as exc:
+        Dataset.from_items([1, 2, 3], 1).map(_kill_own_worker(attempts)).collect(cfg(backend, max_worker_deaths=3))
+    msg = str(exc.value)
+    assert "stage 0, shard 0" in msg and "died 3 times" in msg and "killed by a signal" in msg
+    assert sorted(os.listdir(attempts)) == ["a0", "a1", "a2"]  # bounded: no fourth attempt
+    assert Dataset.from_items([1, 2], 1).map(lambda x: x + 1).collect(cfg(backend)) == [2, 3]  # the pool lives on
 
 
 def test_deterministic_crasher_aborts_after_three_attempts(tmp_path, backend):

@@ -40,8 +40,11 @@ def _step_names(values: tuple[str, ...]) -> list[str]:
 @click.option("--only", multiple=True,
               help="Run only these steps (repeatable, or comma-separated: a,b); their deps must be built.")
 @click.option("--force", multiple=True, help="Rebuild these steps even if built (repeatable, or comma-separated).")
+@click.option("--fast", is_flag=True,
+              help="Skip a built step when its output files have their recorded sizes, without re-hashing "
+                   "them (default: every output's content is checked before it is trusted).")
 @click.option("--json", "as_json", is_flag=True, help="Last line of stdout: one JSON summary object.")
-def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, as_json) -> None:
+def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, fast, as_json) -> None:
     """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
     from datakit import pipeline
     from datakit.steps import ConfigError
@@ -74,7 +77,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     try:
         summary = pipeline.run(m, prefix=out, plan=plan, backend=backend, workers=workers, mirror=mirror,
                                dry_run=dry_run, only=_step_names(only) or None, force=_step_names(force),
-                               on_event=on_event,
+                               on_event=on_event, fast=fast,
                                progress=not as_json and sys.stderr.isatty(),
                                backend_options={"address": ray_address} if ray_address else {})
     except (ValueError, ConfigError) as e:

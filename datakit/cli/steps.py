@@ -13,16 +13,18 @@ from .common import EXIT_FAILED, EXIT_OK, load, resolve_prefix
 @click.command()
 @click.argument("manifest", required=False)
 @click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
-@click.option("--deep", is_flag=True, help="Re-hash every output file (default: sizes, small files hashed).")
+@click.option("--fast", is_flag=True, help="Compare sizes only (small files hashed); default: every file's hash.")
+@click.option("--deep", is_flag=True, hidden=True, help="Kept for old scripts: every file's hash is now the default.")
 @click.option("--json", "as_json", is_flag=True)
-def verify(manifest, prefix, deep, as_json) -> None:
-    """Check every built step's outputs against the manifest it wrote (exit 1 when any is damaged)."""
+def verify(manifest, prefix, fast, deep, as_json) -> None:
+    """Check every built step's outputs against the manifest it wrote: content (xxh3-128), or sizes with
+    --fast (exit 1 when any is damaged)."""
     from datakit.pipeline import build_plan
     from datakit.steps.verify import verify_steps
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    rows = verify_steps(build_plan(m, out, write_cache=False).runnable, out, deep=deep)
+    rows = verify_steps(build_plan(m, out, write_cache=False).runnable, out, fast=fast)
     if as_json:
         click.echo(json.dumps(rows))
     else:
@@ -30,7 +32,7 @@ def verify(manifest, prefix, deep, as_json) -> None:
             click.echo(f"{r['state']:<9} {r['name']:<32} {r['detail']}")
         bad = sum(r["state"] == "DAMAGED" for r in rows)
         click.echo(f"{bad} damaged step(s): rerun `datakit run` to rebuild them and what depends on them" if bad
-                   else f"ok: every built step matches its output manifest ({'deep' if deep else 'sizes'})")
+                   else f"ok: every built step matches its output manifest ({'sizes' if fast else 'content'})")
     sys.exit(EXIT_FAILED if any(r["state"] == "DAMAGED" for r in rows) else EXIT_OK)
 
 

@@ -23,7 +23,7 @@ def check_outputs(ctx: RunContext, name: str) -> None:
     from datakit.steps.verify import verify_step_dir
 
     def outputs() -> str:
-        report = verify_step_dir(store_url(ctx.path(name)), deep=True)
+        report = verify_step_dir(store_url(ctx.path(name)))
         if not report.manifest and report.ok:
             return "no output manifest (built before output manifests existed)"
         if not report.ok:

@@ -10,6 +10,7 @@ and replace the worker, instead of losing the whole pool to BrokenProcessPool.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import socket
@@ -20,6 +21,8 @@ from multiprocessing.connection import Connection, wait as mp_wait
 from typing import Any
 
 from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
+
+log = logging.getLogger("datakit.shuffle.backends")
 
 
 class InlineBackend(Backend):
@@ -106,49 +109,73 @@ class _Worker:
 
 
 class LocalBackend(Backend):
-    """A process pool on this machine, sized to its cores unless `max_workers` says otherwise."""
+    """A process pool on this machine, sized to its cores unless `max_workers` says otherwise.
+
+    A dead worker is replaced whenever it is found, busy or idle. Found busy (its pipe closes in `wait`),
+    its attempt is reported `died`, so the scheduler retries it within its per-task budget of deaths
+    (`ExecConfig.max_worker_deaths`, then one `WorkerDeaths` error naming the task, as Ray's
+    `max_retries` does). Found idle (an OOM kill or a stray `kill -9` between stages), it is replaced
+    on the next `submit` before anything is sent, so no attempt is lost or charged for it; if it dies
+    in the instant between that check and the send, the send fails and the attempt is reported `died`
+    by the next `wait`, never raised from `submit`.
+    """
 
     name = "local"
 
     def __init__(self, max_workers: int | None = None) -> None:
         self.capacity = max(1, max_workers or os.cpu_count() or 1)
         self.workers = [_Worker() for _ in range(self.capacity)]
+        self._lost: list[Event] = []  # attempts whose worker was dead when they were sent
 
     def submit(self, key: Any, payload: bytes) -> None:
-        for w in self.workers:
-            if w.key is None:
-                w.key = key
-                w.conn.send((key, payload))
-                return
-        raise RuntimeError("no idle worker (scheduler over-submitted)")
+        w = next((w for w in self.workers if w.key is None), None)
+        if w is None:
+            raise RuntimeError("no idle worker (scheduler over-submitted)")
+        if w.proc.poll() is not None:  # died while idle: replace it, nothing of any task was lost
+            log.warning("local worker %d died while idle (exit code %s); started a new one", w.pid, w.proc.returncode)
+            w = self._replace(w)
+        w.key = key
+        try:
+            w.conn.send((key, payload))
+        except OSError:  # it died just now: the attempt goes back to the scheduler as a death
+            self._lost.append((key, "died", self._bury(w)))
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: _Worker) -> _Worker:
         w.stop(kill=True)
-        self.workers[self.workers.index(w)] = _Worker()
+        fresh = _Worker()
+        self.workers[self.workers.index(w)] = fresh
+        return fresh
+
+    def _bury(self, w: _Worker) -> dict:
+        """Replace a worker found dead holding an attempt; what the `died` event says about it."""
+        try:
+            code = w.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        info = {"exitcode": code, "pid": w.pid}
+        w.key = None
+        self._replace(w)
+        return info
 
     def wait(self, timeout: float | None) -> list[Event]:
+        events, self._lost = self._lost, []
         busy = [w for w in self.workers if w.key is not None]
         if not busy:
-            return []
+            return events
         handles = {w.conn: w for w in busy}
-        events: list[Event] = []
-        for h in mp_wait(list(handles), timeout):
+        for h in mp_wait(list(handles), 0 if events else timeout):
             w = handles[h]
             try:
                 key, status, value = w.conn.recv()
                 w.key = None
                 events.append((key, status, value))
             except (EOFError, OSError):
-                try:
-                    code = w.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    code = None
-                events.append((w.key, "died", {"exitcode": code, "pid": w.pid}))
-                w.key = None
-                self._replace(w)
+                key = w.key
+                events.append((key, "died", self._bury(w)))
         return events
 
     def cancel_all(self) -> None:
+        self._lost = []
         for w in list(self.workers):
             if w.key is not None:
                 w.key = None

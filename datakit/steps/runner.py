@@ -1,8 +1,10 @@
 """Walk a step DAG: skip what is built, build the rest under a lease, record everything.
 
 A step is built when ``<prefix or mirror>/<name>-<identity>/.status`` says SUCCESS and its
-artifact record carries the same identity. Anything else is untrusted: the runner clears the dir
-and rebuilds. Failures cascade to dependents only; independent branches still run.
+artifact record carries the same identity and its output files still hash to what its
+``outputs.manifest.json`` recorded (sizes only with ``fast``). Anything else is untrusted: the runner
+clears the dir and rebuilds it and everything downstream. Failures cascade to dependents only;
+independent branches still run.
 
 Every step that would run (dry run) or runs gets a ``reason``: a short sentence saying why, found by
 comparing with the newest earlier build of the same step name under the prefix (see ``_Run.why_run``).
@@ -111,21 +113,22 @@ def _built_artifact(d: str) -> dict | None:
     return art if isinstance(art, dict) else None
 
 
-def _load_built(loc: _Location, step: Step) -> StepRecord | None:
+def _load_built(loc: _Location, step: Step, fast: bool) -> StepRecord | None:
     """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact + outputs that still
-    match their manifest, by size: cheap), else None."""
+    match their manifest: by content, or by size with ``fast``), else None."""
     art = _built_artifact(loc.step_dir(step))
     if art is None or art.get("identity") != step.identity:
         return None
-    if verify.damage_reason(loc.step_dir(step)) is not None:
+    if verify.damage_reason(loc.step_dir(step), fast=fast) is not None:
         return None
     return StepRecord(step.name, step.identity, loc.step_dir(step), art.get("result") or {}, art.get("counters") or {})
 
 
-def _find_built(step: Step, prefix: _Location, mirror: _Location | None) -> tuple[StepRecord, str] | None:
+def _find_built(step: Step, prefix: _Location, mirror: _Location | None,
+                fast: bool) -> tuple[StepRecord, str] | None:
     for loc in (prefix, mirror):
         if loc is not None:
-            rec = _load_built(loc, step)
+            rec = _load_built(loc, step, fast)
             if rec is not None:
                 return rec, loc.kind
     return None
@@ -257,7 +260,7 @@ def _difference(step: Step, earlier: _EarlierBuild) -> str:
     return f"identity differs from the earlier build {earlier.dirname} (no recorded field changed)"
 
 
-def _damage(loc: _Location, step: Step) -> str | None:
+def _damage(loc: _Location, step: Step, fast: bool) -> str | None:
     """Why this identity's own dir cannot be trusted, or None when there is no such dir. Only called
     for steps that are not built, so a SUCCESS marker here has a bad artifact record."""
     d = loc.step_dir(step)
@@ -268,7 +271,8 @@ def _damage(loc: _Location, step: Step) -> str | None:
         state = f"no {markers.STATUS_FILE} marker"
     elif status.get("status") == markers.SUCCESS:
         art = _built_artifact(d)
-        damage = verify.damage_reason(d) if art and art.get("identity") == step.identity else None
+        same = art is not None and art.get("identity") == step.identity
+        damage = verify.damage_reason(d, fast=fast) if same else None
         if damage:
             return damage
         state = f"SUCCESS but {markers.ARTIFACT_FILE} is unreadable or records another identity"
@@ -298,9 +302,10 @@ class _Run:
     """State of one run_steps call (kept in one place so the step loop reads top to bottom)."""
 
     def __init__(self, prefix: _Location, mirror: _Location | None, events: EventLog, exec_config: Any,
-                 lease_timeout_s: float):
+                 lease_timeout_s: float, fast: bool):
         self.prefix, self.mirror, self.events = prefix, mirror, events
         self.exec_config, self.lease_timeout_s = exec_config, lease_timeout_s
+        self.fast = fast  # check built outputs by size only (--fast), not by content
         self.records: dict[str, StepRecord] = {}
         self._prefix_names: list[str] | None = None  # listed once, on the first step that needs a reason
         # Steps rebuilt in this run because their built output was damaged (and, transitively, their
@@ -330,7 +335,7 @@ class _Run:
         newest earlier build of its name under the prefix; or never built. Reads only (dry runs too)."""
         if forced:
             return "forced (--force)"
-        damage = _damage(self.prefix, step)
+        damage = _damage(self.prefix, step, self.fast)
         if damage:
             return damage
         earlier = self._earlier_build(step)
@@ -353,7 +358,7 @@ class _Run:
     def step_entry(self, step: Step, forced: bool, dry_run: bool) -> dict:
         """Skip, report (dry run) or build one step whose deps are usable."""
         damaged_deps = [d.name for d in step.deps if d.name in self.rebuilt_damaged]
-        found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror)
+        found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror, self.fast)
         outdated = step.recheck(found[0]) if found is not None and step.recheck is not None else None
         if outdated:
             found = None
@@ -397,7 +402,7 @@ class _Run:
         waited = f" after waiting {time.perf_counter() - waited_from[0]:.1f}s for its lease" if waited_from else ""
         try:
             if not forced:
-                rec = _load_built(self.prefix, step)
+                rec = _load_built(self.prefix, step, self.fast)
                 if rec is not None:  # a concurrent runner built it while we waited
                     self.records[step.name] = rec
                     self.emit("step_skipped", step, output=d, location="prefix",
@@ -592,7 +597,7 @@ def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str
         for dep in s.deps:
             if dep.name in selected or dep.name in run.records:
                 continue
-            found = _find_built(dep, run.prefix, run.mirror)
+            found = _find_built(dep, run.prefix, run.mirror, run.fast)
             if found is None:
                 missing.append(f"{s.name} needs {dep.name} ({dep.dirname})")
             else:
@@ -605,7 +610,7 @@ def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str
 def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None = None, dry_run: bool = False,
               only: Iterable[str] | None = None, force: Iterable[str] = (), exec_config: Any = None,
               on_event: Callable[[dict], None] | None = None,
-              lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> RunSummary:
+              lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S, fast: bool = False) -> RunSummary:
     """Run ``steps`` (and their deps) with outputs under ``prefix`` (local dir or fsspec URL).
 
     mirror:  read-only prefix; a step built there is used in place, nothing is written to it.
@@ -616,6 +621,8 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     exec_config: handed to every step fn as ``ctx.exec_config`` (backend, workers...; not identity).
     on_event: called with every event dict also appended to ``<prefix>/events.jsonl``.
     lease_timeout_s: a lease whose heartbeat is older than this is taken over (a crashed runner).
+    fast:    trust a built step whose output files have their recorded sizes; by default every
+             output's xxh3-128 is checked against its manifest before the step is skipped.
 
     Returns a RunSummary; a failing step does not raise (status "failed"), but KeyboardInterrupt
     does, after marking the running step FAILED and releasing its lease.
@@ -626,7 +633,7 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     pre, mir = _open(prefix, "prefix"), _open(mirror, "mirror")
     _check_configs_avoid_outputs(order, [(prefix, pre), (mirror, mir)])
     run = _Run(pre, mir, EventLog(pre.root, uuid.uuid4().hex[:12], write=not dry_run, on_event=on_event),
-               exec_config, lease_timeout_s)
+               exec_config, lease_timeout_s, fast)
     _load_deps_outside_selection(run, order, selected)
 
     if not dry_run:

@@ -2,17 +2,20 @@
 
 Why: a SUCCESS marker says a step *finished*, not that its files are still what it wrote. A token
 shard deleted by a cleanup script, a parquet part truncated by a full disk during a copy, a hand-edited
-``.stats.json`` were all trusted by ``datakit run`` and served downstream. With the manifest:
+``.stats.json``, one token id overwritten by another valid id were all trusted by ``datakit run`` and
+served downstream. With the manifest:
 
-- ``datakit run`` checks sizes before skipping a built step (a stat per file; small local files, such
-  as JSON records, are hashed too, which is as cheap): a mismatch rebuilds the step and everything
-  downstream, and the reason names the file.
-- ``datakit verify --deep`` and ``datakit ferry validate`` re-hash every file, so even an edit that
-  keeps the size (one token id overwritten by another valid id) is caught.
+- ``datakit run`` re-hashes every output of a built step before skipping it: any changed byte, even
+  one that keeps the size, rebuilds the step and everything downstream, and the reason names the file.
+- ``datakit verify`` and ``datakit ferry validate`` do the same check and report it per step.
+- ``--fast`` (on both commands) checks sizes only (a stat per file; small local files, such as JSON
+  records, are hashed too, which is as cheap): for prefixes too large or too remote to read in full.
 
-xxh3-128 because it hashes at memory speed: verifying costs a read of the outputs, nothing more. The
-manifest holds no timestamps, so a deterministic step writes a byte-identical manifest. Steps built
-before manifests existed have none: they are trusted as before (and ``verify`` says so).
+xxh3-128 because it hashes at memory speed: the content check costs one read of the outputs, small
+next to building them (tokenizing, deduplicating). The token cache's ledger keeps the same xxh3-128 of
+its shards; the manifest lists those files too, so a cache is hashed once, not twice. The manifest
+holds no timestamps, so a deterministic step writes a byte-identical manifest. Steps built before
+manifests existed have none: they are trusted as before (and ``verify`` says so).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from .step import collect_steps
 
 MANIFEST_FORMAT = "datakit.step_outputs"
 MANIFEST_VERSION = 1
-QUICK_HASH_BYTES = 64 << 10     # local files up to this size are hashed by the cheap check too
+QUICK_HASH_BYTES = 64 << 10     # local files up to this size are hashed by the fast check too
 
 
 @dataclass(frozen=True)
@@ -44,12 +47,12 @@ class OutputFile:
 class VerifyReport:
     """The outcome of checking one step dir against its manifest. ``problems`` are one-line sentences
     naming the file; ``checked`` counts the files compared; ``manifest`` is False for a step built
-    before output manifests existed (nothing to compare with)."""
+    before output manifests existed (nothing to compare with); ``fast``: sizes only, not content."""
 
     step_dir: str
     manifest: bool
     checked: int = 0
-    deep: bool = False
+    fast: bool = False
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -111,10 +114,11 @@ def _problem(step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool)
     return None
 
 
-def verify_step_dir(step_dir: str, *, deep: bool = False, max_problems: int = 20) -> VerifyReport:
-    """Compare a step dir with its manifest. Cheap (default): sizes, plus hashes of small local files.
-    Deep: every file's hash. Files the manifest does not list are ignored (they were never trusted)."""
-    report = VerifyReport(step_dir, manifest=True, deep=deep)
+def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20) -> VerifyReport:
+    """Compare a step dir with its manifest: every file's size and xxh3-128 (default), or with ``fast``
+    sizes only, plus hashes of small local files. Files the manifest does not list are ignored (they
+    were never trusted)."""
+    report = VerifyReport(step_dir, manifest=True, fast=fast)
     try:
         files = read_manifest(step_dir)
     except ValueError as e:
@@ -126,7 +130,7 @@ def verify_step_dir(step_dir: str, *, deep: bool = False, max_problems: int = 20
     sizes = _walk(step_dir)
     local = fsio.is_local(step_dir)
     for f in files:
-        hash_it = deep or (local and f.size <= QUICK_HASH_BYTES)
+        hash_it = not fast or (local and f.size <= QUICK_HASH_BYTES)
         problem = _problem(step_dir, f, sizes, hash_it)
         report.checked += 1
         if problem:
@@ -136,16 +140,17 @@ def verify_step_dir(step_dir: str, *, deep: bool = False, max_problems: int = 20
     return report
 
 
-def damage_reason(step_dir: str) -> str | None:
-    """One line saying why a built step's outputs cannot be trusted (the cheap check), else None."""
-    report = verify_step_dir(step_dir, max_problems=3)
+def damage_reason(step_dir: str, *, fast: bool = False) -> str | None:
+    """One line saying why a built step's outputs cannot be trusted (content, or sizes with ``fast``),
+    else None."""
+    report = verify_step_dir(step_dir, fast=fast, max_problems=3)
     if report.ok:
         return None
     more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
     return f"output damaged: {report.problems[0]}{more}"
 
 
-def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
+def verify_steps(steps, prefix: str, *, fast: bool = False) -> list[dict]:
     """``datakit verify``: each step of the DAG as {name, state, detail, path}; state is OK, DAMAGED,
     UNVERIFIED (built before output manifests existed) or NOT_BUILT."""
     root = fsio.store_url(prefix)
@@ -156,7 +161,7 @@ def verify_steps(steps, prefix: str, *, deep: bool = False) -> list[dict]:
         if not markers.is_built(d):
             rows.append({**row, "state": "NOT_BUILT", "detail": "not built under this prefix"})
             continue
-        report = verify_step_dir(d, deep=deep)
+        report = verify_step_dir(d, fast=fast)
         if not report.manifest and report.ok:
             state, detail = "UNVERIFIED", f"no {markers.OUTPUTS_FILE} (built before output manifests)"
         elif report.ok:
