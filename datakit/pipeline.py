@@ -84,7 +84,7 @@ def build_plan(manifest: Manifest, prefix: str | None = None, *, write_cache: bo
     graph = Graph(manifest, str(prefix or manifest.prefix), write_cache)
     for stage in STAGES:
         stage.build(graph)
-    return plan_of(graph)
+    return plan_of(graph, reasons={s.name: s.reasons for s in STAGES if s.reasons})
 
 
 def build_steps(manifest: Manifest, prefix: str | None = None, *, write_cache: bool = True) -> list[Step]:

@@ -199,3 +199,18 @@ def test_the_name_finder_sees_the_forms_it_forbids():
     code = ('a = s.stage == "normalize"\nb = step.name.startswith("normalize-")\nc = f"normalize-{src}"\n'
             'd = "fuzzy-dups"\ne = r.get("kind") == "train"\nf = s.stage in ("train", "x")\n')
     assert [line for line, _ in _finds_by_name(ast.parse(code), names, multi)] == [1, 2, 3, 4, 6]
+
+
+def test_the_summary_lists_a_stages_reasons_in_the_order_it_applies_them(built):
+    """Artifact counters are stored sorted; the funnel still reads in pipeline order (normalize: rejects,
+    in-source dups, empty; consolidate: exact dups, fuzzy dups, contaminated), from the plan's record of
+    each stage's reasons, not from a stage name the report knows."""
+    _, summary, prefix = built
+    plan = read_plan(prefix)
+    assert plan.reasons["normalize"] == ("rejects", "in-source dups", "empty")
+    assert plan.reasons["consolidate"] == ("exact dups", "fuzzy dups", "contaminated")
+    labels = list(summary.data["sources"]["code"]["removed"])
+    normalize = [r for r in labels if r in plan.reasons["normalize"]]
+    consolidate = [r for r in labels if r in plan.reasons["consolidate"]]
+    assert normalize == list(plan.reasons["normalize"]) and consolidate == list(plan.reasons["consolidate"])
+    assert labels.index("empty") < labels.index("exact dups") < labels.index("keep-long")

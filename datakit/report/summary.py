@@ -86,23 +86,25 @@ def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
     return step.counters.get("docs_in"), step.counters.get("docs_out")
 
 
-def _removed(step: StepView) -> dict[str, int]:
-    """Documents removed per reason (``removed/<reason>`` counters); a step that gives no reason counts
-    its losses under its stage's name."""
+def _removed(step: StepView, order: tuple[str, ...] = ()) -> dict[str, int]:
+    """Documents removed per reason (``removed/<reason>`` counters), in the order its stage applies them
+    (``order``, the plan's record of the stage's reasons; others after, alphabetically); a step that
+    gives no reason counts its losses under its stage's name."""
     reasons = {k.split("/", 1)[1]: v for k, v in step.counters.items() if k.startswith("removed/")}
     if reasons:
-        return reasons
+        rank = {r: i for i, r in enumerate(order)}
+        return dict(sorted(reasons.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
     docs_in, docs_out = _docs_in_out(step)
     if docs_in is None or docs_out is None:
         return {}
     return {step.stage: docs_in - docs_out}
 
 
-def _add_document_step(funnel: SourceFunnel, step: StepView) -> None:
+def _add_document_step(funnel: SourceFunnel, step: StepView, order: tuple[str, ...]) -> None:
     docs_in, docs_out = _docs_in_out(step)
     if funnel.docs_in is None and docs_in is not None:
         funnel.docs_in = docs_in
-    for label, n in _removed(step).items():
+    for label, n in _removed(step, order).items():
         funnel.removed[label] = funnel.removed.get(label, 0) + n
     if docs_out is not None:
         funnel.docs_out = docs_out
@@ -157,9 +159,9 @@ def _stage_summary(out: DataSummary, step: StepView) -> None:
         out.notes.extend(said.lines)
 
 
-def _add_step(out: DataSummary, step: StepView, prefix: str) -> None:
+def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
-        _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step)
+        _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step, plan.reasons.get(step.stage, ()))
         warning = emptied_warning(step)
         if warning:
             out.warnings.append(warning)
@@ -184,7 +186,7 @@ def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSumm
     for step in steps:
         if step.result is None or plan.step(step.name) is None:
             continue
-        _add_step(out, step, prefix)
+        _add_step(out, step, plan, prefix)
         _stage_summary(out, step)
     return out
 

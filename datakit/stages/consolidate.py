@@ -10,7 +10,8 @@ from datakit.steps import Step, StepContext
 
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, document_counters
 
-# The removal reasons of the run summary, per kind of mark (the reason recorded in outputs/removed/).
+# The removal reasons of the run summary, per kind of mark (the reason recorded in outputs/removed/), in
+# the order the summary lists them.
 _REASONS = {"exact": "exact dups", "fuzzy": "fuzzy dups", "decontaminate": "contaminated"}
 
 VERSION = "2"
@@ -43,4 +44,4 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="consolidate", version=VERSION, build=build, consumes=(DOCUMENTS, ATTRIBUTES),
               produces=(DOCUMENTS,), code=("datakit.dedup.consolidate", "datakit.core.documents",
                                            "datakit.stages.consolidate"),
-              ferry_check="datakit.ferry.checks_data:check_consolidate")
+              ferry_check="datakit.ferry.checks_data:check_consolidate", reasons=tuple(_REASONS.values()))

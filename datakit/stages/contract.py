@@ -66,6 +66,9 @@ class Stage:
               refusal runs before any stage builds, so a refused manifest leaves nothing behind.
     summarize: ``summarize(counters, result)`` of one built step of the stage -> StageSummary, or None:
               the stage's own lines in the run summary (the report never names a stage).
+    reasons:  the ``removed/<reason>`` reasons the stage reports, in the order it applies them: the run
+              summary lists them in that order (reasons not named here follow, alphabetically), since
+              artifact counters are stored sorted.
     """
 
     name: str
@@ -79,6 +82,7 @@ class Stage:
     version_source: str | None = None
     refuse: Callable[[Manifest], None] | None = None
     summarize: Callable[[dict, dict], StageSummary | None] | None = None
+    reasons: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.consumes + self.produces) - set(KINDS))

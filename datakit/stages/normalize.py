@@ -21,6 +21,9 @@ from datakit.steps.fingerprint import fingerprint_files, relative_names
 
 from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, step_identity
 
+# The removal reasons of the run summary, per normalize counter, in the order normalize applies them.
+_REASONS = {"rejects": "rejects", "dups": "in-source dups", "empty_dropped": "empty"}
+
 VERSION = "2"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
@@ -59,7 +62,7 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
                               planned=plan)
     out = counters_only(result.to_dict())
     c = out["counters"]
-    removed = {"rejects": c.get("rejects", 0), "in-source dups": c.get("dups", 0), "empty": c.get("empty_dropped", 0)}
+    removed = {label: c.get(key, 0) for key, label in _REASONS.items()}
     out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
     return out
 
@@ -107,4 +110,4 @@ STAGE = Stage(name="normalize", version=VERSION, build=build,
               section=Section("normalize", NormalizeConfig), consumes=(FILES,), produces=(DOCUMENTS,),
               code=("datakit.normalize", "datakit.core.documents", "datakit.sources.readers", "datakit.sources.extract",
                     "datakit.stages.normalize"),
-              ferry_check="datakit.ferry.checks_data:check_normalize")
+              ferry_check="datakit.ferry.checks_data:check_normalize", reasons=tuple(_REASONS.values()))

@@ -69,6 +69,7 @@ class Plan:
     tokens: dict[str, str] = field(default_factory=dict)
     mixture: str | None = None
     model: str | None = None
+    reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> its removal reasons, in order
     runnable: tuple[Step, ...] = field(default=(), compare=False, repr=False)
 
     def step(self, name: str) -> PlanStep | None:
@@ -111,7 +112,8 @@ class Plan:
                 "chains": {k: list(v) for k, v in self.chains.items()},
                 "components": [{"name": c.name, "weight": c.weight, "tokens": c.tokens} for c in self.components],
                 "files": dict(self.files), "attributes": list(self.attributes), "tokenizer": self.tokenizer,
-                "tokens": dict(self.tokens), "mixture": self.mixture, "model": self.model}
+                "tokens": dict(self.tokens), "mixture": self.mixture, "model": self.model,
+                "reasons": {k: list(v) for k, v in self.reasons.items()}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = PLAN_FILE) -> "Plan":
@@ -127,7 +129,7 @@ class Plan:
                                  for c in d.get("components", ())),
                 files=dict(d.get("files") or {}), attributes=tuple(d.get("attributes", ())),
                 tokenizer=d.get("tokenizer"), tokens=dict(d.get("tokens") or {}), mixture=d.get("mixture"),
-                model=d.get("model"))
+                model=d.get("model"), reasons={k: tuple(v) for k, v in (d.get("reasons") or {}).items()})
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: malformed plan ({type(e).__name__}: {e})") from None
 
@@ -148,9 +150,9 @@ def _name(step: Step | None) -> str | None:
     return step.name if step is not None else None
 
 
-def plan_of(graph: Graph) -> Plan:
+def plan_of(graph: Graph, reasons: dict[str, tuple[str, ...]] | None = None) -> Plan:
     """The graph a walk of the registry built, as a Plan (steps in the order they were added, which is
-    a dependency order)."""
+    a dependency order); ``reasons``: each stage's removal reasons in the order it applies them."""
     kinds = _kinds(graph)
     steps = tuple(PlanStep(s.name, s.identity, s.stage, s.source, kinds.get(s.name), tuple(d.name for d in s.deps))
                   for s in graph.steps)
@@ -159,7 +161,8 @@ def plan_of(graph: Graph) -> Plan:
                 chains={k: tuple(s.name for s in v) for k, v in graph.chains.items()}, components=components,
                 files={k: s.name for k, s in graph.files.items()}, attributes=tuple(s.name for s in graph.attributes),
                 tokenizer=_name(graph.tokenizer), tokens={k: s.name for k, s in graph.tokens.items()},
-                mixture=_name(graph.mixture), model=_name(graph.model), runnable=tuple(graph.steps))
+                mixture=_name(graph.mixture), model=_name(graph.model), reasons=dict(reasons or {}),
+                runnable=tuple(graph.steps))
 
 
 def plan_path(prefix: str) -> str:
