@@ -81,13 +81,11 @@ def _index(ctx: StepContext, inputs: list[tuple[str, str, str, int]]) -> dict:
     return {"sources": {s: f"{s}.parquet" for s in by_source}, "counters": counters}
 
 
-def rewrite_file(src: str, removals: dict[str, dict[str, set[int]]], rules: LineDedupRules):
+def rewrite_file(name: str, table: pa.Table, removals: dict[str, dict[str, set[int]]], rules: LineDedupRules):
     """One documents file without its later copies of repeated segments."""
     from datakit.core.documents import content_id
 
-    name = src.rstrip("/").rsplit("/", 1)[-1]
     plan = removals.get(name, {})
-    table = read_table(src)
     rows = table.to_pylist()
     kept, removed, stats = [], [], {"docs_in": len(rows), "docs_changed": 0, "segments_removed": 0}
     for doc in rows:

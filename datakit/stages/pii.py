@@ -19,7 +19,6 @@ from functools import partial
 
 import pyarrow as pa
 
-from datakit.core.fsio import read_table
 from datakit.manifest import Section
 from datakit.quality.config import PiiConfig, PiiRules
 from datakit.quality.pii import redact
@@ -32,9 +31,8 @@ from .transform import file_lists, run_per_file
 VERSION = "1"
 
 
-def redact_file(src: str, rules: PiiRules) -> tuple[pa.Table, list, dict[str, int]]:
+def redact_file(name: str, table: pa.Table, rules: PiiRules) -> tuple[pa.Table, list, dict[str, int]]:
     """One documents file with its PII replaced; ids, order and every other column as they were."""
-    table = read_table(src)
     texts, changed = [], 0
     stats = {"docs_in": table.num_rows, "docs_out": table.num_rows, "removed": 0}
     for text in table.column("text").to_pylist():

@@ -22,7 +22,6 @@ from functools import partial
 
 import pyarrow as pa
 
-from datakit.core.fsio import read_table
 from datakit.manifest import Section
 from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS, Chain
 from datakit.quality.config import QualityConfig, QualityRules
@@ -56,12 +55,11 @@ def _bump(stats: dict[str, int], key: str, n: int = 1) -> None:
     stats[key] = stats.get(key, 0) + n
 
 
-def filter_file(src: str, rules: QualityRules) -> tuple[pa.Table, list[tuple], dict[str, int]]:
+def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Table, list[tuple], dict[str, int]]:
     """One documents file through the chain: (kept table with measures, removed rows, stats)."""
     from datakit.core.documents import content_id
 
     chain = _chain(rules)
-    table = read_table(src)
     schema = output_schema(table.schema)
     kept, removed = [], []
     stats = {"docs_in": table.num_rows, "changed": 0}

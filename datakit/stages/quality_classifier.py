@@ -28,9 +28,8 @@ from functools import partial
 
 import pyarrow as pa
 
-from datakit.core.fsio import (atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, read_table,
-                               sha256_file)
-from datakit.core.layout import DocumentsDir, join
+from datakit.core.fsio import atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, sha256_file
+from datakit.core.layout import join
 from datakit.manifest import Manifest, Section
 from datakit.classify import model as clf
 from datakit.classify import select as sel
@@ -78,10 +77,10 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
                          "train_docs": len(train), "heldout_docs": len(heldout)}}
 
 
-def score_file(src: str, model_path: str, sha: str, max_chars: int) -> tuple[pa.Table, list, dict[str, int]]:
+def score_file(name: str, table: pa.Table, model_path: str, sha: str,
+               max_chars: int) -> tuple[pa.Table, list, dict[str, int]]:
     """One documents file with a ``quality_score`` column (same rows, same order), scored with the compact
     model at ``model_path`` (``clf.compact_model``) straight from the file's Arrow text column."""
-    table = read_table(src)
     scores = clf.load_scorer(model_path, sha).score(table.column("text"), max_chars)
     if sel.SCORE in table.column_names:
         table = table.drop([sel.SCORE])
@@ -101,9 +100,8 @@ def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: Class
     return {"stage": STAGE.name, "source": source, **file_lists(names), "counters": totals}
 
 
-def select_file(src: str, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
+def select_file(name: str, table: pa.Table, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
                 record_removed: bool) -> tuple[pa.Table, list, dict[str, int]]:
-    table = read_table(src)
     mask = sel.keep_mask(table, cfg, cut, tier)
     kept = table.filter(pa.array(mask))
     stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows}

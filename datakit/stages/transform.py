@@ -17,16 +17,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_write_bytes
+from datakit.core.fsio import atomic_write_bytes, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.shuffle import Dataset, counters
 from datakit.steps import StepContext
 
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 REMOVED_VALUE_SCHEMA = REMOVED_SCHEMA.append(pa.field("value", pa.float64()))
-# A per-file function: (input path) -> (kept table, removed rows, stats); removed rows are
-# (id, reason, detail) or (id, reason, detail, value).
-FileFn = Callable[[str], tuple[pa.Table, list[tuple], dict[str, int]]]
+# A per-file function: (file name, its table) -> (kept table, removed rows, stats); removed rows are
+# (id, reason, detail) or (id, reason, detail, value). The transform reads the file (through the store
+# module) and writes the results, so stage code never opens a file.
+FileFn = Callable[[str, pa.Table], tuple[pa.Table, list[tuple], dict[str, int]]]
 
 
 def table_bytes(table: pa.Table) -> bytes:
@@ -66,7 +67,7 @@ def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tu
 
 def _apply(job: tuple[str, str, str], file_fn: FileFn, with_value: bool) -> dict[str, int]:
     src, dst_main, dst_removed = job
-    kept, removed, stats = file_fn(src)
+    kept, removed, stats = file_fn(src.rstrip("/").rsplit("/", 1)[-1], read_table(src))
     write_file(dst_main, dst_removed, kept, removed, with_value)
     for k, v in stats.items():
         counters.increment(k, v)

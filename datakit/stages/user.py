@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from datakit.core.fsio import read_table
 from datakit.manifest import UserStageSpec
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
@@ -129,10 +128,10 @@ def _map_rows(fn: Callable, rows: list[dict], config: dict, name: str) -> tuple[
     return unique, removed + dups, changed
 
 
-def transform_file(src: str, spec: UserStageSpec, search_dir: str | None, code: str) -> tuple[pa.Table, list, dict]:
+def transform_file(name: str, table: pa.Table, spec: UserStageSpec, search_dir: str | None,
+                   code: str) -> tuple[pa.Table, list, dict]:
     """One documents file through the user's callable: (kept table, removed rows, stats)."""
     fn = load_callable(spec.call, search_dir, code)
-    table = read_table(src)
     rows = table.to_pylist()
     removed: list[tuple] = []
     changed = 0
