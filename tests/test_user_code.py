@@ -1,9 +1,10 @@
-"""Which commands run a manifest's code (issue 29, item 8).
+"""Which commands run a manifest's code, and commands on a read-only prefix (issue 29, items 8 and 9c).
 
 A user stage's module writes a mark when it is imported: validate, run --dry-run, status, verify, gc
 --dry-run and report never leave it, a run that applies the stage does. The stage is keyed by its
 module's source read without importing, with the same fingerprint an imported function gets, so step
-identities are what they were.
+identities are what they were. On a real read-only tmpfs (chmod does not stop root, and these tests run
+as root), the read-only commands work and the writing ones fail in one line naming the path.
 """
 
 from __future__ import annotations
@@ -235,3 +236,58 @@ def test_reading_the_source_gives_the_fingerprint_importing_gave(tmp_path, monke
     for missing in ("ucfp_pkg.impl:nope", "ucfp_pkg.nomod:plain", "ucfp_pkg:nope"):
         with pytest.raises(CallNotFound):
             locate_call(missing, str(tmp_path))
+
+
+# ------------------------------------------------------------------ a read-only prefix
+@pytest.fixture()
+def tmpfs(tmp_path: Path):
+    """A real tmpfs that the test remounts read-only (chmod does not stop root); skipped where this
+    machine cannot mount one."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _one_line(r: subprocess.CompletedProcess) -> str:
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1, (r.returncode, lines)
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_read_only_prefix_is_read_and_never_a_traceback(tmp_path, tmpfs):
+    built, changed = _project(tmp_path, vocab=300), _project(tmp_path, vocab=310)
+    prefix = tmpfs / "out"
+    assert _cli("run", str(built), "--prefix", str(prefix), cwd=tmp_path).returncode == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+
+    for args in (("status",), ("verify",), ("verify", "--deep"), ("gc", "--dry-run"), ("run", "--dry-run")):
+        r = _cli(args[0], str(built), "--prefix", str(prefix), *args[1:], cwd=tmp_path)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+    r = _cli("gc", str(changed), "--prefix", str(prefix), "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0 and "would remove tokenizer-" in r.stdout, r.stdout + r.stderr
+    page = tmp_path / "report.html"
+    assert _cli("report", str(prefix), "--out", str(page), cwd=tmp_path).returncode == 0 and page.stat().st_size
+
+    for args in (("report", str(prefix)), ("report", str(built), "--prefix", str(prefix))):
+        line = _one_line(_cli(*args, cwd=tmp_path))
+        assert f"cannot write {prefix / 'report.html'}: read-only file system" in line, line
+        assert "--out" in line
+    line = _one_line(_cli("gc", str(changed), "--prefix", str(prefix), cwd=tmp_path))
+    assert f"cannot remove step outputs under {prefix}: read-only file system" in line and "--dry-run" in line
+    line = _one_line(_cli("run", str(changed), "--prefix", str(prefix), cwd=tmp_path))
+    assert "read-only file system" in line and str(prefix) in line
+
+    # Every other command that writes: one line naming the path and what to do.
+    assert _cli("mix", "show", str(built), "--prefix", str(prefix), cwd=tmp_path).returncode == 0
+    for args, path, remedy in ((("mix", "search", str(changed), "--prefix", str(prefix), "--target", "docs"), prefix,
+                                "--prefix"),
+                               (("ferry", "report", "--prefix", str(prefix)), prefix / "report.html", "--out"),
+                               (("ferry", "run", "--prefix", str(tmpfs / "ferry")), tmpfs / "ferry", "--prefix"),
+                               (("demo", "--out", str(tmpfs / "demo")), tmpfs / "demo", "--out")):
+        line = _one_line(_cli(*args, cwd=tmp_path))
+        assert f"cannot write {path}: read-only file system" in line and remedy in line, (args, line)
