@@ -1,5 +1,5 @@
-"""What every command shares: the exit codes, loading a manifest (its errors printed, exit 2) and the
-output prefix a command works on."""
+"""What every command shares: the exit codes, loading a manifest (its errors printed, exit 2), the
+output prefix a command works on, and one line for a disk that refuses a write."""
 
 from __future__ import annotations
 
@@ -40,3 +40,28 @@ def resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
     if prefix:
         return prefix
     return m.prefix if manifest_given else os.path.abspath("datakit-out")
+
+
+def exit_on_disk_error(e: BaseException, path: str, remedy: str, doing: str = "write") -> None:
+    """A disk that refuses (read-only, no permission, full): one line naming ``path`` and ``remedy``, exit 2,
+    instead of a traceback. Returns for any other error (the caller re-raises)."""
+    from datakit.core.fsio import PrefixNotWritable, disk_problem
+
+    problem = e.problem if isinstance(e, PrefixNotWritable) else disk_problem(e)
+    if problem is None:
+        return
+    what = "no space left on device" if problem.no_space else os.strerror(problem.code).lower()
+    click.echo(f"error: cannot {doing} {path}: {what}; {remedy}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def require_writable(path: str, remedy: str) -> None:
+    """One line and exit 2, before any work, when ``path`` (created if missing) cannot be written: a
+    read-only or full output dir costs one line, not retried tasks and a traceback."""
+    from datakit.core.fsio import PrefixNotWritable, check_writable, store_url
+
+    try:
+        check_writable(store_url(path))
+    except (OSError, PrefixNotWritable) as e:
+        exit_on_disk_error(e, path, remedy)
+        raise

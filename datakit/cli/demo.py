@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from .common import require_writable
+
 
 @click.command()
 @click.option("--out", "out_dir", default="datakit-out/demo", show_default=True, help="Output directory.")
@@ -13,6 +15,7 @@ def demo(out_dir: str, workers: int | None, backend: str) -> None:
     """Word-count the Python standard library on the shuffle engine (a 10-second smoke test)."""
     from datakit.demo import run_demo
 
+    require_writable(out_dir, "choose a writable --out and rerun")
     res = run_demo(out_dir, workers, backend)
     click.echo(res["stats"], err=True)
     click.echo(f"wrote {len(res['files'])} parquet shards under {out_dir}/wordcount")

@@ -14,6 +14,8 @@ import click
 
 from datakit.ferry.run import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK
 
+from .common import exit_on_disk_error, require_writable
+
 DEFAULT_PREFIX = "ferry-out"
 
 
@@ -52,8 +54,13 @@ def run_cmd(prefix, run_id, keep_days, workers, manifest, envelopes_path, no_rep
 
     opts = FerryOptions(prefix=prefix, run_id=run_id, keep_days=keep_days, workers=workers, manifest=manifest,
                         envelopes=_envelopes(envelopes_path), report=not no_report)
+    remedy = "choose a writable --prefix (or fix its permissions) and rerun"
+    require_writable(prefix, remedy)
     try:
         outcome = run_ferry(opts)
+    except OSError as e:
+        exit_on_disk_error(e, prefix, remedy)
+        raise
     except FerryInputError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -114,7 +121,12 @@ def report_cmd(prefix, out_file, limit) -> None:
     if not os.path.isdir(prefix):
         click.echo(f"error: {prefix}: no such directory (no ferry has run there)", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    click.echo(write_report(prefix, out_file, limit=limit))
+    try:
+        click.echo(write_report(prefix, out_file, limit=limit))
+    except OSError as e:
+        exit_on_disk_error(e, out_file or os.path.join(prefix, "report.html"),
+                           "pass --out FILE on a writable disk (the ferry prefix is only read)")
+        raise
 
 
 @ferry.command("install-cron")

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .common import EXIT_BAD_INPUT, EXIT_FAILED, load, resolve_prefix
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, exit_on_disk_error, load, require_writable, resolve_prefix
 
 
 @click.group()
@@ -78,25 +78,35 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     from datakit.report.events import event_lines
     from datakit.stages.mixture_steps import MIXTURE_FILE
     from datakit.steps import collect_steps
+    from datakit.core.fsio import PrefixNotWritable
 
     m = _with_search(load(manifest), proxies, seed, target)
     out = resolve_prefix(m, prefix)
+    remedy = "choose a writable --prefix (or fix its permissions) and rerun"
+    require_writable(out, remedy)  # before planning, which caches input fingerprints under the prefix
     try:
         plan = pipeline.build_plan(m, out)
+        wanted = collect_steps([s for s in plan.runnable if s.name == plan.mixture])
+        by_name = {s.name: s for s in wanted}
+        summary = pipeline.run(m, prefix=out, plan=plan, steps=wanted, backend=backend, workers=workers,
+                               on_event=lambda ev: [click.echo(line, err=True) for line in event_lines(ev, by_name)])
     except ValueError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    wanted = collect_steps([s for s in plan.runnable if s.name == plan.mixture])
-    by_name = {s.name: s for s in wanted}
-    summary = pipeline.run(m, prefix=out, plan=plan, steps=wanted, backend=backend, workers=workers,
-                           on_event=lambda ev: [click.echo(line, err=True) for line in event_lines(ev, by_name)])
+    except (OSError, PrefixNotWritable) as e:
+        exit_on_disk_error(e, out, remedy)
+        raise
     if not summary.ok:
         click.echo(f"error: the search failed: {json.dumps(summary.to_dict()['steps'][-1].get('error'))}", err=True)
         sys.exit(EXIT_FAILED)
     rec = summary.records[plan.mixture]
     text = fsio.open_read(rec.path(MIXTURE_FILE)).read().decode()
     if out_file:
-        fsio.atomic_write_bytes(out_file, text.encode())
+        try:
+            fsio.atomic_write_bytes(out_file, text.encode())
+        except OSError as e:
+            exit_on_disk_error(e, out_file, f"choose a writable --out (the mixture is at {rec.path(MIXTURE_FILE)})")
+            raise
     res = rec.result
     click.echo(f"mixture file: {out_file or rec.path(MIXTURE_FILE)}")
     base, chosen = res["baseline"], res["chosen"]

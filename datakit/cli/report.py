@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .common import EXIT_BAD_INPUT, load, resolve_prefix
+from .common import EXIT_BAD_INPUT, exit_on_disk_error, load, resolve_prefix
 
 
 @click.command()
@@ -26,7 +26,11 @@ def report(target, prefix, out_file) -> None:
 
         m = load(target, check_uris=False)
         root = resolve_prefix(m, prefix, target is not None)
-        plan = build_plan(m, root, write_cache=False)
+        try:
+            plan = build_plan(m, root, write_cache=False)
+        except ValueError as e:  # a plan no stage can build: one line, as `datakit run` says it
+            click.echo(f"error: {e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
     if not os.path.isdir(root):
         click.echo(f"error: {root}: no such run prefix (run `datakit run` first, or point at a prefix)", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -35,3 +39,7 @@ def report(target, prefix, out_file) -> None:
     except FileNotFoundError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except OSError as e:
+        exit_on_disk_error(e, out_file or os.path.join(root, "report.html"),
+                           "pass --out FILE on a writable disk (the run's prefix is only read)")
+        raise

@@ -7,7 +7,19 @@ import sys
 
 import click
 
-from .common import EXIT_FAILED, EXIT_OK, load, resolve_prefix
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, exit_on_disk_error, load, resolve_prefix
+
+
+def _plan(m, out: str):
+    """The current plan, built without writing anything or importing user stage code; a plan no stage
+    can build (a user stage whose source cannot be read) costs one line and exit 2."""
+    from datakit.pipeline import build_plan
+
+    try:
+        return build_plan(m, out, write_cache=False)
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 @click.command()
@@ -19,12 +31,11 @@ from .common import EXIT_FAILED, EXIT_OK, load, resolve_prefix
 def verify(manifest, prefix, fast, deep, as_json) -> None:
     """Check every built step's outputs against the manifest it wrote: content (xxh3-128), or sizes with
     --fast (exit 1 when any is damaged)."""
-    from datakit.pipeline import build_plan
     from datakit.steps.verify import verify_steps
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    rows = verify_steps(build_plan(m, out, write_cache=False).runnable, out, fast=fast)
+    rows = verify_steps(_plan(m, out).runnable, out, fast=fast)
     if as_json:
         click.echo(json.dumps(rows))
     else:
@@ -43,13 +54,12 @@ def verify(manifest, prefix, fast, deep, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def status(manifest, prefix, mirror, as_json) -> None:
     """Show each step of the current plan: its state, when, and its output (relative to the prefix)."""
-    from datakit.pipeline import build_plan
     from datakit.report.summary import relative
     from datakit.steps import step_status
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    plan = build_plan(m, out, write_cache=False)
+    plan = _plan(m, out)
     rows = step_status(list(plan.runnable), out, mirror=mirror or m.mirror)
     for r in rows:
         r["state"] = state_word(r)
@@ -88,12 +98,17 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
     """Remove step outputs under the prefix that MANIFEST's current plan no longer uses.
 
     Never touches a step a run is building (live lease), anything that is not a step dir, or a mirror."""
-    from datakit.pipeline import build_plan
     from datakit.steps.gc import collect_garbage
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix, manifest is not None)
-    report = collect_garbage(build_plan(m, out, write_cache=False).runnable, out, dry_run=dry_run)
+    plan = _plan(m, out)
+    try:
+        report = collect_garbage(plan.runnable, out, dry_run=dry_run)
+    except OSError as e:
+        exit_on_disk_error(e, f"step outputs under {out}", "run gc where the prefix is writable "
+                           "(`datakit gc --dry-run` lists what it would remove)", doing="remove")
+        raise
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, **report.to_dict()}))
         return
@@ -104,3 +119,4 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
         click.echo(f"kept {name} (a run is building it)")
     click.echo(f"{verb} {len(report.removed)} outdated step output(s), {report.bytes_freed / 2**20:,.1f} MiB; "
                f"{len(report.current)} current kept")
+

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from datakit.core.listing import has_glob
 from datakit.core.uris import is_remote
+from datakit.manifest.calls import CallNotFound, locate_call
 from datakit.manifest.checks import check_name, check_sha, check_uri_list
 
 # The readers' formats (datakit.sources.readers.READERS; a test keeps the two in step). Spelled here so
@@ -108,7 +109,9 @@ def _check_call(value: str) -> str | None:
 class UserStageSpec(_Spec):
     """A user stage: a Python callable run on every document of the chosen sources, at a declared point.
 
-    ``call``: ``package.module:function``, importable where the run happens (on Ray: on every node).
+    ``call``: ``package.module:function``, importable where the run happens (on Ray: on every node), with
+    the manifest's directory searched after sys.path. Only a step that runs it imports it; validating and
+    planning read its source (`datakit.manifest.calls`).
     ``place``: ``after_normalize`` (dedup, decontamination and everything downstream read its output) or
     ``after_consolidate`` (only tokenization and training do).
     ``kind``: ``filter`` (``fn(doc, config)`` returns True to keep, False or a reason string to remove),
@@ -167,7 +170,25 @@ class Manifest(_Spec):
 
     def _cross_check(self, given: frozenset[str]) -> list[tuple[Any, str]]:
         names = {s.name for s in self.sources}
-        return self._stage_problems(names) + self._override_problems(names)
+        return self._stage_problems(names) + self._override_problems(names) + self._call_problems()
+
+    def _call_problems(self) -> list[tuple[Any, str]]:
+        """Each stage's ``call`` names a module and function that exist, found and parsed, never imported
+        (validating a manifest must not run its code). Only for a manifest file: calls given in code
+        (`manifest_from_dict`) are checked when their steps are built."""
+        if self.path is None:
+            return []
+        out: list[tuple[Any, str]] = []
+        for i, st in enumerate(self.stages):
+            try:
+                found = locate_call(st.call, self.base_dir)
+            except CallNotFound as e:
+                out.append((("stages", i, "call"), str(e)))
+                continue
+            if found.path is None and st.version is None:
+                out.append((("stages", i, "call"), f"{found.note}, so no source can key the stage's outputs; "
+                                                   "give the stage an explicit `version:`"))
+        return out
 
     def _override_problems(self, names: set[str]) -> list[tuple[Any, str]]:
         """A section's per-source overrides (a ``sources`` mapping) must name sources of this manifest."""

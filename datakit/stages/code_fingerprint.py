@@ -10,13 +10,14 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.machinery
-import importlib.util
 import inspect
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Callable
+
+from datakit.core.pysource import find_spec
+from datakit.manifest.calls import locate_call
 
 FINGERPRINT_CHARS = 16
 
@@ -75,25 +76,6 @@ def _digest(entries: Iterable[tuple[str, str]]) -> str:
 # Locating source files without importing
 
 
-def _find_spec(name: str) -> importlib.machinery.ModuleSpec:
-    """The spec of a dotted module name, found level by level so no parent package gets imported.
-
-    `importlib.util.find_spec("a.b")` imports `a`; walking `submodule_search_locations` with
-    `PathFinder` does not, so fingerprinting a stage never pulls in its heavy dependencies.
-    """
-    parts = name.split(".")
-    spec = importlib.util.find_spec(parts[0])
-    for depth in range(2, len(parts) + 1):
-        if spec is None or spec.submodule_search_locations is None:
-            spec = None
-            break
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth]),
-                                                        list(spec.submodule_search_locations))
-    if spec is None:
-        raise ModuleNotFoundError(f"no module named {name!r}", name=name)
-    return spec
-
-
 def _package_files(name: str, locations: Iterable[str]) -> dict[str, Path]:
     """Every .py file under a package's directories, keyed by its dotted module name."""
     files: dict[str, Path] = {}
@@ -111,7 +93,7 @@ def _package_files(name: str, locations: Iterable[str]) -> dict[str, Path]:
 
 def module_files(name: str) -> dict[str, Path]:
     """The source files of a module (one file) or package (its __init__ and all submodules, recursively)."""
-    spec = _find_spec(name)
+    spec = find_spec(name)  # found, never imported: see datakit.core.pysource
     if spec.submodule_search_locations is not None:
         return _package_files(name, spec.submodule_search_locations)
     if not spec.origin or not spec.origin.endswith(".py"):
@@ -149,3 +131,14 @@ def callable_fingerprint(fn: Callable[..., Any]) -> str:
         raise ValueError(f"cannot fingerprint {fn!r}: its module has no source file (defined interactively?)")
     qualname = getattr(target, "__qualname__", type(target).__qualname__)
     return _digest([(qualname, normalized_source(Path(path).read_bytes(), path))])
+
+
+def call_fingerprint(call: str, search_dir: str | None = None) -> str:
+    """`callable_fingerprint` of the function ``package.module:function`` names, read from source without
+    importing it (`datakit.manifest.calls`): the same value, so planning a run never runs user code and a
+    stage's identity does not depend on whether its function was imported. CallNotFound (a ValueError)
+    when the module or function does not exist; ValueError when its module has no Python source."""
+    found = locate_call(call, search_dir)
+    if found.path is None:
+        raise ValueError(f"cannot fingerprint {call}: {found.note}")
+    return _digest([(found.qualname, normalized_source(Path(found.path).read_bytes(), found.path))])

@@ -28,10 +28,11 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from datakit.manifest import UserStageSpec
+from datakit.manifest.calls import CallNotFound
 from datakit.steps import Step, StepContext
 from datakit.steps.identity import ConfigError
 
-from .code_fingerprint import callable_fingerprint
+from .code_fingerprint import call_fingerprint, callable_fingerprint
 from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
@@ -53,8 +54,13 @@ def call_name(call: str | Callable) -> str:
 
 def load_callable(call: str | Callable, search_dir: str | None = None, code: str = "") -> Callable:
     """The stage's function: a callable given from the API as is; ``package.module:function`` imported
-    (the manifest's directory first on sys.path) once per process and ``code`` version. Worker processes
-    outlive a run, so when the step's code fingerprint changes the module is reloaded, never reused."""
+    once per process and ``code`` version. Only a step that runs the function calls this: planning, dry
+    runs, status, verify and gc key the stage from its source (`code_version`) and never import it.
+
+    The manifest's directory is appended to sys.path, never put first, so a module beside the manifest
+    cannot shadow the standard library, datakit or an installed package (`datakit.manifest.calls` finds
+    the file in the same order). Worker processes outlive a run, so when the step's code fingerprint
+    changes the module is reloaded, never reused."""
     if callable(call):
         return call
     key = (call, search_dir or "")
@@ -63,7 +69,7 @@ def load_callable(call: str | Callable, search_dir: str | None = None, code: str
         return cached[1]
     module_name, _, attr = call.partition(":")
     if search_dir and search_dir not in sys.path:
-        sys.path.insert(0, search_dir)
+        sys.path.append(search_dir)
     try:
         module = importlib.import_module(module_name)
         if cached is not None:
@@ -73,7 +79,7 @@ def load_callable(call: str | Callable, search_dir: str | None = None, code: str
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as e:
         raise UserStageError(f"user stage call {call!r}: cannot load it ({type(e).__name__}: {e}); it must be "
-                             f"importable as package.module:function (searched {search_dir or 'sys.path'} first)")
+                             f"importable as package.module:function (searched sys.path, then {search_dir})")
     if not callable(obj):
         raise UserStageError(f"user stage call {call!r} is a {type(obj).__name__}, not a function")
     _loaded[key] = (code, obj)
@@ -162,12 +168,16 @@ def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str 
 
 # ------------------------------------------------------------------ building the steps
 def code_version(spec: UserStageSpec, search_dir: str | None) -> str:
-    """The stage's explicit version, else a fingerprint of its function's module source."""
+    """The stage's explicit version, else a fingerprint of its function's module source, read from the
+    file without importing it (a callable given from the API: from the function's own module)."""
     if spec.version:
         return f"version:{spec.version}"
-    fn = load_callable(spec.call, search_dir)
     try:
-        return f"code:{callable_fingerprint(fn)}"
+        if callable(spec.call):
+            return f"code:{callable_fingerprint(spec.call)}"
+        return f"code:{call_fingerprint(spec.call, search_dir)}"
+    except CallNotFound as e:
+        raise UserStageError(f"stages: {spec.name}: call {spec.call}: {e}") from None
     except (ValueError, OSError, TypeError) as e:
         raise UserStageError(f"stages: {spec.name}: the source of {call_name(spec.call)} cannot be read to key its "
                              f"outputs ({e}); define it in a module file, or give the stage an explicit `version:` "
