@@ -75,6 +75,7 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
     caps; builds the token caches first if needed. Finished proxies are reused on a rerun."""
     from datakit import pipeline
     from datakit.core import fsio
+    from datakit.core.results import MixtureResult
     from datakit.report.events import event_lines
     from datakit.stages.mixture_steps import MIXTURE_FILE
     from datakit.steps import collect_steps
@@ -107,12 +108,12 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
         except OSError as e:
             exit_on_disk_error(e, out_file, f"choose a writable --out (the mixture is at {rec.path(MIXTURE_FILE)})")
             raise
-    res = rec.result
+    res = MixtureResult.of(rec)
     click.echo(f"mixture file: {out_file or rec.path(MIXTURE_FILE)}")
-    base, chosen = res["baseline"], res["chosen"]
-    click.echo(f"proportional: {_ws(base['weights'])}  measured {base['measured_bpb']:.4f} bpb")
-    measured = f"measured {chosen['measured_bpb']:.4f}" if chosen.get("measured_bpb") is not None else "not verified"
-    click.echo(f"chosen:       {_ws(chosen['weights'])}  predicted {chosen['predicted_bpb']:.4f}, {measured} bpb")
+    base, chosen = res.baseline, res.chosen
+    click.echo(f"proportional: {_ws(base.weights)}  measured {base.measured_bpb:.4f} bpb")
+    measured = f"measured {chosen.measured_bpb:.4f}" if chosen.measured_bpb is not None else "not verified"
+    click.echo(f"chosen:       {_ws(chosen.weights)}  predicted {chosen.predicted_bpb:.4f}, {measured} bpb")
 
 
 def _ws(weights: dict) -> str:

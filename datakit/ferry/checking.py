@@ -20,7 +20,9 @@ import duckdb
 from .envelopes import Envelopes
 from .plan import RunPlan
 from datakit.core.fsio import sha256_file  # noqa: F401  (the checks import it from here)
-from datakit.core.layout import AttributesDir, DocumentsDir, parquet_names
+from datakit.core.layout import AttributesDir, parquet_names
+from datakit.core.results import DocumentsResult
+from datakit.steps import StepRecord
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
 # The whitespace class of DuckDB's RE2 `\s`, used on both sides of the planted-text search.
@@ -118,6 +120,12 @@ class RunContext:
     def res(self, step: str) -> dict:
         return self.artifacts[step].get("result") or {}
 
+    def record(self, step: str) -> StepRecord:
+        """A built step as the typed results read it: ``TokensResult.of(ctx.record(name))``."""
+        ref = self.plan.step(step)
+        assert ref is not None, step
+        return StepRecord(step, ref.identity, self.path(step), self.res(step), self.cnt(step))
+
     def cnt(self, step: str) -> dict:
         return self.artifacts[step].get("counters") or {}
 
@@ -148,10 +156,10 @@ class RunContext:
 
     def documents(self, step: str) -> list[str]:
         """The main documents files a step wrote: as its result lists them, else its main dir's parts."""
-        res = self.res(step)
-        if res.get("main_files"):
-            return [self.path(step, r) for r in res["main_files"]]
-        main = self.path(step, res.get("main", DocumentsDir.MAIN))
+        res = DocumentsResult.of(self.record(step))
+        if res.main_files:
+            return [self.path(step, r) for r in res.main_files]
+        main = self.path(step, res.main_dir)
         return [os.path.join(main, n) for n in parquet_names(main)]
 
     def norm_files(self, src: str) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from datakit.core.layout import DocumentsDir, parquet_names, part_names
+from datakit.core.results import AttributesResult, DocumentsResult
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac
 from .envelopes import within
@@ -314,7 +315,7 @@ def _no_duplicates_kept(ctx: RunContext, src: str, attrs: list[str], main: list[
         o = f"consolidate-{other}"
         if other == src or o in ctx.broken or o not in ctx.artifacts:
             continue
-        o_main = [os.path.join(ctx.path(o, ctx.res(o).get("main", DocumentsDir.MAIN)), n)
+        o_main = [os.path.join(ctx.path(o, DocumentsResult.of(ctx.record(o)).main_dir), n)
                   for n in ctx.norm_names(other)]
         shared = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
                         "(select id from read_parquet(?))", [main, o_main])[0]
@@ -324,7 +325,7 @@ def _no_duplicates_kept(ctx: RunContext, src: str, attrs: list[str], main: list[
     for step, where in (("exact-dedup", ""), ("fuzzy-dups", " where not is_canonical")):
         if step not in attrs:
             continue
-        files = ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])
+        files = ctx.attr_files(step, src, AttributesResult.of(ctx.record(step)).attributes(src))
         hit = ctx.q(f"select min(id), count(*) from read_parquet(?) where id in "
                      f"(select id from read_parquet(?){where})", [main, files])[0]
         if hit[1]:
@@ -336,7 +337,7 @@ def _no_duplicates_kept(ctx: RunContext, src: str, attrs: list[str], main: list[
 def _no_contamination_kept(ctx: RunContext, src: str, attrs: list[str], main: list[str]) -> str:
     """No document decontaminate marked is in the output, and no planted benchmark text either."""
     if "decontaminate" in attrs:
-        files = ctx.attr_files("decontaminate", src, ctx.res("decontaminate")["sources"][src]["attributes"])
+        files = ctx.attr_files("decontaminate", src, AttributesResult.of(ctx.record("decontaminate")).attributes(src))
         hit = ctx.q("select min(id), count(*) from read_parquet(?) where id in "
                      f"(select id from read_parquet(?){_decon_where(ctx, files, kept=False)})", [main, files])[0]
         if hit[1]:
@@ -390,7 +391,7 @@ def _expected_removals(ctx: RunContext, src: str, attrs: list[str]) -> dict[str,
     for step, kind, where in (("exact-dedup", "exact", ""), ("fuzzy-dups", "fuzzy", " where not is_canonical"),
                               ("decontaminate", "decontaminate", None)):
         if step in attrs:
-            files = ctx.attr_files(step, src, ctx.res(step)["sources"][src]["attributes"])
+            files = ctx.attr_files(step, src, AttributesResult.of(ctx.record(step)).attributes(src))
             sets.append((kind, _decon_where(ctx, files, kept=True) if where is None else where, files))
     out: dict[str, int] = {}
     for i, (kind, where, files) in enumerate(sets):

@@ -12,6 +12,7 @@ import os
 import numpy as np
 
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir, TrainDir
+from datakit.core.results import TokenizerResult
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac, read_json, sha256_file
 from .envelopes import within
@@ -58,7 +59,7 @@ def _tokenize_ledgers(ctx: RunContext, name: str, res: dict, splits: dict, ledge
     and names the tokenizer step's tokenizer; the ledgers are kept in ``ledgers``."""
     if not splits:
         raise CheckFailed("the result lists no splits")
-    tok_sha = ctx.res("tokenizer").get("sha256") if "tokenizer" in ctx.artifacts else None
+    tok_sha = TokenizerResult.of(ctx.record("tokenizer")).sha256 if "tokenizer" in ctx.artifacts else None
     for split, info in splits.items():
         d = ctx.path(name, info["path"])
         lp = os.path.join(d, TokenCacheDir.LEDGER)
@@ -96,7 +97,7 @@ def _tokenize_docs(ctx: RunContext, res: dict, c: dict, splits: dict, final: str
 def _tokenize_stats(ctx: RunContext, name: str, src: str, splits: dict, ledgers: dict[str, dict]) -> str:
     """Every array recounted with NumPy against its ledger, .stats.json and the result."""
     total = 0
-    vocab = ctx.res("tokenizer").get("vocab_size") if "tokenizer" in ctx.artifacts else None
+    vocab = TokenizerResult.of(ctx.record("tokenizer")).vocab_size if "tokenizer" in ctx.artifacts else None
     for split, led in ledgers.items():
         d = ctx.path(name, splits[split]["path"])
         tokens, docs_n = _recount_split(split, d, led, vocab)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from datakit.core import fsio
 from datakit.core.layout import TokenCacheDir
+from datakit.core.results import MixtureResult
 from datakit.mix.config import MixtureConfig
 from datakit.mix.plan import MixtureError, proportional, windows_of
 from datakit.mix.resolve import plan_mixture
@@ -52,7 +53,7 @@ def _search_weights(plan, prefix: str) -> dict | None:
     if path is None:
         return None
     with fsio.open_read(f"{path}/artifact.json") as f:
-        return json.loads(f.read())["result"]["chosen"]["weights"]
+        return MixtureResult.from_dict(json.loads(f.read())["result"], f"step {plan.mixture}").chosen.weights
 
 
 def mix_view(manifest, prefix: str, *, warn_epochs: float | None = None) -> MixView:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from datakit.core.layout import DocumentsDir, TrainDir
-from datakit.stages.contract import ATTRIBUTES
+from datakit.core.layout import TrainDir
+from datakit.core.results import DocumentsResult, MixtureResult, ModelResult, TokensResult
+from datakit.stages.contract import ATTRIBUTES, DOCUMENTS
 from datakit.stages.plan import Plan, read_plan
 
 from . import charts
@@ -69,19 +70,19 @@ def _parquet(files: list[str]) -> str | None:
 
 
 def _main_files(step: BuiltStep) -> list[str]:
-    res = step.view.result or {}
-    if res.get("main_files"):
-        return [os.path.join(step.path, r) for r in res["main_files"]]
-    main = os.path.join(step.path, res.get("main", DocumentsDir.MAIN))
+    res = DocumentsResult.of(step.view)
+    if res.main_files:
+        return [os.path.join(step.path, r) for r in res.main_files]
+    main = os.path.join(step.path, res.main_dir)
     return sorted(os.path.join(main, n) for n in os.listdir(main) if n.endswith(".parquet")) \
         if os.path.isdir(main) else []
 
 
 def _removed_files(step: BuiltStep) -> list[str]:
-    res = step.view.result or {}
-    if res.get("removed_files"):
-        return [os.path.join(step.path, r) for r in res["removed_files"]]
-    d = os.path.join(step.path, res.get("removed", DocumentsDir.REMOVED))
+    res = DocumentsResult.of(step.view)
+    if res.removed_files:
+        return [os.path.join(step.path, r) for r in res.removed_files]
+    d = os.path.join(step.path, res.removed_dir)
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".parquet")) if os.path.isdir(d) else []
 
 
@@ -106,7 +107,7 @@ def removal_samples(con, step: BuiltStep, source: BuiltStep | None) -> list[tupl
 
 def dup_samples(con, step: BuiltStep) -> list[tuple]:
     """Normalize's in-source duplicates (later copies of a text already kept), with their text."""
-    files = _parquet([os.path.join(step.path, r) for r in (step.view.result or {}).get("dups_files") or []])
+    files = _parquet([os.path.join(step.path, r) for r in DocumentsResult.of(step.view).dups_files or []])
     if files is None:
         return []
     rows = con.execute(f"""
@@ -116,7 +117,7 @@ def dup_samples(con, step: BuiltStep) -> list[tuple]:
 
 
 def reject_samples(con, step: BuiltStep) -> list[tuple]:
-    files = _parquet([os.path.join(step.path, r) for r in (step.view.result or {}).get("rejects_files") or []])
+    files = _parquet([os.path.join(step.path, r) for r in DocumentsResult.of(step.view).rejects_files or []])
     if files is None:
         return []
     rows = con.execute(f"""
@@ -169,7 +170,7 @@ def _removals_section(con, steps: list[BuiltStep], plan: Plan) -> str:
     by_name = {s.view.name: s for s in steps}
     parts = []
     for s in steps:
-        if s.view.source is None:
+        if s.view.source is None or s.view.kind != DOCUMENTS:
             continue
         parts.append(_samples_html("rejected", s.view.name, reject_samples(con, s)))
         parts.append(_samples_html("removed", s.view.name, dup_samples(con, s)))
@@ -232,11 +233,10 @@ def _product(steps: list[BuiltStep], name: str | None) -> BuiltStep | None:
 
 def _mixture_section(steps: list[BuiltStep], plan: Plan) -> str:
     caches = {step: source for source, step in plan.tokens.items()}
-    tokens = {caches[s.view.name]: sum(int(x.get("tokens", 0)) for x in (s.view.result.get("splits") or {}).values())
-              for s in steps if s.view.name in caches}
+    tokens = {caches[s.view.name]: TokensResult.of(s.view).total_tokens for s in steps if s.view.name in caches}
     train = _product(steps, plan.model)
     weights = (train.artifact.get("config") or {}).get("weights") if train else None
-    resolved = ((train.view.result or {}).get("mixture") or {}).get("phases") if train else None
+    resolved = ModelResult.of(train.view).phases if train else None
     if resolved:  # a `mixture:` section: the weights the run trained on (first phase), not the manifest's
         weights = resolved[0]["weights"]
     if not tokens:
@@ -254,21 +254,19 @@ def _search_section(steps: list[BuiltStep], plan: Plan) -> str:
     """The mixture search: every proxy's weights against its target loss; the chosen mixture beside
     proportional, with their measured (and predicted) target bits per byte. Empty without a search."""
     search = _product(steps, plan.mixture)
-    res = (search.view.result or {}) if search else {}
-    if not res.get("proxies"):
+    res = MixtureResult.of(search.view) if search else None
+    if res is None or not res.proxies or res.baseline is None:
         return ""
-    base, chosen = res["baseline"], res["chosen"]
+    base, chosen = res.baseline, res.chosen
     facts = table(["mixture", "weights", "predicted bpb", "measured bpb"],
-                  [["proportional", _weights_text(base["weights"]), base.get("predicted_bpb"),
-                    base.get("measured_bpb")],
-                   ["chosen", _weights_text(chosen["weights"]), chosen.get("predicted_bpb"),
-                    chosen.get("measured_bpb")]], left=2)
-    fit = res.get("fit") or {}
+                  [["proportional", _weights_text(base.weights), base.predicted_bpb, base.measured_bpb],
+                   ["chosen", _weights_text(chosen.weights), chosen.predicted_bpb, chosen.measured_bpb]], left=2)
+    fit = res.fit or {}
     note = (f"<p class=muted>fit: {esc(fit.get('formula', ''))}; R² {num(fit.get('r2'), 3)}, leave-one-out RMSE "
-            f"{num(fit.get('loo_rmse'), 4)} bpb over {len(res['proxies'])} proxies; mixture file: "
-            f"{esc(search.view.name)}/{esc(res.get('file', ''))}</p>")
-    body = (charts.proxy_scatter(res["proxies"], "mix-proxies-chart")
-            + charts.mixture_pair(base["weights"], chosen["weights"], ("proportional", "chosen"), "mix-choice-chart")
+            f"{num(fit.get('loo_rmse'), 4)} bpb over {len(res.proxies)} proxies; mixture file: "
+            f"{esc(search.view.name)}/{esc(res.file or '')}</p>")
+    body = (charts.proxy_scatter(res.proxies, "mix-proxies-chart")
+            + charts.mixture_pair(base.weights, chosen.weights, ("proportional", "chosen"), "mix-choice-chart")
             + facts + note)
     return section("mixture-search", "Mixture search", body)
 
@@ -286,9 +284,9 @@ def _loss_section(steps: list[BuiltStep], plan: Plan) -> str:
     train_pts = [(r["step"], r["loss_window_mean"]) for r in recs
                  if r.get("kind") == "train" and r.get("loss_window_mean") is not None]
     eval_pts = [(r["step"], r["loss"]) for r in recs if r.get("kind") == "eval" and r.get("loss") is not None]
-    res = train.view.result or {}
-    facts = table(["figure", "value"], [["steps", res.get("steps")], ["final train loss", res.get("final_loss")],
-                                        ["eval loss", res.get("eval_loss")], ["bits per byte", res.get("bpb")]])
+    res = ModelResult.of(train.view)
+    facts = table(["figure", "value"], [["steps", res.steps], ["final train loss", res.final_loss],
+                                        ["eval loss", res.eval_loss], ["bits per byte", res.bpb]])
     return section("loss", "Loss", charts.lines({"train loss": train_pts, "eval loss": eval_pts}, "step",
                                                 "loss (nats/token)", "loss-chart") + facts)
 

@@ -16,6 +16,7 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from datakit.core.results import FilesResult, ModelResult, TokenizerResult, TokensResult
 from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
 
@@ -74,7 +75,7 @@ def unsized_warning(step: StepView) -> str | None:
     connection closed early would have looked the same, so the reader should know."""
     if step.kind != FILES:
         return None
-    names = [f.get("name") for f in (step.result or {}).get("files") or [] if f.get("size_unconfirmed")]
+    names = [f.name for f in FilesResult.of(step).files if f.size_unconfirmed]
     if not names:
         return None
     listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -113,19 +114,19 @@ def _add_document_step(funnel: SourceFunnel, step: StepView, order: tuple[str, .
 
 
 def _add_tokens(funnel: SourceFunnel, step: StepView) -> None:
-    splits = (step.result or {}).get("splits") or {}
-    funnel.tokens = sum(int(s.get("tokens", 0)) for s in splits.values())
-    funnel.tokenized_docs = sum(int(s.get("docs", 0)) for s in splits.values())
+    cache = TokensResult.of(step)
+    funnel.tokens = cache.total_tokens
+    funnel.tokenized_docs = cache.total_docs
 
 
 def _train_figures(step: StepView, prefix: str) -> dict[str, Any]:
-    r = step.result or {}
-    out = {k: r.get(k) for k in ("steps", "final_loss", "eval_loss", "bpb", "tokens_per_sec", "num_params",
-                                 "skipped_steps")}
-    if r.get("skipped_sources"):
-        out["skipped_sources"] = r["skipped_sources"]
-    if step.output and r.get("plot_path"):
-        out["loss_plot"] = relative(posixpath.join(step.output, r["plot_path"]), prefix)
+    m = ModelResult.of(step)
+    out = {"steps": m.steps, "final_loss": m.final_loss, "eval_loss": m.eval_loss, "bpb": m.bpb,
+           "tokens_per_sec": m.tokens_per_sec, "num_params": m.num_params, "skipped_steps": m.skipped_steps}
+    if m.skipped_sources:
+        out["skipped_sources"] = m.skipped_sources
+    if step.output and m.plot_path:
+        out["loss_plot"] = relative(posixpath.join(step.output, m.plot_path), prefix)
     return out
 
 
@@ -172,8 +173,7 @@ def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None
     elif step.kind == TOKENS and step.source is not None:
         _add_tokens(out.sources.setdefault(step.source, SourceFunnel()), step)
     elif step.kind == TOKENIZER:
-        out.tokenizer = {"vocab_size": step.result.get("vocab_size") or
-                         (step.result.get("identity") or {}).get("vocab_size")}
+        out.tokenizer = {"vocab_size": TokenizerResult.of(step).vocab}
     elif step.kind == MODEL:
         out.train = _train_figures(step, prefix)
         for name in out.train.get("skipped_sources") or []:

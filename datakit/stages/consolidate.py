@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import DocumentsResult
 from datakit.steps import Step, StepContext
 
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, document_counters
@@ -26,7 +27,7 @@ def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tupl
     c = out["counters"]
     removed = {label: c.get(f"removed_{kind}", 0) for kind, label in _REASONS.items()}
     out["counters"] = {**c, **document_counters(c["docs_in"], c["docs_out"], removed)}
-    return out
+    return DocumentsResult.written(out)
 
 
 def build(graph: Graph) -> None:

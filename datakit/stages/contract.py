@@ -21,19 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from datakit.core.fsio import is_local, local_path, sha256_file
+# The kinds of data stages exchange (what `consumes` / `produces` name): one result type each.
+from datakit.core.results import ATTRIBUTES, DOCUMENTS, FILES, KINDS, MIXTURE, MODEL, TOKENIZER, TOKENS  # noqa: F401
 from datakit.core.uris import list_source_files
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
-
-# The kinds of data stages exchange (what `consumes` / `produces` name).
-FILES = "files"            # a source's raw files, downloaded
-DOCUMENTS = "documents"    # a documents dir per source: outputs/main (+ dups, rejects, removed)
-ATTRIBUTES = "attributes"  # per-source attribute files co-partitioned with the documents
-TOKENIZER = "tokenizer"    # a tokenizer.json
-TOKENS = "tokens"          # a token cache per source
-MODEL = "model"            # a trained model's checkpoints and metrics
-MIXTURE = "mixture"        # a searched training mixture (its chosen weights and mixture file)
-KINDS = (FILES, DOCUMENTS, ATTRIBUTES, TOKENIZER, TOKENS, MIXTURE, MODEL)
 
 
 @dataclass(frozen=True)

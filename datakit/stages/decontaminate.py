@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import AttributesResult
 from datakit.dedup.decontaminate import DecontamConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
@@ -23,7 +24,7 @@ def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[s
     from datakit.dedup.decontaminate import decontaminate
 
     res = decontaminate(document_refs(ctx, documents, priority), cfg.benchmarks, ctx.output, cfg, ctx.exec_config)
-    return counters_only(res.to_dict())
+    return AttributesResult.written(counters_only(res.to_dict()))
 
 
 def build(graph: Graph) -> None:

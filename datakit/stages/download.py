@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import FilesResult
 from datakit.manifest import SourceSpec
 from datakit.steps import Step, StepContext, StepRecord
 
@@ -21,7 +22,7 @@ def _download(ctx: StepContext, spec: SourceSpec) -> dict:
     result.pop("out_dir", None)
     for f in result["files"]:
         f["path"] = f"{FILES_DIR}/{f['name']}"
-    return counters_only(result)
+    return FilesResult.written(counters_only(result))
 
 
 def _recheck(record: StepRecord, spec: SourceSpec) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import AttributesResult
 from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
@@ -18,7 +19,8 @@ VERSION = "1"
 def _exact(ctx: StepContext, documents: dict[str, str], priority: dict[str, int]) -> dict:
     from datakit.dedup.exact import exact_dups
 
-    return counters_only(exact_dups(document_refs(ctx, documents, priority), ctx.output, ctx.exec_config).to_dict())
+    res = exact_dups(document_refs(ctx, documents, priority), ctx.output, ctx.exec_config)
+    return AttributesResult.written(counters_only(res.to_dict()))
 
 
 def build(graph: Graph) -> None:

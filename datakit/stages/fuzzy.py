@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import AttributesResult
 from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
@@ -30,7 +31,7 @@ def _fuzzy(ctx: StepContext, documents: dict[str, str], minhash: dict[str, str],
 
     sources = [FuzzySource(n, ctx.deps[documents[n]].output, ctx.deps[minhash[n]].output, priority[n])
                for n in documents]
-    return counters_only(fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config).to_dict())
+    return AttributesResult.written(counters_only(fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config).to_dict()))
 
 
 def build(graph: Graph) -> None:

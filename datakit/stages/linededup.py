@@ -34,7 +34,7 @@ from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, step_identity
-from .transform import file_lists, run_per_file, sort_unique
+from .transform import documents_result, run_per_file, sort_unique
 
 VERSION = "1"
 REMOVALS_SCHEMA = pa.schema([("file", pa.string()), ("id", pa.string()), ("key", pa.int64())])
@@ -119,7 +119,7 @@ def _apply(ctx: StepContext, source: str, documents: str, index: str, rules: Lin
     totals["removed/linededup.emptied"] = totals["docs_emptied"]
     if totals["removed"] > totals["docs_emptied"]:
         totals["removed/linededup.duplicate"] = totals["removed"] - totals["docs_emptied"]
-    return {"stage": STAGE.name, "source": source, **file_lists(names), "counters": totals}
+    return documents_result(names, totals, stage=STAGE.name, source=source)
 
 
 def build(graph: Graph) -> None:

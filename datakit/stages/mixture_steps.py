@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from dataclasses import dataclass
+from typing import ClassVar
 
+from datakit.core.results import MixtureResult, StepResult, TokensResult
 from datakit.mix.config import MixtureConfig, SearchConfig
 from datakit.mix.plan import proportional, resolve, windows_of
 from datakit.mix.search import choose, fit, sample_mixtures
@@ -32,6 +35,36 @@ PROXIES_STEP = "mix-proxies"
 SEARCH_STEP = "mix-search"
 TARGET_STEP = "mix-target"
 MIXTURE_FILE = "mixture.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyRun(StepResult):
+    """A proxy's (or the verify step's) result: the mixture it trained on and its measured target loss."""
+
+    LABEL: ClassVar[str] = "a proxy run"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("weights", "target_bpb")
+
+    weights: dict[str, float]
+    target_bpb: float
+    tokens: int | None = None
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitResult(StepResult):
+    """The fit step's result: the prior, the fitted model, the chosen mixture and its predictions."""
+
+    LABEL: ClassVar[str] = "a mixture fit"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("chosen", "prior", "fit", "predicted", "predicted_prior",
+                                           "predicted_proxies", "constraints")
+
+    chosen: dict[str, float]
+    prior: dict[str, float]
+    fit: dict
+    predicted: float
+    predicted_prior: float
+    predicted_proxies: list[float]
+    constraints: dict
 
 
 def build_proxy(step, prefix: str) -> dict:
@@ -66,12 +99,12 @@ def proxies_step(ctx: StepContext, proxies: tuple) -> dict:
 
 
 def _tokens(ctx: StepContext, token_steps: dict[str, str]) -> dict[str, int]:
-    return {n: int(ctx.deps[s].result["splits"]["train"].get("tokens") or 0) for n, s in token_steps.items()}
+    return {n: TokensResult.of(ctx.deps[s]).tokens_in("train") for n, s in token_steps.items()}
 
 
 def _split(ctx: StepContext, step: str, which: str) -> str:
     rec = ctx.deps[step]
-    return posixpath.join(rec.output, rec.result["splits"][which]["path"])
+    return TokensResult.of(rec).split_dir(rec.output, which)
 
 
 def _prior(ctx: StepContext, token_steps: dict[str, str], components: list[str],
@@ -83,8 +116,7 @@ def _prior(ctx: StepContext, token_steps: dict[str, str], components: list[str],
 def _targets(ctx: StepContext, token_steps: dict[str, str], validation: list[str], target_name: str | None):
     val = {}
     for n in validation:
-        split = ctx.deps[token_steps[n]].result["splits"].get("validation") or {}
-        if not split.get("tokens"):
+        if not TokensResult.of(ctx.deps[token_steps[n]]).tokens_in("validation"):
             raise ValueError(f"target: component {n} has no validation tokens; raise tokenize.validation_fraction "
                              "or name another target")
         val[f"target.{n}"] = _split(ctx, token_steps[n], "validation")
@@ -106,9 +138,9 @@ def train_on(ctx: StepContext, cfg: TrainConfig, weights: dict[str, float], toke
     train = {n: _split(ctx, token_steps[n], "train") for n in schedule_names(schedule)}
     t0 = time.perf_counter()
     res = train_model(cfg, train, schedule, _targets(ctx, token_steps, validation, target_name), out_dir)
-    return {"weights": weights, "target_bpb": res.bpb, "target_loss": res.eval_loss, "train_loss": res.final_loss,
-            "tokens": cfg.steps * cfg.batch_size * cfg.seq_len, "wall_s": round(time.perf_counter() - t0, 3),
-            "counters": {"steps": res.steps}}
+    return ProxyRun.written({"weights": weights, "target_bpb": res.bpb, "target_loss": res.eval_loss,
+                             "train_loss": res.final_loss, "tokens": cfg.steps * cfg.batch_size * cfg.seq_len,
+                             "wall_s": round(time.perf_counter() - t0, 3), "counters": {"steps": res.steps}})
 
 
 def proxy_step(ctx: StepContext, index: int, search: SearchConfig, temperature: float, token_steps: dict[str, str],
@@ -124,19 +156,20 @@ def fit_step(ctx: StepContext, search: SearchConfig, mix: MixtureConfig, proxies
              token_steps: dict[str, str], components: list[str], budget: dict) -> dict:
     """Fit the proxies' target loss over their weights; choose within min_weight and the epoch caps of
     the final budget (``budget``: the train section's steps, batch_size, seq_len)."""
-    runs = [ctx.deps[p].result for p in proxies]
-    model = fit([r["weights"] for r in runs], [r["target_bpb"] for r in runs])
+    runs = [ProxyRun.of(ctx.deps[p]) for p in proxies]
+    model = fit([r.weights for r in runs], [r.target_bpb for r in runs])
     prior = _prior(ctx, token_steps, components, mix.temperature)
     windows = windows_of(_tokens(ctx, {n: token_steps[n] for n in components}), budget["seq_len"])
     sequences = budget["steps"] * budget["batch_size"]
     max_weight = {n: min(1.0, e * windows[n] / sequences) for n, e in mix.max_epochs.items() if n in windows}
-    chosen, predicted, feasible = choose(model, prior, [r["weights"] for r in runs], candidates=search.candidates,
+    chosen, predicted, feasible = choose(model, prior, [r.weights for r in runs], candidates=search.candidates,
                                          seed=search.seed, min_weight=dict(search.min_weight), max_weight=max_weight)
-    return {"prior": prior, "fit": model.to_dict(), "chosen": chosen, "predicted": predicted,
-            "predicted_prior": float(model.predict([_vector(prior, model.names)])[0]),
-            "predicted_proxies": [float(v) for v in model.predict([_vector(r["weights"], model.names) for r in runs])],
-            "constraints": {"min_weight": dict(search.min_weight), "max_weight": max_weight,
-                            "budget": budget, "feasible_candidates": feasible}}
+    return FitResult(prior=prior, fit=model.to_dict(), chosen=chosen, predicted=predicted,
+                     predicted_prior=float(model.predict([_vector(prior, model.names)])[0]),
+                     predicted_proxies=[float(v) for v in model.predict([_vector(r.weights, model.names)
+                                                                         for r in runs])],
+                     constraints={"min_weight": dict(search.min_weight), "max_weight": max_weight,
+                                  "budget": budget, "feasible_candidates": feasible}).to_dict()
 
 
 def _vector(weights: dict[str, float], names) -> list[float]:
@@ -146,32 +179,32 @@ def _vector(weights: dict[str, float], names) -> list[float]:
 def verify_step(ctx: StepContext, search: SearchConfig, token_steps: dict[str, str], target_name: str | None,
             fit_name: str) -> dict:
     """The chosen mixture trained for the proxies' budget: its measured target loss."""
-    chosen = ctx.deps[fit_name].result["chosen"]
+    chosen = FitResult.of(ctx.deps[fit_name]).chosen
     return train_on(ctx, search.proxy, chosen, token_steps, list(search.target.validation), target_name, ctx.output)
 
 
-def search_record(fitted: dict, runs: list[dict], verified: dict | None, search: SearchConfig) -> dict:
+def search_record(fitted: FitResult, runs: list[ProxyRun], verified: ProxyRun | None, search: SearchConfig) -> dict:
     """What the mixture file holds (see datakit.mix.file); no times, so it is the same on any machine."""
     baseline = runs[0]
     record = {
-        "weights": fitted["chosen"],
-        "baseline": {"name": "proportional", "weights": fitted["prior"], "measured_bpb": baseline["target_bpb"],
-                     "predicted_bpb": fitted["predicted_prior"]},
-        "chosen": {"predicted_bpb": fitted["predicted"],
-                   "measured_bpb": verified["target_bpb"] if verified else None},
-        "fit": fitted["fit"],
-        "constraints": fitted["constraints"],
+        "weights": fitted.chosen,
+        "baseline": {"name": "proportional", "weights": fitted.prior, "measured_bpb": baseline.target_bpb,
+                     "predicted_bpb": fitted.predicted_prior},
+        "chosen": {"predicted_bpb": fitted.predicted,
+                   "measured_bpb": verified.target_bpb if verified else None},
+        "fit": fitted.fit,
+        "constraints": fitted.constraints,
         "search": {"proxies": search.proxies, "seed": search.seed, "concentration": search.concentration,
                    "target": {"validation": list(search.target.validation),
                               "jsonl": posixpath.basename(search.target.jsonl) if search.target.jsonl else None},
                    "proxy": {"preset": search.proxy.preset, "steps": search.proxy.steps,
                              "batch_size": search.proxy.batch_size, "seq_len": search.proxy.seq_len,
-                             "tokens": runs[0]["tokens"]}},
-        "proxies": [{"index": i, "weights": r["weights"], "measured_bpb": r["target_bpb"],
-                     "predicted_bpb": p} for i, (r, p) in enumerate(zip(runs, fitted["predicted_proxies"]))],
+                             "tokens": runs[0].tokens}},
+        "proxies": [{"index": i, "weights": r.weights, "measured_bpb": r.target_bpb,
+                     "predicted_bpb": p} for i, (r, p) in enumerate(zip(runs, fitted.predicted_proxies))],
     }
     if verified:
-        record["chosen"]["gain_bpb"] = baseline["target_bpb"] - verified["target_bpb"]
+        record["chosen"]["gain_bpb"] = baseline.target_bpb - verified.target_bpb
     return record
 
 
@@ -180,13 +213,14 @@ def search_step(ctx: StepContext, search: SearchConfig, proxies: list[str], fit_
     """Write the mixture file; the result's `chosen` is what `weights: search` trains on."""
     from datakit.mix.file import write_mixture_file
 
-    runs = [ctx.deps[p].result for p in proxies]
-    verified = ctx.deps[verify_name].result if verify_name else None
-    record = search_record(ctx.deps[fit_name].result, runs, verified, search)
+    runs = [ProxyRun.of(ctx.deps[p]) for p in proxies]
+    verified = ProxyRun.of(ctx.deps[verify_name]) if verify_name else None
+    record = search_record(FitResult.of(ctx.deps[fit_name]), runs, verified, search)
     write_mixture_file(ctx.path(MIXTURE_FILE), record)
-    return {"file": MIXTURE_FILE, "chosen": {"weights": record["weights"], **record["chosen"]},
-            "baseline": record["baseline"], "proxies": record["proxies"], "fit": record["fit"],
-            "proxy_wall_s": [r.get("wall_s") for r in runs], "counters": {"proxies": len(runs)}}
+    return MixtureResult.written({
+        "file": MIXTURE_FILE, "chosen": {"weights": record["weights"], **record["chosen"]},
+        "baseline": record["baseline"], "proxies": record["proxies"], "fit": record["fit"],
+        "proxy_wall_s": [r.wall_s for r in runs], "counters": {"proxies": len(runs)}})
 
 
 def target_step(ctx: StepContext, jsonl: str, text_field: str, tokenizer: str) -> dict:
@@ -218,4 +252,4 @@ def target_step(ctx: StepContext, jsonl: str, text_field: str, tokenizer: str) -
     out = res.to_dict()
     out["splits"] = {k: {**v, "path": posixpath.join("cache", v["path"])} for k, v in out["splits"].items()}
     out["counters"] = {"docs": len(texts)}
-    return out
+    return TokensResult.written(out)

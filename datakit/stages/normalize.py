@@ -12,6 +12,7 @@ import os
 from functools import partial
 
 from datakit.core.fsio import is_local, local_path
+from datakit.core.results import DocumentsResult, FilesResult
 from datakit.manifest import Section, SourceSpec
 from datakit.normalize.config import NormalizeConfig, PlannedFile
 from datakit.sources.fetch import FILES_DIR
@@ -46,8 +47,7 @@ def effective_config(spec: SourceSpec, section: NormalizeConfig) -> NormalizeCon
 def _downloaded_plan(ctx: StepContext, download: str) -> list[PlannedFile]:
     """The download step's record is the plan for a remote source: each file's name, size, sha256."""
     rec = ctx.deps[download]
-    return [PlannedFile(rec.path(FILES_DIR, f["name"]), int(f["size"]), f.get("sha256"))
-            for f in rec.result.get("files", [])]
+    return [PlannedFile(rec.path(FILES_DIR, f.name), int(f.size), f.sha256) for f in FilesResult.of(rec).files]
 
 
 def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, download: str | None,
@@ -64,7 +64,7 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     c = out["counters"]
     removed = {label: c.get(key, 0) for key, label in _REASONS.items()}
     out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
-    return out
+    return DocumentsResult.written(out)
 
 
 def _plan(listed: list[FileInfo], hashes: dict[str, str]) -> tuple[PlannedFile, ...]:

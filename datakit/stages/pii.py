@@ -26,7 +26,7 @@ from datakit.steps import StepContext
 
 from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
-from .transform import file_lists, run_per_file
+from .transform import documents_result, run_per_file
 
 VERSION = "1"
 
@@ -52,7 +52,7 @@ def _run(ctx: StepContext, source: str, documents: str, rules: PiiRules) -> dict
     names, totals = run_per_file(ctx, documents, partial(redact_file, rules=rules), f"pii-{source}")
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
-    return {"stage": STAGE.name, "source": source, **file_lists(names), "counters": totals}
+    return documents_result(names, totals, stage=STAGE.name, source=source)
 
 
 def build(graph: Graph) -> None:

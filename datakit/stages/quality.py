@@ -29,7 +29,7 @@ from datakit.steps import StepContext
 
 from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
-from .transform import file_lists, run_per_file, sort_unique
+from .transform import documents_result, run_per_file, sort_unique
 
 VERSION = "1"
 _chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
@@ -93,8 +93,7 @@ def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> 
                                  with_value=True)
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
-    return {"stage": STAGE.name, "source": source, "annotate_only": rules.annotate_only, **file_lists(names),
-            "counters": totals}
+    return documents_result(names, totals, stage=STAGE.name, source=source, annotate_only=rules.annotate_only)
 
 
 def build(graph: Graph) -> None:

@@ -24,12 +24,15 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import pyarrow as pa
 
 from datakit.core.fsio import atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, sha256_file
 from datakit.core.layout import join
+from datakit.core.results import StepResult
 from datakit.manifest import Manifest, Section
 from datakit.classify import model as clf
 from datakit.classify import select as sel
@@ -38,12 +41,27 @@ from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
-from .transform import file_lists, input_names, run_per_file
+from .transform import documents_result, input_names, run_per_file
 
 VERSION = "1"
 TRAIN_STEP = "quality-classifier-train"
 MODEL_FILE = "model.bin"
 SCORING_FILE = "scoring.bin"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassifierModel(StepResult):
+    """The training step's result, read by the scoring steps: the model files (relative to its output),
+    their sha256 and the held-out metrics."""
+
+    LABEL: ClassVar[str] = "a quality classifier model"
+    REQUIRED: ClassVar[tuple[str, ...]] = ("scoring_model", "scoring_sha256")
+
+    scoring_model: str
+    scoring_sha256: str
+    model: str | None = None
+    model_sha256: str | None = None
+    metrics: dict | None = None
 
 
 def _dirs(ctx: StepContext, steps: list[str]) -> list[str]:
@@ -71,10 +89,11 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
     atomic_write_bytes(join(ctx.output, SCORING_FILE), compact_blob)
     atomic_write_bytes(join(ctx.output, "metrics.json"), json.dumps(metrics, indent=1).encode())
     npos = sum(e.positive for e in examples)
-    return {"stage": STAGE.name, "model": MODEL_FILE, "model_sha256": sha, "scoring_model": SCORING_FILE,
-            "scoring_sha256": compact_sha, "metrics": metrics,
-            "counters": {"examples": len(examples), "positives": npos, "negatives": len(examples) - npos,
-                         "train_docs": len(train), "heldout_docs": len(heldout)}}
+    return ClassifierModel.written({
+        "stage": STAGE.name, "model": MODEL_FILE, "model_sha256": sha, "scoring_model": SCORING_FILE,
+        "scoring_sha256": compact_sha, "metrics": metrics,
+        "counters": {"examples": len(examples), "positives": npos, "negatives": len(examples) - npos,
+                     "train_docs": len(train), "heldout_docs": len(heldout)}})
 
 
 def score_file(name: str, table: pa.Table, model_path: str, sha: str,
@@ -91,13 +110,14 @@ def score_file(name: str, table: pa.Table, model_path: str, sha: str,
 
 def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: ClassifierConfig) -> dict:
     rec = ctx.deps[model]
+    trained = ClassifierModel.of(rec)
     if not is_local(rec.output):
         raise ValueError(f"{rec.output}: the quality classifier scores with a local model file; run with a local "
                          "prefix (or a mirror) for this stage")
-    fn = partial(score_file, model_path=local_path(rec.path(SCORING_FILE)), sha=rec.result["scoring_sha256"],
+    fn = partial(score_file, model_path=local_path(rec.path(trained.scoring_model)), sha=trained.scoring_sha256,
                  max_chars=cfg.max_chars)
     names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}")
-    return {"stage": STAGE.name, "source": source, **file_lists(names), "counters": totals}
+    return documents_result(names, totals, stage=STAGE.name, source=source)
 
 
 def select_file(name: str, table: pa.Table, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
@@ -133,7 +153,7 @@ def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig
     fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest)
     names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", with_value=True)
     totals.setdefault(f"removed/{sel.REASON}", 0)
-    return {"stage": STAGE.name, "source": source, "tier": tier, **file_lists(names), "counters": totals}
+    return documents_result(names, totals, stage=STAGE.name, source=source, tier=tier)
 
 
 def _train_step(graph: Graph, cfg: ClassifierConfig) -> Step:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import partial
 
 from datakit.core.layout import TOKENIZER_FILE
+from datakit.core.results import TokensResult
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
@@ -21,7 +22,7 @@ def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg
     res = tokenize_source(source, ctx.deps[documents].output, ctx.output, ctx.deps[tokenizer].path(TOKENIZER_FILE),
                           validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config,
                           engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces)
-    return counters_only(res.to_dict())
+    return TokensResult.written(counters_only(res.to_dict()))
 
 
 def build(graph: Graph) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 from functools import partial
 
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
+from datakit.core.results import TokenizerResult
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
@@ -24,7 +25,7 @@ def _copy(ctx: StepContext, given: str) -> dict:
         data = f.read()
     atomic_write_bytes(TokenCacheDir(ctx.output).tokenizer, data)
     _, ident = load_tokenizer(TokenCacheDir(ctx.output).tokenizer)
-    return {"tokenizer": TOKENIZER_FILE, "identity": dataclasses.asdict(ident)}
+    return TokenizerResult(tokenizer=TOKENIZER_FILE, identity=dataclasses.asdict(ident)).to_dict()
 
 
 def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig) -> dict:
@@ -33,7 +34,7 @@ def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig) ->
     result = train_tokenizer([ctx.deps[d].output for d in documents], ctx.output, vocab_size=cfg.vocab_size,
                              max_bytes=cfg.train_tokenizer_bytes, seed=cfg.seed)
     result.pop("path", None)  # the record names files relative to the step dir, as the copy does
-    return {"tokenizer": TOKENIZER_FILE, **result}
+    return TokenizerResult.written({"tokenizer": TOKENIZER_FILE, **result})
 
 
 def build(graph: Graph) -> None:

@@ -5,9 +5,9 @@ section (datakit.mix) the weights are resolved in the step from the caches' exac
 
 from __future__ import annotations
 
-import posixpath
 from functools import partial
 
+from datakit.core.results import MixtureResult, ModelResult, TokensResult
 from datakit.manifest import Section
 from datakit.mix.config import MixtureConfig
 from datakit.steps import Step, StepContext
@@ -18,13 +18,17 @@ from .contract import MIXTURE, MODEL, TOKENS, Graph, Stage, step_identity
 VERSION = "1"
 
 
+def _train_tokens(ctx: StepContext, step: str) -> int:
+    return TokensResult.of(ctx.deps[step]).tokens_in("train")
+
+
 def _split(ctx: StepContext, step: str, which: str) -> str:
     rec = ctx.deps[step]
-    return posixpath.join(rec.output, rec.result["splits"][which]["path"])
+    return TokensResult.of(rec).split_dir(rec.output, which)
 
 
 def _has_validation(ctx: StepContext, step: str) -> bool:
-    return bool(ctx.deps[step].result["splits"].get("validation", {}).get("docs", 1))
+    return TokensResult.of(ctx.deps[step]).has_documents("validation")
 
 
 def _with_tokens(ctx: StepContext, tokens: dict[str, str], weights: dict[str, float]) -> tuple[dict, list[str]]:
@@ -33,7 +37,7 @@ def _with_tokens(ctx: StepContext, tokens: dict[str, str], weights: dict[str, fl
     A source emptied upstream (filtered or deduplicated away) is skipped with a warning naming every
     such source, rather than failing the run at its last step; with no tokens at all, it fails, naming
     them all."""
-    empty = sorted(n for n in weights if not ctx.deps[tokens[n]].result["splits"]["train"].get("tokens"))
+    empty = sorted(n for n in weights if not _train_tokens(ctx, tokens[n]))
     if empty and len(empty) == len(weights):
         raise ValueError(f"no source has training tokens ({', '.join(empty)}); every one was emptied upstream: "
                          "see the run summary for the step that emptied each")
@@ -63,8 +67,8 @@ def _mixture_plan(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], we
     """The `mixture:` section resolved on this run's exact token counts (caps held, phases exact)."""
     from datakit.mix.resolve import plan_mixture
 
-    counts = {n: int(ctx.deps[tokens[n]].result["splits"]["train"].get("tokens") or 0) for n in tokens}
-    searched = ctx.deps[search].result["chosen"]["weights"] if search else None
+    counts = {n: _train_tokens(ctx, tokens[n]) for n in tokens}
+    searched = MixtureResult.of(ctx.deps[search]).chosen.weights if search else None
     plan = plan_mixture(mixture, counts, weights, steps=cfg.steps, batch_size=cfg.batch_size,
                         seq_len=cfg.seq_len, seed=cfg.data_seed, searched=searched, file_weights=file_weights)
     for n, e in plan.epochs.items():
@@ -85,8 +89,7 @@ def _train(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: 
     else:
         plan = _mixture_plan(ctx, cfg, tokens, weights, mixture, file_weights, search)
         schedule = plan.schedule()
-        skipped = sorted(n for n in tokens if weights.get(n, 0) > 0
-                         and not ctx.deps[tokens[n]].result["splits"]["train"].get("tokens"))
+        skipped = sorted(n for n in tokens if weights.get(n, 0) > 0 and not _train_tokens(ctx, tokens[n]))
     names = schedule_names(schedule)
     train = {n: _split(ctx, tokens[n], "train") for n in names}
     val = {n: _split(ctx, tokens[n], "validation") for n in names if _has_validation(ctx, tokens[n])}
@@ -101,7 +104,7 @@ def _train(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: 
     if plan is not None:
         res["mixture"] = plan.to_dict()
     res["counters"] = {"steps": res["steps"], "skipped_steps": res["skipped_steps"]}
-    return res
+    return ModelResult.written(res)
 
 
 def _default_mixture(mix: MixtureConfig) -> bool:

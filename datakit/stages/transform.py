@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from datakit.core.fsio import atomic_write_bytes, read_table
 from datakit.core.layout import DocumentsDir, join
+from datakit.core.results import DocumentsResult
 from datakit.shuffle import Dataset, counters
 from datakit.steps import StepContext
 
@@ -98,7 +99,9 @@ def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
     return names, dict(sorted(totals.items()))
 
 
-def file_lists(names: list[str]) -> dict[str, Any]:
-    """The result keys every documents-rewriting step records (paths relative to its output dir)."""
-    return {"main_files": [f"{DocumentsDir.MAIN}/{n}" for n in names],
-            "removed_files": [f"{DocumentsDir.REMOVED}/{n}" for n in names]}
+def documents_result(names: list[str], counters: dict[str, int], **keys: Any) -> dict[str, Any]:
+    """What a documents-rewriting step returns: its DocumentsResult (the files it wrote, paths relative
+    to its output dir, and the stage's own ``keys``) with its counters."""
+    return DocumentsResult.written({**keys, "main_files": [f"{DocumentsDir.MAIN}/{n}" for n in names],
+                                    "removed_files": [f"{DocumentsDir.REMOVED}/{n}" for n in names],
+                                    "counters": counters})

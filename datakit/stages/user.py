@@ -34,7 +34,7 @@ from datakit.steps.identity import ConfigError
 
 from .code_fingerprint import call_fingerprint, callable_fingerprint
 from .contract import DOCUMENTS, Graph, Stage, step_identity
-from .transform import REMOVED_SCHEMA, file_lists, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
+from .transform import REMOVED_SCHEMA, documents_result, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
 VERSION = "1"
 _PROTECTED = ("id", "text")
@@ -162,8 +162,8 @@ def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str 
         raise UserStageError(str(e)) from None
     totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}
     totals[f"removed/{spec.name}"] = totals["removed"]
-    return {"stage": spec.name, "call": call_name(spec.call), "kind": spec.kind, "place": spec.place,
-            **file_lists(names), "counters": totals}
+    return documents_result(names, totals, stage=spec.name, call=call_name(spec.call), kind=spec.kind,
+                            place=spec.place)
 
 
 # ------------------------------------------------------------------ building the steps
