@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 
 import datakit
 from datakit.cli import main
-from datakit.pipeline import build_steps
+from datakit.pipeline import build_steps, load_manifest
 from datakit.tokenize.cache import open_cache
 
 pytestmark = pytest.mark.slow
@@ -35,21 +36,24 @@ STREAMING_PYTHON = os.environ.get("DATAKIT_STREAMING_PYTHON",
                                   str(Path(__file__).resolve().parent.parent / ".venv-streaming" / "bin" / "python"))
 
 
-def _manifest(prefix: str, validation_fraction: float = 0.2):
+def _manifest_file(root: Path, prefix: str, validation_fraction: float = 0.2) -> str:
     stdlib = sysconfig.get_paths()["stdlib"]
-    return datakit.manifest_from_dict({
+    path = root / f"sources-{validation_fraction}.yaml"
+    path.write_text(yaml.safe_dump({
         "prefix": prefix,
         "sources": [{"name": "json-code", "uri": f"{stdlib}/json/*.py", "format": "text", "weight": 2.0},
                     {"name": "email-code", "uri": f"{stdlib}/email/*.py", "format": "text", "weight": 1.0}],
         "tokenize": {"vocab_size": 512, "validation_fraction": validation_fraction},
         "export": {"formats": FORMATS},
-    })
+    }))
+    return str(path)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    prefix = str(tmp_path_factory.mktemp("export") / "out")
-    summary = datakit.run(_manifest(prefix), backend="local", workers=2)
+    root = tmp_path_factory.mktemp("export")
+    prefix = str(root / "out")
+    summary = datakit.run(load_manifest(_manifest_file(root, prefix)), backend="local", workers=2)
     assert summary.ok, summary.to_dict()
     return prefix, summary
 
@@ -144,11 +148,15 @@ def test_provenance_and_tokenizer_beside_every_export(run, fmt):
     assert record["components"]["json-code"]["step"] == summary.records["tokenize-json-code"].output.rsplit("/")[-1]
 
 
-def test_export_step_identity_follows_its_caches(run):
+def _export_identities(path: str, prefix: str) -> dict[str, str]:
+    return {s.name: s.identity for s in build_steps(load_manifest(path), prefix) if s.name.startswith("export-")}
+
+
+def test_export_step_identity_follows_its_caches(run, tmp_path):
     prefix, summary = run
-    same = {s.name: s.identity for s in build_steps(_manifest(prefix), prefix) if s.name.startswith("export-")}
+    same = _export_identities(_manifest_file(tmp_path, prefix), prefix)
     assert same == {f"export-{f}": summary.records[f"export-{f}"].identity for f in FORMATS}
-    other = {s.name: s.identity for s in build_steps(_manifest(prefix, 0.3), prefix) if s.name.startswith("export-")}
+    other = _export_identities(_manifest_file(tmp_path, prefix, 0.3), prefix)
     assert all(other[n] != same[n] for n in same)  # new caches, new exports; same caches, the built ones
 
 
@@ -162,3 +170,30 @@ def test_cli_exports_a_prefix_like_the_step(run, tmp_path):
     assert not (tmp_path / "nano" / "val.bin").exists()
     res = CliRunner().invoke(main, ["export", str(tmp_path / "empty"), "--format", "hf", "--to", str(tmp_path / "x")])
     assert res.exit_code == 2 and "no finished token cache" in res.output
+
+
+def test_ferry_check_passes_on_every_export(run):
+    from datakit.ferry.validate import validate_run
+
+    prefix, _ = run
+    manifest = str(Path(prefix).parent / "sources-0.2.yaml")
+    checks = [c for c in validate_run(prefix, manifest=manifest).checks if c.stage.startswith("export-")]
+    assert {c.stage for c in checks} == {f"export-{f}" for f in FORMATS}
+    assert all(c.status == "ok" for c in checks), [c for c in checks if c.status != "ok"]
+    assert {c.check for c in checks} >= {"provenance", "totals"}
+
+
+def test_cli_exports_a_manifest_with_its_weights(run, tmp_path):
+    prefix, summary = run
+    manifest = str(Path(prefix).parent / "sources-0.2.yaml")
+    res = CliRunner().invoke(main, ["export", manifest, "--format", "megatron", "--split", "validation",
+                                    "--to", str(tmp_path / "meg"), "--backend", "inline"])
+    assert res.exit_code == 0, res.output
+    record = json.loads((tmp_path / "meg" / "export.json").read_text())
+    assert record["weights"] == pytest.approx({"json-code": 2 / 3, "email-code": 1 / 3})
+    assert record["components"]["json-code"]["step"] == Path(summary.records["tokenize-json-code"].output).name
+    assert f"validation --data-path {record['splits']['validation']['data_path']}" in res.output
+    for name in ("json-code", "email-code"):
+        for ext in (".bin", ".idx"):
+            got = (tmp_path / "meg" / "validation" / f"{name}{ext}").read_bytes()
+            assert got == Path(_export_dir(summary, "megatron"), "validation", f"{name}{ext}").read_bytes()

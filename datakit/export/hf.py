@@ -1,7 +1,8 @@
 """Hugging Face ``datasets`` directories, as ``Dataset.save_to_disk`` lays them out and
 ``datasets.load_from_disk`` reads them: per component and split a directory of Arrow IPC *stream* files
 (``data-NNNNN-of-MMMMM.arrow``, one per cache shard) with ``state.json`` (the file list) and
-``dataset_info.json`` (the features: ``input_ids``, a list of token ids, one row per document).
+``dataset_info.json`` (the features: ``input_ids``, a list of token ids, one row per document; spelled
+``Sequence``, which every `datasets` release reads, 2.x included).
 
 Each cache shard becomes one Arrow file in its own task, written in record batches of whole documents,
 so memory stays bounded by one batch; the lists are built from the cache's offsets without a copy of
@@ -48,7 +49,7 @@ def write_metadata(dest_dir: str, files: list[str], dtype: str, fingerprint: str
     state = {"_data_files": [{"filename": f} for f in files], "_fingerprint": fingerprint,
              "_format_columns": None, "_format_kwargs": {}, "_format_type": None,
              "_output_all_columns": False, "_split": None}
-    features = {COLUMN: {"feature": {"dtype": np.dtype(dtype).name, "_type": "Value"}, "_type": "List"}}
+    features = {COLUMN: {"feature": {"dtype": np.dtype(dtype).name, "_type": "Value"}, "_type": "Sequence"}}
     info = {"citation": "", "description": "", "features": features, "homepage": "", "license": ""}
     atomic_write_bytes(rel(dest_dir, "state.json"), json.dumps(state, indent=2, sort_keys=True).encode())
     atomic_write_bytes(rel(dest_dir, "dataset_info.json"), json.dumps(info, indent=2, sort_keys=True).encode())

@@ -78,6 +78,11 @@ def load_shard(ref: ShardRef) -> tuple[np.ndarray, np.ndarray]:
     return load_npy(join(ref.split_dir, ref.tokens_file)), load_npy(join(ref.split_dir, ref.offsets_file))
 
 
+def load_offsets(ref: ShardRef) -> np.ndarray:
+    """A shard's document offsets alone (the index writers never need its tokens)."""
+    return load_npy(join(ref.split_dir, ref.offsets_file))
+
+
 def iter_chunks(ref: ShardRef, max_tokens: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(tokens, document offsets relative to them) in runs of whole documents of about ``max_tokens``
     tokens (one longer document is its own chunk): the bounded unit every writer holds in memory."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from datakit.core.fsio import atomic_output
 
-from .inputs import Component, ShardRef, iter_chunks, ledger_facts, load_shard, rel, shard_refs
+from .inputs import Component, ShardRef, iter_chunks, ledger_facts, load_offsets, rel, shard_refs
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
@@ -41,7 +41,7 @@ def _write_bin(out: IO[bytes], refs: list[ShardRef], dtype: np.dtype) -> None:
 
 
 def _lengths(ref: ShardRef) -> np.ndarray:
-    return np.diff(np.asarray(load_shard(ref)[1], dtype=np.int64))
+    return np.diff(np.asarray(load_offsets(ref), dtype=np.int64))
 
 
 def _write_idx(out: IO[bytes], refs: list[ShardRef], dtype: np.dtype, docs: int) -> None:

@@ -4,7 +4,6 @@ metadata, the tokenizer copy and the provenance record, last."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Callable
 
 from datakit.core.fsio import makedirs
