@@ -118,9 +118,9 @@ def test_full_manifest_typed_values(corpus: Path):
     errors = validate_manifest(path)
     # 'defaults' (an anchor holder) is not a manifest key; "x-" keys are free for anchors.
     assert messages(errors) == [
-        f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, line_dedup, "
-        "mirror, mixture, normalize, pii, prefix, quality, quality_classifier, sources, stages, tokenize, train, "
-        "workers)"
+        f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, export, "
+        "line_dedup, mirror, mixture, normalize, pii, prefix, quality, quality_classifier, sources, stages, tokenize, "
+        "train, workers)"
     ]
     path.write_text(path.read_text().replace("defaults: &common", "x-common: &common"))
     m = load_manifest(path)
@@ -840,6 +840,7 @@ def test_sections_are_the_stage_configs():
     """Every section of the example is the config object its stage runs with (no mirrored specs)."""
     from datakit.dedup.config import DedupConfig
     from datakit.dedup.decontaminate import DecontamConfig
+    from datakit.export.config import ExportConfig
     from datakit.mix.config import MixtureConfig
     from datakit.normalize.config import NormalizeConfig
     from datakit.classify.config import ClassifierConfig
@@ -852,7 +853,7 @@ def test_sections_are_the_stage_configs():
     assert {s.key: s.config for s in sections()} == {
         "normalize": NormalizeConfig, "dedup": DedupConfig, "decontaminate": DecontamConfig,
         "tokenize": TokenizeConfig, "train": TrainConfig, "quality": QualityConfig, "line_dedup": LineDedupConfig,
-        "pii": PiiConfig, "mixture": MixtureConfig, "quality_classifier": ClassifierConfig}
+        "pii": PiiConfig, "mixture": MixtureConfig, "quality_classifier": ClassifierConfig, "export": ExportConfig}
     for s in sections():
         assert type(m.sections[s.key]) is s.config
     m.train.validate()

@@ -43,7 +43,7 @@ def test_each_stage_declares_code_and_checks_that_exist():
         module, _, attr = stage.ferry_check.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), stage.name
     assert [s.key for s in sections()] == ["normalize", "quality", "dedup", "decontaminate", "line_dedup", "pii",
-                                           "quality_classifier", "tokenize", "mixture", "train"]
+                                           "quality_classifier", "tokenize", "export", "mixture", "train"]
 
 
 def test_the_manifest_formats_are_the_readers():

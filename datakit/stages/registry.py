@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datakit.manifest import Section
 
-from . import (consolidate, decontaminate, download, exact, fuzzy, linededup, mixture, normalize, pii, quality,
-               quality_classifier, tokenize, tokenizer, train, user)
+from . import (consolidate, decontaminate, download, exact, export, fuzzy, linededup, mixture, normalize, pii,
+               quality, quality_classifier, tokenize, tokenizer, train, user)
 from .contract import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -27,6 +27,7 @@ STAGES: tuple[Stage, ...] = (
     quality_classifier.STAGE,
     tokenizer.STAGE,
     tokenize.STAGE,
+    export.STAGE,
     mixture.STAGE,
     train.STAGE,
 )
