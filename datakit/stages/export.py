@@ -41,4 +41,4 @@ def build(graph: Graph) -> None:
 
 STAGE = Stage(name="export", version=VERSION, build=build, section=Section("export", ExportConfig, optional=True),
               consumes=(TOKENIZER, TOKENS), code=("datakit.export", "datakit.stages.export"),
-              checks="datakit.ferry.checks_export:check_export")
+              ferry_check="datakit.ferry.checks_export:check_export")
