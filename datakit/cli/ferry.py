@@ -50,13 +50,14 @@ def run_cmd(prefix, run_id, keep_days, workers, manifest, envelopes_path, no_rep
 
     Progress goes to stderr; the last stdout line is a JSON summary (run_id, status, failing)."""
     from datakit.ferry.lock import FerryLocked
-    from datakit.ferry.run import FerryInputError, FerryOptions, run_ferry
+    from datakit.ferry.run import FerryInputError, FerryOptions, check_options, run_ferry
 
     opts = FerryOptions(prefix=prefix, run_id=run_id, keep_days=keep_days, workers=workers, manifest=manifest,
                         envelopes=_envelopes(envelopes_path), report=not no_report)
     remedy = "choose a writable --prefix (or fix its permissions) and rerun"
-    require_writable(prefix, remedy)
     try:
+        check_options(opts)  # a bad option costs one line and leaves the prefix untouched
+        require_writable(prefix, remedy)
         outcome = run_ferry(opts)
     except OSError as e:
         exit_on_disk_error(e, prefix, remedy)

@@ -168,16 +168,21 @@ def _record_dead_run(prefix: str, log: Callable[[str], None]) -> None:
     log(f"ferry: previous run {st.get('run_id')} never finished; recorded as failed")
 
 
+def check_options(opts: FerryOptions) -> None:
+    """FerryInputError for options no run can use, before anything (the prefix included) is touched."""
+    if opts.keep_days < 0:
+        raise FerryInputError(f"--keep-days must be >= 0, got {opts.keep_days}")
+    if opts.run_id is not None and not _RUN_ID.fullmatch(opts.run_id):
+        raise FerryInputError(f"run id {opts.run_id!r} is not path-safe (letters, digits, '.', '_', '-')")
+
+
 def run_ferry(opts: FerryOptions) -> FerryOutcome:
     """Run the ferry (module docstring). Raises FerryInputError (nothing run) and FerryLocked (another
     ferry holds the lock); everything else that goes wrong is a failed outcome with a status file."""
     log = opts.log
     prefix = os.path.abspath(opts.prefix)
     manifest_path = os.path.abspath(opts.manifest) if opts.manifest else bundled_manifest()
-    if opts.keep_days < 0:
-        raise FerryInputError(f"--keep-days must be >= 0, got {opts.keep_days}")
-    if opts.run_id is not None and not _RUN_ID.fullmatch(opts.run_id):
-        raise FerryInputError(f"run id {opts.run_id!r} is not path-safe (letters, digits, '.', '_', '-')")
+    check_options(opts)
     m, built = _load(manifest_path, prefix)           # a bad manifest fails before the prefix is touched
     with ferry_lock(prefix, run_id=opts.run_id or "(default)", since=utc_iso()):
         _record_dead_run(prefix, log)
