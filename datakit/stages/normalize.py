@@ -21,7 +21,7 @@ from datakit.steps.fingerprint import fingerprint_files, relative_names
 
 from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, step_identity
 
-VERSION = "2"
+VERSION = "3"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
 
