@@ -77,7 +77,7 @@ def _linked_tree(tmp_path: Path) -> Path:
     _tree(tmp_path, ["src/a.txt", "src/sub/b.txt", "secret/passwd.txt", "elsewhere/c.txt"])
     src = tmp_path / "src"
     (src / "leak.txt").symlink_to(tmp_path / "secret" / "passwd.txt")
-    (src / "again.txt").symlink_to(src / "a.txt")  # a second name for a listed file
+    (src / "again.txt").symlink_to(src / "a.txt")  # a second name for a file: a file of its own (GPL -> GPL-3)
     (src / "alias").symlink_to(src / "sub", target_is_directory=True)  # a second name for a listed folder
     (src / "sub" / "up").symlink_to("..", target_is_directory=True)  # a loop
     return src
@@ -86,28 +86,30 @@ def _linked_tree(tmp_path: Path) -> Path:
 def test_symlinks_out_of_the_source_are_skipped_and_counted_unless_followed(tmp_path: Path):
     src = _linked_tree(tmp_path)
     found = scan(str(src))
-    assert [f.rel for f in found.files] == ["a.txt", "sub/b.txt"]  # every file once, under its own name
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt", "sub/b.txt"]  # not alias/b.txt: sub/b.txt
     assert found.symlinks_outside == 1 and found.symlink_loops == [str(src / "sub" / "up")]
     assert "1 symlink outside the source skipped (follow_symlinks: true follows them)" in found.skipped_links()
     followed = scan(str(src), follow_symlinks=True)
-    assert [(f.rel, f.size) for f in followed.files] == [("a.txt", 9), ("leak.txt", 17), ("sub/b.txt", 13)]
+    assert [(f.rel, f.size) for f in followed.files] == [("a.txt", 9), ("again.txt", 9), ("leak.txt", 17),
+                                                          ("sub/b.txt", 13)]
     assert followed.symlinks_outside == 0 and followed.symlink_loops == [str(src / "sub" / "up")]
     # the engine's listing follows the same rule
-    assert [f.rel for f in engine_list_files(str(src))] == ["a.txt", "sub/b.txt"]
+    assert [f.rel for f in engine_list_files(str(src))] == ["a.txt", "again.txt", "sub/b.txt"]
 
 
 def test_globs_judge_only_the_links_they_match(tmp_path: Path):
     src = _linked_tree(tmp_path)
     (src / "c.md").symlink_to(tmp_path / "elsewhere" / "c.txt")
     found = scan(f"{src}/*.txt")
-    assert [f.rel for f in found.files] == ["a.txt"] and found.symlinks_outside == 1  # leak.txt, not c.md
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt"] and found.symlinks_outside == 1  # not c.md
     assert [f.rel for f in scan(f"{src}/*.md", follow_symlinks=True).files] == ["c.md"]
     # a link inside the root to a file the glob's own folder does not hold is read under the link's name
     (src / "b-link.txt").symlink_to(src / "sub" / "b.txt")
-    assert [f.rel for f in list_files(f"{src}/*.txt")] == ["a.txt", "b-link.txt"]
-    # ** walks into folder links inside the root, never round a loop
+    assert [f.rel for f in list_files(f"{src}/*.txt")] == ["a.txt", "again.txt", "b-link.txt"]
+    # ** walks into folder links inside the root, never round a loop, and lists what it reaches twice once
     found = scan(f"{src}/**/*.txt")
-    assert [f.rel for f in found.files] == ["a.txt", "sub/b.txt"] and len(found.symlink_loops) == 1
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt", "b-link.txt", "sub/b.txt"]
+    assert found.symlink_loops == [str(src / "sub" / "up")]
 
 
 def test_a_folder_link_is_walked_and_a_root_behind_a_link_is_judged_where_it_is(tmp_path: Path):

@@ -19,8 +19,9 @@ Validation, download and the engine must agree on which files a source has, so a
 - Symlinks (local listings, `datakit.core.walk`): one whose target lies outside its pattern's root is
   not followed but counted (`Listing.symlinks_outside`) unless ``follow_symlinks``; a symlinked folder
   that leads back into itself is a loop, never followed, named (`Listing.symlink_loops`); any other is
-  followed, and a file reached under two names is listed once. A file a pattern names itself (no glob,
-  not a folder) is read wherever it points: the user named it.
+  followed: a file link is listed under its own name, a folder link is walked, and a file the walk also
+  reaches without the folder link is listed once. A file a pattern names itself (no glob, not a folder)
+  is read wherever it points: the user named it.
 - Order: sorted by path, so every run sees the same order.
 """
 

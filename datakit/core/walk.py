@@ -9,8 +9,10 @@ circles (``in/sub/up -> ..``). So, below the walk's root:
   unless the source allows it (``follow_symlinks: true``).
 - A symlinked directory that contains the link itself, or any directory the walk is inside, is a loop:
   never followed, named in `Walk.loops`.
-- Any other symlink is followed (a directory link is walked like a directory), and a file reached under
-  two names is listed once: under its own name when the walk sees it there, else under its first link.
+- Any other symlink is followed. A file link is listed under its own name like any file (Debian's
+  ``GPL -> GPL-3``: normalize's exact dedup keeps one copy and counts the other). A folder link is
+  walked like a folder, and what the walk also reaches without it is listed once, under the name that
+  needs no folder link, so an aliased tree is not read twice.
 
 Hidden and excluded links (the caller's ``skip``) are left as they are, unresolved: the listing counts
 them as hidden or excluded, as it would any file.
@@ -47,8 +49,8 @@ class _Dir:
 class _Seen:
     path: str
     size: int
-    real: str
-    linked: bool
+    real: str  # where the entry itself is, its folders resolved (a file link's own place, not its target's)
+    linked: bool  # reached through a folder link
 
 
 def _within(path: str, directory: str) -> bool:
@@ -125,12 +127,13 @@ def _follow(st: _State, entry: os.DirEntry, path: str, here: _Dir, deeper: bool)
         st.outside += 1 if is_dir or st.match(path) else 0
     elif is_dir:
         st.stack.append(_Dir(path, real, here.depth + 1, (*here.chain, real), True))
-    elif st.match(path):
-        st.seen.append(_Seen(path, _size(entry), real, True))
+    elif st.match(path):  # a file link is a file of its folder: known by where it is, not where it points
+        st.seen.append(_Seen(path, _size(entry), _child(here.real, entry.name), here.linked))
 
 
 def _once(seen: list[_Seen]) -> list[tuple[str, int]]:
-    """Each real file once: under its own name when the walk saw it there, else its first link by path."""
+    """Each entry once: under the name that needs no folder link when there is one, else the first by
+    path."""
     kept: dict[str, _Seen] = {}
     for s in sorted(seen, key=lambda s: (s.linked, s.path)):
         kept.setdefault(s.real, s)
