@@ -145,3 +145,23 @@ def test_a_source_left_with_only_skipped_links_says_so(tmp_path: Path):
         list_source_files(str(tmp_path / "src"))
     assert [f.rel for f in list_source_files(str(tmp_path / "src"), follow_symlinks=True)] == ["leak.txt"]
     assert scan(str(tmp_path / "src")).hidden == 1
+
+
+def test_file_links_that_loop_or_point_nowhere_are_named_never_listed(tmp_path: Path):
+    """`a -> b -> a` and `self -> self` cannot be resolved (ELOOP), `gone -> missing` points nowhere: each
+    is named in one line; listing them would fail later, on a stat, with a traceback."""
+    _tree(tmp_path, ["src/a.txt"])
+    src = tmp_path / "src"
+    (src / "b.txt").symlink_to("c.txt")
+    (src / "c.txt").symlink_to("b.txt")
+    (src / "self.txt").symlink_to("self.txt")
+    (src / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    (src / ".gone").symlink_to(tmp_path / "missing.txt")  # hidden: counted as hidden, not resolved
+    for follow in (False, True):
+        found = scan(str(src), follow_symlinks=follow)
+        assert [f.rel for f in found.files] == ["a.txt"] and found.hidden == 1
+        assert found.symlink_loops == [str(src / n) for n in ("b.txt", "c.txt", "self.txt")]
+        assert found.symlinks_broken == [str(src / "gone.txt")] and found.symlinks_outside == 0
+    assert found.skipped_links() == (f"3 symlink loops skipped ({src}/b.txt, {src}/c.txt, {src}/self.txt); "
+                                     f"1 broken symlink skipped ({src}/gone.txt)")
+    assert [f.rel for f in scan(f"{src}/a*").files] == ["a.txt"] and scan(f"{src}/a*").skipped_links() == ""

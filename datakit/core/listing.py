@@ -18,7 +18,8 @@ Validation, download and the engine must agree on which files a source has, so a
   full path.
 - Symlinks (local listings, `datakit.core.walk`): one whose target lies outside its pattern's root is
   not followed but counted (`Listing.symlinks_outside`) unless ``follow_symlinks``; a symlinked folder
-  that leads back into itself is a loop, never followed, named (`Listing.symlink_loops`); any other is
+  that leads back into itself is a loop, never followed, named (`Listing.symlink_loops`), and so is
+  one that points nowhere (`Listing.symlinks_broken`); any other is
   followed: a file link is listed under its own name, a folder link is walked, and a file the walk also
   reaches without the folder link is listed once. A file a pattern names itself (no glob, not a folder)
   is read wherever it points: the user named it.
@@ -62,7 +63,8 @@ class Listing:
     excluded: int = 0
     missing: list[tuple[str, str]] = field(default_factory=list)
     symlinks_outside: int = 0  # symlinks not followed: their target lies outside the pattern's root
-    symlink_loops: list[str] = field(default_factory=list)  # symlinked folders that contain themselves
+    symlink_loops: list[str] = field(default_factory=list)  # symlinks that loop (a folder holding itself)
+    symlinks_broken: list[str] = field(default_factory=list)  # symlinks that point nowhere
 
     def skipped_links(self) -> str:
         """The symlinks skipped, in words for a message ('' when none)."""
@@ -70,9 +72,11 @@ class Listing:
         if self.symlinks_outside:
             said.append(f"{self.symlinks_outside} symlink{'s' if self.symlinks_outside != 1 else ''} outside "
                         "the source skipped (follow_symlinks: true follows them)")
-        if self.symlink_loops:
-            said.append(f"{len(self.symlink_loops)} symlink loop{'s' if len(self.symlink_loops) != 1 else ''} "
-                        f"skipped ({', '.join(self.symlink_loops[:3])})")
+        for paths, what in ((self.symlink_loops, "symlink loop"), (self.symlinks_broken, "broken symlink")):
+            if paths:
+                more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+                said.append(f"{len(paths)} {what}{'s' if len(paths) != 1 else ''} skipped "
+                            f"({', '.join(paths[:3])}{more})")
         return "; ".join(said)
 
 
@@ -176,10 +180,12 @@ def _expand_local(uri: str, exclude: Sequence[str], follow: bool, out: Listing) 
                      skip=partial(_left_alone, root=root, exclude=tuple(exclude)))
     out.symlinks_outside += found.outside
     out.symlink_loops += found.loops
+    out.symlinks_broken += found.broken
     files = [_Found(p, p, size, root.rstrip("/") or "/") for p, size in found.files]
     if not files:
         why = "no files match this pattern" if glob else "no files under this directory"
-        skipped = Listing(symlinks_outside=found.outside, symlink_loops=found.loops).skipped_links()
+        skipped = Listing(symlinks_outside=found.outside, symlink_loops=found.loops,
+                          symlinks_broken=found.broken).skipped_links()
         return [], f"{why} ({skipped})" if skipped else why
     return files, None
 

@@ -8,7 +8,8 @@ circles (``in/sub/up -> ..``). So, below the walk's root:
   or sits under one, is judged by where it really is) is not followed, only counted (`Walk.outside`),
   unless the source allows it (``follow_symlinks: true``).
 - A symlinked directory that contains the link itself, or any directory the walk is inside, is a loop:
-  never followed, named in `Walk.loops`.
+  never followed, named in `Walk.loops`; so is a link the system cannot resolve for looping
+  (``a -> b -> a``). A link that points nowhere is never read, named in `Walk.broken`.
 - Any other symlink is followed. A file link is listed under its own name like any file (Debian's
   ``GPL -> GPL-3``: normalize's exact dedup keeps one copy and counts the other). A folder link is
   walked like a folder, and what the walk also reaches without it is listed once, under the name that
@@ -20,8 +21,10 @@ them as hidden or excluded, as it would any file.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,11 +32,12 @@ from typing import Callable
 @dataclass
 class Walk:
     """What one walk found: files (path, size), symlinks not followed because they point outside the
-    root, and symlinked directories not followed because they loop."""
+    root, symlinks not followed because they loop, and symlinks that point nowhere."""
 
     files: list[tuple[str, int]] = field(default_factory=list)
     outside: int = 0
     loops: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def _child(parent: str, name: str) -> str:
 def _size(entry: os.DirEntry) -> int:
     try:
         return entry.stat(follow_symlinks=True).st_size
-    except OSError:  # a dangling link: listed as it is; reading it fails, naming it
+    except OSError:  # a hidden or excluded dangling link, listed for the caller to count: never read
         return 0
 
 
@@ -88,6 +92,7 @@ class _State:
     outside: int = 0
     # where a looping link really is -> its first name (reached without links first, then by path)
     loops: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    broken: dict[str, tuple[bool, str]] = field(default_factory=dict)  # the same, for links to nothing
 
 
 def walk(root: str, *, maxdepth: int | None = None, follow: bool = False,
@@ -110,25 +115,39 @@ def walk(root: str, *, maxdepth: int | None = None, follow: bool = False,
                         st.stack.append(_Dir(path, real, here.depth + 1, here.chain, here.linked))
                 elif match(path):
                     st.seen.append(_Seen(path, _size(entry), real, here.linked))
-    return Walk(_once(st.seen), st.outside, sorted(path for _, path in st.loops.values()))
+    return Walk(_once(st.seen), st.outside, _names(st.loops), _names(st.broken))
 
 
 def _follow(st: _State, entry: os.DirEntry, path: str, here: _Dir, deeper: bool) -> None:
     """One symlink met by the walk: followed, counted as outside, or named as a loop (once, under its own
     name, however many folder links lead to it)."""
     real = os.path.realpath(path)
-    is_dir = os.path.isdir(real)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:  # it loops (ELOOP) or points nowhere: never read, named
+        if st.match(path):
+            _note(st.loops if exc.errno == errno.ELOOP else st.broken, here, entry.name, path)
+        return
     if is_dir and not deeper:
         return
     if is_dir and any(_within(d, real) for d in (*here.chain, here.real)):
-        where, name = _child(here.real, entry.name), (here.linked, path)
-        st.loops[where] = min(name, st.loops.get(where, name))
+        _note(st.loops, here, entry.name, path)
     elif not st.follow and not _within(real, st.real_root):
         st.outside += 1 if is_dir or st.match(path) else 0
     elif is_dir:
         st.stack.append(_Dir(path, real, here.depth + 1, (*here.chain, real), True))
     elif st.match(path):  # a file link is a file of its folder: known by where it is, not where it points
         st.seen.append(_Seen(path, _size(entry), _child(here.real, entry.name), here.linked))
+
+
+def _note(found: dict[str, tuple[bool, str]], here: _Dir, name: str, path: str) -> None:
+    """Remember a link by where it is, under its name that needs no folder link if it has one."""
+    where, named = _child(here.real, name), (here.linked, path)
+    found[where] = min(named, found.get(where, named))
+
+
+def _names(found: dict[str, tuple[bool, str]]) -> list[str]:
+    return sorted(path for _, path in found.values())
 
 
 def _once(seen: list[_Seen]) -> list[tuple[str, int]]:

@@ -84,14 +84,12 @@ def unsized_warning(step: StepView) -> str | None:
 
 
 def symlinks_warning(step: StepView) -> str | None:
-    """A warning when normalize's listing skipped symlinks (outside the source, or loops): files the
-    source's folder shows but the run did not read."""
-    c = step.counters
-    if not c.get("symlinks_outside_skipped") and not c.get("symlink_loops_skipped"):
-        return None
-    loops = list((step.result or {}).get("symlink_loops") or [])
-    return f"source {step.source}: " + Listing(symlinks_outside=c.get("symlinks_outside_skipped", 0),
-                                               symlink_loops=loops).skipped_links()
+    """A warning when normalize's listing skipped symlinks (outside the source, looping, broken): files
+    the source's folder shows but the run did not read."""
+    c, r = step.counters, step.result or {}
+    said = Listing(symlinks_outside=c.get("symlinks_outside_skipped", 0), symlink_loops=r.get("symlink_loops") or [],
+                   symlinks_broken=r.get("symlinks_broken") or []).skipped_links()
+    return f"source {step.source}: {said}" if said else None
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:

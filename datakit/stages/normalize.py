@@ -55,7 +55,7 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
                planned: tuple[PlannedFile, ...] | None = None, links: Listing | None = None) -> dict:
     """Read exactly the planned files (never a fresh listing: a file gone since planning must fail the
     step, naming it, not vanish from the output). ``links``: the symlinks the plan's listing skipped,
-    recorded in the counters (and the loops by path) for the run summary."""
+    recorded in the counters (loops and broken ones also by path) for the run summary."""
     from datakit.normalize.pipeline import normalize_source
 
     plan = _downloaded_plan(ctx, download) if download else planned
@@ -69,7 +69,8 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     if links is not None and links.skipped_links():
         c["symlinks_outside_skipped"] = links.symlinks_outside
         c["symlink_loops_skipped"] = len(links.symlink_loops)
-        out["symlink_loops"] = list(links.symlink_loops)
+        c["symlinks_broken_skipped"] = len(links.symlinks_broken)
+        out["symlink_loops"], out["symlinks_broken"] = list(links.symlink_loops), list(links.symlinks_broken)
     removed = {"rejects": c.get("rejects", 0), "in-source dups": c.get("dups", 0), "empty": c.get("empty_dropped", 0)}
     out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
     return out
@@ -102,7 +103,8 @@ def build(graph: Graph) -> None:
         else:
             listing = source_listing(spec)
             listed = listing.files
-            links = Listing(symlinks_outside=listing.symlinks_outside, symlink_loops=listing.symlink_loops)
+            links = Listing(symlinks_outside=listing.symlinks_outside, symlink_loops=listing.symlink_loops,
+                            symlinks_broken=listing.symlinks_broken)
             paths = [f.path for f in listed]
             local = all(is_local(p) for p in paths)
             fp = fingerprint_files(paths, _cache_dir(graph.prefix) if local else None, save=graph.write_cache)
