@@ -82,6 +82,7 @@ def _texts(corpus: str) -> list[str]:
 def train(corpus: str, n: int, model: str) -> dict:
     """Train on n documents: n/2 positives (real documents, round-robin if the corpus is smaller) and n/2
     word salads."""
+    from datakit.classify import heldout
     from datakit.classify import model as clf
     from datakit.classify.config import ClassifierConfig
 
@@ -93,14 +94,14 @@ def train(corpus: str, n: int, model: str) -> dict:
     examples = [clf.Example(f"p{i}", t, True) for i, t in enumerate(pos)]
     examples += [clf.Example(f"n{i}", t, False) for i, t in enumerate(neg)]
     cfg = ClassifierConfig(positives=("x",), epoch=5)
-    tr, te = clf.split(examples, 0.02, 0)
+    tr, te = heldout.split(examples, 0.02, 0)
     t0 = time.perf_counter()
     clf.train_model(tr, cfg, model)
     wall = time.perf_counter() - t0
     scores = clf.score(clf.load(model, "bench"), [e.text for e in te], cfg.max_chars)
     return {"train_docs": len(tr), "train_wall_s": round(wall, 1),
             "train_peak_rss_mb": max(_hwm_mb(), _rss_mb(resource.RUSAGE_CHILDREN)),
-            "heldout": clf.metrics([e.positive for e in te], scores), "epoch": cfg.epoch, "dim": cfg.dim,
+            "heldout": heldout.metrics([e.positive for e in te], scores), "epoch": cfg.epoch, "dim": cfg.dim,
             "word_ngrams": cfg.word_ngrams}
 
 

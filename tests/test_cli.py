@@ -7,6 +7,7 @@ import sysconfig
 import tracemalloc
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -99,6 +100,36 @@ def test_validate_refuses_a_yaml_alias_bomb_fast_with_one_located_line(tmp_path)
         "write the values out or share fewer anchors",
         f"1 error(s) in {bomb}; nothing was run."]
     assert peak < 150 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_a_symlink_out_of_the_source_is_skipped_and_said_and_a_loop_is_one_line(tmp_path):
+    """`in/leak.txt -> <a file outside>` is not read unless the source says follow_symlinks: true, and a
+    folder link back up is named in one line, never a traceback."""
+    src = tmp_path / "in"
+    (src / "sub").mkdir(parents=True)
+    for name in ("heapq.py", "bisect.py"):
+        (src / name).write_text((STDLIB / name).read_text())
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (src / "leak.txt").symlink_to(tmp_path / "passwd")
+    (src / "sub" / "up").symlink_to("..", target_is_directory=True)
+    for follow, docs, secret in ((False, 2, False), (True, 3, True)):
+        manifest = tmp_path / f"follow-{follow}.yaml"
+        manifest.write_text(f"prefix: out-{follow}\nsources:\n  - name: code\n    uri: in\n    format: text\n"
+                            f"    follow_symlinks: {str(follow).lower()}\n")
+        res = CliRunner().invoke(main, ["run", str(manifest), "--only", "normalize-code", "--json"])
+        assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+        summary = json.loads(res.output.strip().splitlines()[-1])
+        counters = summary["steps"][0]["counters"]
+        assert counters["docs_out"] == docs and counters["symlink_loops_skipped"] == 1
+        assert counters["symlinks_outside_skipped"] == (0 if follow else 1)
+        said = [w for w in summary["data"]["warnings"] if w.startswith("source code:")]
+        assert len(said) == 1 and f"1 symlink loop skipped ({src / 'sub' / 'up'})" in said[0]
+        assert ("1 symlink outside the source skipped (follow_symlinks: true follows them)" in said[0]) is not follow
+        texts = "".join(pq.read_table(Path(summary["steps"][0]["output"]) / "outputs" / "main").column("text")
+                        .to_pylist())
+        assert ("root:x:0:0" in texts) is secret
+    text = CliRunner().invoke(main, ["run", str(tmp_path / "follow-False.yaml"), "--only", "normalize-code"])
+    assert "warning: source code: 1 symlink outside the source skipped" in text.output
 
 
 def test_impossible_train_config_fails_before_any_work(tmp_path):

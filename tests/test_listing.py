@@ -66,3 +66,102 @@ def test_a_pattern_that_names_nothing_is_missing_for_sources_and_empty_for_the_e
     with pytest.raises(SourceNotFound, match="no files match this pattern"):
         list_source_files(f"{tmp_path}/*.x")
     assert is_hidden("a/.b/c") and is_hidden("_x") and not is_hidden("../a/b")
+
+
+# ------------------------------------------------------------------------------------------ symlinks
+
+
+def _linked_tree(tmp_path: Path) -> Path:
+    """A source folder with a file, a link to a secret outside it, a link to a file inside it, a link to
+    a folder inside it, and a folder link that loops; the secret sits beside the source."""
+    _tree(tmp_path, ["src/a.txt", "src/sub/b.txt", "secret/passwd.txt", "elsewhere/c.txt"])
+    src = tmp_path / "src"
+    (src / "leak.txt").symlink_to(tmp_path / "secret" / "passwd.txt")
+    (src / "again.txt").symlink_to(src / "a.txt")  # a second name for a file: a file of its own (GPL -> GPL-3)
+    (src / "alias").symlink_to(src / "sub", target_is_directory=True)  # a second name for a listed folder
+    (src / "sub" / "up").symlink_to("..", target_is_directory=True)  # a loop
+    return src
+
+
+def test_symlinks_out_of_the_source_are_skipped_and_counted_unless_followed(tmp_path: Path):
+    src = _linked_tree(tmp_path)
+    found = scan(str(src))
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt", "sub/b.txt"]  # not alias/b.txt: sub/b.txt
+    assert found.symlinks_outside == 1 and found.symlink_loops == [str(src / "sub" / "up")]
+    assert "1 symlink outside the source skipped (follow_symlinks: true follows them)" in found.skipped_links()
+    followed = scan(str(src), follow_symlinks=True)
+    assert [(f.rel, f.size) for f in followed.files] == [("a.txt", 9), ("again.txt", 9), ("leak.txt", 17),
+                                                          ("sub/b.txt", 13)]
+    assert followed.symlinks_outside == 0 and followed.symlink_loops == [str(src / "sub" / "up")]
+    # the engine's listing follows the same rule
+    assert [f.rel for f in engine_list_files(str(src))] == ["a.txt", "again.txt", "sub/b.txt"]
+
+
+def test_globs_judge_only_the_links_they_match(tmp_path: Path):
+    src = _linked_tree(tmp_path)
+    (src / "c.md").symlink_to(tmp_path / "elsewhere" / "c.txt")
+    found = scan(f"{src}/*.txt")
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt"] and found.symlinks_outside == 1  # not c.md
+    assert [f.rel for f in scan(f"{src}/*.md", follow_symlinks=True).files] == ["c.md"]
+    # a link inside the root to a file the glob's own folder does not hold is read under the link's name
+    (src / "b-link.txt").symlink_to(src / "sub" / "b.txt")
+    assert [f.rel for f in list_files(f"{src}/*.txt")] == ["a.txt", "again.txt", "b-link.txt"]
+    # ** walks into folder links inside the root, never round a loop, and lists what it reaches twice once
+    found = scan(f"{src}/**/*.txt")
+    assert [f.rel for f in found.files] == ["a.txt", "again.txt", "b-link.txt", "sub/b.txt"]
+    assert found.symlink_loops == [str(src / "sub" / "up")]
+
+
+def test_a_folder_link_is_walked_and_a_root_behind_a_link_is_judged_where_it_is(tmp_path: Path):
+    _tree(tmp_path, ["real/data/x.txt", "shared/y.txt"])
+    (tmp_path / "real" / "data" / "more").symlink_to(tmp_path / "shared", target_is_directory=True)
+    (tmp_path / "linked").symlink_to(tmp_path / "real" / "data", target_is_directory=True)
+    found = scan(str(tmp_path / "linked"))  # the root itself is a link: its files are inside it
+    assert [f.rel for f in found.files] == ["x.txt"] and found.symlinks_outside == 1
+    assert [f.rel for f in scan(str(tmp_path / "linked"), follow_symlinks=True).files] == ["more/y.txt", "x.txt"]
+    # a file a pattern names itself is read wherever it points: the user named it
+    (tmp_path / "named.txt").symlink_to(tmp_path / "shared" / "y.txt")
+    assert [(f.rel, f.size) for f in list_files(str(tmp_path / "named.txt"))] == [("named.txt", 12)]
+
+
+def test_a_loop_between_two_followed_folders_is_named_once_and_ends(tmp_path: Path):
+    _tree(tmp_path, ["src/a.txt", "out1/b.txt", "out2/c.txt"])
+    (tmp_path / "src" / "one").symlink_to(tmp_path / "out1", target_is_directory=True)
+    (tmp_path / "out1" / "two").symlink_to(tmp_path / "out2", target_is_directory=True)
+    (tmp_path / "out2" / "back").symlink_to(tmp_path / "out1", target_is_directory=True)
+    found = scan(str(tmp_path / "src"), follow_symlinks=True)
+    assert [f.rel for f in found.files] == ["a.txt", "one/b.txt", "one/two/c.txt"]
+    assert found.symlink_loops == [str(tmp_path / "src" / "one" / "two" / "back")]
+
+
+def test_a_source_left_with_only_skipped_links_says_so(tmp_path: Path):
+    _tree(tmp_path, ["secret.txt"])
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(SourceNotFound, match=r"no files under this directory \(1 symlink outside the source skipped"):
+        list_source_files(str(tmp_path / "src"))
+    (tmp_path / "src" / ".hidden-link").symlink_to(tmp_path / "secret.txt")  # hidden: counted as hidden only
+    with pytest.raises(SourceNotFound, match=r"left \(1 hidden \(\./_\) files skipped, 0 excluded; 1 symlink outside"):
+        list_source_files(str(tmp_path / "src"))
+    assert [f.rel for f in list_source_files(str(tmp_path / "src"), follow_symlinks=True)] == ["leak.txt"]
+    assert scan(str(tmp_path / "src")).hidden == 1
+
+
+def test_file_links_that_loop_or_point_nowhere_are_named_never_listed(tmp_path: Path):
+    """`a -> b -> a` and `self -> self` cannot be resolved (ELOOP), `gone -> missing` points nowhere: each
+    is named in one line; listing them would fail later, on a stat, with a traceback."""
+    _tree(tmp_path, ["src/a.txt"])
+    src = tmp_path / "src"
+    (src / "b.txt").symlink_to("c.txt")
+    (src / "c.txt").symlink_to("b.txt")
+    (src / "self.txt").symlink_to("self.txt")
+    (src / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    (src / ".gone").symlink_to(tmp_path / "missing.txt")  # hidden: counted as hidden, not resolved
+    for follow in (False, True):
+        found = scan(str(src), follow_symlinks=follow)
+        assert [f.rel for f in found.files] == ["a.txt"] and found.hidden == 1
+        assert found.symlink_loops == [str(src / n) for n in ("b.txt", "c.txt", "self.txt")]
+        assert found.symlinks_broken == [str(src / "gone.txt")] and found.symlinks_outside == 0
+    assert found.skipped_links() == (f"3 symlink loops skipped ({src}/b.txt, {src}/c.txt, {src}/self.txt); "
+                                     f"1 broken symlink skipped ({src}/gone.txt)")
+    assert [f.rel for f in scan(f"{src}/a*").files] == ["a.txt"] and scan(f"{src}/a*").skipped_links() == ""

@@ -747,6 +747,46 @@ def test_allow_unsized_is_a_boolean_for_remote_sources_only(corpus: Path):
     assert m.sources[0].allow_unsized and not SourceSpec(name="x", uri="y", format="text").allow_unsized
 
 
+def test_follow_symlinks_is_a_boolean_for_local_sources_and_validation_lists_by_it(corpus: Path, tmp_path: Path):
+    (tmp_path / "outside.jsonl").write_text('{"text": "not the source"}\n')
+    links = corpus / "links"
+    links.mkdir()
+    (links / "leak.jsonl").symlink_to(tmp_path / "outside.jsonl")
+    path = write(
+        corpus,
+        """
+        sources:
+          - name: web
+            uri: https://example.org/a.jsonl
+            format: jsonl
+            follow_symlinks: true
+          - name: typo
+            uri: data
+            format: jsonl
+            follow_symlinks: "yes"
+          - name: leak
+            uri: links
+            format: jsonl
+        """,
+    )
+    errors = validate_manifest(path, check_uris=False)
+    assert [(e.line, e.field) for e in errors] == [(5, "sources[0].follow_symlinks"), (9, "sources[1].follow_symlinks")]
+    assert "applies only to local sources" in errors[0].message
+    # the reachability check lists as the run will: a folder holding only a link out of it names nothing
+    unreachable = {e.field: e.message for e in validate_manifest(path)}
+    assert "1 symlink outside the source skipped (follow_symlinks: true follows them)" in unreachable["sources[2].uri"]
+    allowed = write(corpus, """
+        sources:
+          - name: leak
+            uri: links
+            format: jsonl
+            follow_symlinks: true
+        """, name="allowed.yaml")
+    assert validate_manifest(allowed) == []
+    assert load_manifest(str(allowed)).sources[0].follow_symlinks
+    assert not SourceSpec(name="x", uri="y", format="text").follow_symlinks
+
+
 def test_alias_copies_are_bounded_and_refused_where_the_alias_is():
     """Aliases may copy up to MAX_ALIAS_VALUES values (a list of 999 scalars copies 1,000 with itself);
     one more copy is refused at the alias's key, with nothing built (no value, no positions)."""

@@ -352,6 +352,43 @@ def test_lone_surrogates_are_replaced_and_counted_everywhere(tmp_path):
     assert rows["2"]["text"] == "emoji \U0001f600 pair is fine"
 
 
+def test_random_bytes_spelled_as_json_escapes_are_rejected_as_binary(tmp_path):
+    """Random bytes inside a JSON string are garbage however they are spelled: one code point a byte
+    (about a quarter control characters, no U+FFFD) or lone surrogates (Python's surrogateescape). Both
+    are `binary` rejects with file and line; good records around them and a stray control stay."""
+    import random
+
+    blob = random.Random(3).randbytes(3000)
+    rows = [{"text": f"good document {i} with ordinary words"} for i in range(300)]
+    rows[100] = {"text": blob.decode("latin-1")}
+    rows[200] = {"text": blob.decode("utf-8", "surrogateescape")}
+    rows[250] = {"text": "a bell \x07 and a NUL \x00 inside real prose"}
+    write_jsonl(tmp_path / "in" / "mixed.jsonl", rows)
+    out = tmp_path / "out"
+    res = normalize_source(src("mixed"), files=list_files(str(tmp_path / "in")), out_dir=str(out),
+                           exec_config=LOCAL2)
+    assert res.rejects_by_reason == {"binary": 2} and res.counters["records_out"] == 298
+    rejects = pq.read_table(out / res.rejects_files[0]).to_pylist()
+    assert [(r["file"], r["line"], r["reason"]) for r in rejects] == [("mixed.jsonl", 101, "binary"),
+                                                                        ("mixed.jsonl", 201, "binary")]
+    assert "control_fraction 0.1" in rejects[0]["detail"] and "binary_fraction 0.3" in rejects[1]["detail"]
+    assert res.counters["control_chars"] == 2 and res.counters["decode_replacements"] == 0
+    check_invariants(out, res)
+
+
+def test_control_fraction_bounds_control_characters_alone():
+    text = "abcdefghi\x01"  # 10% controls: at the bound, kept and counted
+    stats = Counter()
+    assert clean_record(raw({"text": text}), SPEC, CFG, stats)[3]["text"] == text and stats["control_chars"] == 1
+    rej = clean_record(raw({"text": text}, line=4), SPEC, NormalizeConfig(control_fraction=0.05), Counter())
+    assert isinstance(rej, Reject) and rej.reason == "binary" and rej.line == 4
+    fifth = "abcdefgh\x01\x01"  # 20%: a reject by default, kept when control_fraction is off (1)
+    assert isinstance(clean_record(raw({"text": fifth}), SPEC, CFG, Counter()), Reject)
+    assert clean_record(raw({"text": fifth}), SPEC, NormalizeConfig(control_fraction=1), Counter())[3]["text"] == fifth
+    with pytest.raises(ValueError, match="control_fraction"):
+        NormalizeConfig(control_fraction=1.5)
+
+
 def test_dedup_none_keeps_every_copy(tmp_path):
     write_jsonl(tmp_path / "in" / "x.jsonl", [{"text": "same"}] * 3 + [{"text": "other"}])
     out = tmp_path / "out"

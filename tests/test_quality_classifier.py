@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from datakit import pipeline
+from datakit.classify import heldout
 from datakit.classify import model as clf
 from datakit.classify.config import ClassifierConfig
 from datakit.stages.contract import Graph
@@ -244,6 +245,85 @@ def test_a_bad_labels_file_fails_the_run_before_any_model_is_written(tmp_path, c
     assert not glob.glob(f"{tmp_path}/out/{qc.TRAIN_STEP}-*/model.bin")
 
 
+def test_the_licenses_case_is_refused_with_the_counts_not_a_nan_crash(tmp_path):
+    """The embedded default manifest with `positives: [licenses]` (12 documents by then): the training
+    step stops before training with the class counts and what would do, instead of crashing on a NaN AUC
+    in the result's JSON."""
+    import yaml
+
+    from datakit.defaults import default_manifest_path
+
+    path = default_manifest_path()
+    with open(path) as fh:
+        d = yaml.safe_load(fh)
+    d.pop("train", None)
+    d["prefix"] = str(tmp_path / "out")
+    d["quality_classifier"] = {"positives": ["licenses"], "negatives": 150, "apply_to": ["web"]}
+    m = pipeline.manifest_from_dict(d, base_dir=os.path.dirname(path))
+    steps = pipeline.build_steps(m)
+    s = pipeline.run(m, steps=steps, only=[st.name for st in steps
+                                           if not st.name.startswith(("qscore", "qselect", "tokeni"))])
+    step = _step(s, qc.TRAIN_STEP)
+    assert step["status"] == "failed" and "JSON" not in step["error"] and "Traceback" not in step["error"]
+    assert step["error"].startswith("ValueError: quality_classifier (positives: licenses): 12 positive and 150 "
+                                    "negative examples; with holdout 0.1 the 12 positive examples put 1 in the "
+                                    "held-out split"), step["error"]
+    assert "give at least 15 positive examples or raise holdout to 0.13" in step["error"]
+    assert all(st["status"] == "succeeded" for st in s.to_dict()["steps"] if st["name"] != qc.TRAIN_STEP)
+    assert not glob.glob(f"{tmp_path}/out/{qc.TRAIN_STEP}-*/model.bin")
+
+
+def test_too_few_negatives_are_refused_when_the_manifest_loads(tmp_path, corpus):
+    with pytest.raises(ValueError, match=r"quality_classifier.negatives: 14: with holdout 0.1 the 14 negative "
+                                         r"examples put 1 in the held-out split .* give at least 15 negative"):
+        pipeline.build_steps(pipeline.manifest_from_dict(_manifest(tmp_path, corpus, negatives=14)))
+
+
+@pytest.mark.parametrize("holdout", [0.1, 0.2, 0.5])
+def test_a_stratified_split_holds_out_each_class_share_so_never_none_of_a_class(holdout):
+    """Over sizes and seeds: each class holds out round(holdout x its size) examples, so any sizes the
+    count check lets through put at least 2 of each class on both sides; the split does not depend on the
+    order examples come in."""
+    sizes = [(10, 10), (12, 500), (15, 150), (17, 3000), (40, 23), (150, 150), (1000, 37)]
+    for npos, nneg in sizes:
+        examples = ([clf.Example(f"p{i}", "good text", True) for i in range(npos)]
+                    + [clf.Example(f"n{i}", "bad text", False) for i in range(nneg)])
+        problem = heldout.too_few(npos, nneg, holdout, "x")
+        for seed in range(5):
+            train, held = heldout.split(examples, holdout, seed)
+            assert sorted(e.id for e in train + held) == sorted(e.id for e in examples)
+            for positive, n in ((True, npos), (False, nneg)):
+                assert sum(e.positive is positive for e in held) == heldout.share(n, holdout)
+            if problem is None:
+                for part in (train, held):
+                    assert sum(e.positive for e in part) >= 2 and sum(not e.positive for e in part) >= 2
+            shuffled = examples[:]
+            random.Random(seed).shuffle(shuffled)
+            assert heldout.split(shuffled, holdout, seed) == (train, held)
+        assert (problem is None) == (min(npos, nneg) >= heldout.needed(holdout))
+    assert heldout.split(examples, holdout, 0) != heldout.split(examples, holdout, 1)
+
+
+def test_metrics_are_never_nan_undefined_ones_are_null_with_a_reason():
+    import numpy as np
+
+    cases = [([True, True, True], [0.9, 0.2, 0.7]), ([False, False], [0.1, 0.9]), ([True, False], [0.1, 0.2]),
+             ([True, False, True, False], [0.9, 0.1, 0.8, 0.4])]
+    for truth, scores in cases:
+        m = heldout.metrics(truth, np.array(scores))
+        json.dumps(m, allow_nan=False)  # never NaN: undefined is null
+        for key in ("precision", "recall", "f1", "auc"):
+            assert (m[key] is None) == (key in m.get("undefined", {})), (truth, m)
+    assert heldout.metrics([True, True, True], np.array([0.9, 0.2, 0.7]))["undefined"] == {
+        "auc": "no negative document in the held-out split"}
+    none_positive = heldout.metrics([False, False], np.array([0.1, 0.9]))
+    assert none_positive["auc"] is None and none_positive["recall"] is None and none_positive["precision"] == 0.0
+    assert heldout.metrics([True, False], np.array([0.1, 0.2]))["undefined"] == {
+        "precision": "no held-out document scored positive", "f1": "precision or recall undefined"}
+    assert heldout.metrics([True, False, True, False], np.array([0.9, 0.1, 0.8, 0.4])) == {
+        "precision": 1.0, "recall": 1.0, "f1": 1.0, "auc": 1.0, "heldout": 4, "heldout_positive": 2}
+
+
 def _write_docs(root, docs: dict[str, str]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -260,7 +340,7 @@ def test_two_trainings_give_the_same_model_bytes(tmp_path):
     pool = " ".join(docs).split()
     examples += [clf.Example(f"n{i}", _degrade(t, i % 3, rng, pool), False) for i, t in enumerate(docs[100:])]
     cfg = ClassifierConfig(positives=("x",))
-    train, _ = clf.split(examples, 0.1, 0)
+    train, _ = heldout.split(examples, 0.1, 0)
     digests = []
     for n in range(2):
         path = str(tmp_path / f"m{n}.bin")
@@ -297,7 +377,7 @@ def test_compact_scoring_model_gives_fasttexts_probabilities_and_decisions(tmp_p
     examples = [clf.Example(f"p{i}", t, True) for i, t in enumerate(docs[:150])]
     examples += [clf.Example(f"n{i}", _degrade(t, i % 3, rng, pool), False) for i, t in enumerate(docs[150:300])]
     cfg = ClassifierConfig(positives=("x",))
-    train, _ = clf.split(examples, 0.1, 0)
+    train = examples  # the texts compared below are held out by construction (docs[300:]), not by a split
     path, compact = str(tmp_path / "m.bin"), str(tmp_path / "scoring.bin")
     clf.train_model(train, cfg, path)
     clf.compact_model(path, compact)

@@ -2,9 +2,10 @@
 sources or files plus a uniform sample of the corpus, or a labels file), training, held-out metrics, and
 scoring with a model loaded once per worker process.
 
-Determinism: examples are ordered by a hash of their id, the held-out split is a hash of the id, and
-fastText trains on one thread with a fixed seed, so the same inputs give the same model file byte for
-byte (tests/test_quality_classifier.py checks it). Scoring is a pure function of the model and the text.
+Determinism: examples are ordered by a hash of their id, the held-out split is stratified by a hash of
+the id (`datakit.classify.heldout`, with the metrics), and fastText trains on one thread with a fixed
+seed, so the same inputs give the same model file byte for byte (tests/test_quality_classifier.py checks
+it). Scoring is a pure function of the model and the text.
 
 The text a model sees is the document's first ``max_chars`` characters with newlines as spaces (fastText
 reads one line; its tokenizer splits on whitespace, so this is the same input as datatrove's filter with
@@ -166,15 +167,6 @@ def check_classes(examples: list[Example], what: str) -> None:
                          "class); a classifier needs examples of both")
 
 
-def split(examples: list[Example], holdout: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """(train, held out), each ordered by a hash of the id: fastText sees a shuffled, reproducible order."""
-    ordered = sorted({e.id: e for e in examples}.values(), key=lambda e: (id_hash(e.id, f"order-{seed}"), e.id))
-    cut = int(holdout * 2**64)
-    test = [e for e in ordered if id_hash(e.id, f"holdout-{seed}") < cut]
-    train = [e for e in ordered if id_hash(e.id, f"holdout-{seed}") >= cut]
-    return train, test
-
-
 def train_model(train: list[Example], cfg: ClassifierConfig, model_path: str) -> None:
     """fastText supervised training on one thread with cfg.seed (deterministic), saved to model_path.
 
@@ -279,32 +271,3 @@ def score(model: Any, texts: list[str], max_chars: int) -> np.ndarray:
             p = by_label.get(POSITIVE)
             out[i] = float(np.float32(p)) if p is not None else 1.0 - float(np.float32(by_label[NEGATIVE]))
     return np.clip(out, 0.0, 1.0)
-
-
-def metrics(truth: list[bool], scores: np.ndarray, threshold: float = 0.5) -> dict[str, float | int]:
-    """Precision, recall, F1 at ``threshold`` and ROC AUC (rank statistic, ties counted half)."""
-    y = np.asarray(truth, dtype=bool)
-    pred = scores >= threshold
-    tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": round(precision, 6), "recall": round(recall, 6), "f1": round(f1, 6),
-            "auc": round(auc(y, scores), 6), "heldout": int(len(y)), "heldout_positive": int(y.sum())}
-
-
-def auc(y: np.ndarray, scores: np.ndarray) -> float:
-    npos, nneg = int(y.sum()), int((~y).sum())
-    if npos == 0 or nneg == 0:
-        return float("nan")
-    order = np.argsort(scores, kind="stable")
-    ranks = np.empty(len(scores), dtype=np.float64)
-    sorted_scores = scores[order]
-    i = 0
-    while i < len(scores):  # average ranks over ties
-        j = i
-        while j + 1 < len(scores) and sorted_scores[j + 1] == sorted_scores[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[y].sum() - npos * (npos + 1) / 2) / (npos * nneg))

@@ -16,6 +16,13 @@ Validation, download and the engine must agree on which files a source has, so a
   would skip is skipped in every combination.
 - ``exclude``: glob patterns matched (case-sensitively) against the relative name, the basename or the
   full path.
+- Symlinks (local listings, `datakit.core.walk`): one whose target lies outside its pattern's root is
+  not followed but counted (`Listing.symlinks_outside`) unless ``follow_symlinks``; a symlinked folder
+  that leads back into itself is a loop, never followed, named (`Listing.symlink_loops`), and so is
+  one that points nowhere (`Listing.symlinks_broken`); any other is
+  followed: a file link is listed under its own name, a folder link is walked, and a file the walk also
+  reaches without the folder link is listed once. A file a pattern names itself (no glob, not a folder)
+  is read wherever it points: the user named it.
 - Order: sorted by path, so every run sees the same order.
 """
 
@@ -26,11 +33,13 @@ import os
 import posixpath
 import urllib.parse
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 import fsspec
 
 from datakit.core.fsio import is_local, local_path, retrying
+from datakit.core.walk import Walk, any_path, glob_depth, glob_matcher, walk
 
 GLOB_CHARS = "*?["
 
@@ -53,6 +62,22 @@ class Listing:
     hidden: int = 0
     excluded: int = 0
     missing: list[tuple[str, str]] = field(default_factory=list)
+    symlinks_outside: int = 0  # symlinks not followed: their target lies outside the pattern's root
+    symlink_loops: list[str] = field(default_factory=list)  # symlinks that loop (a folder holding itself)
+    symlinks_broken: list[str] = field(default_factory=list)  # symlinks that point nowhere
+
+    def skipped_links(self) -> str:
+        """The symlinks skipped, in words for a message ('' when none)."""
+        said = []
+        if self.symlinks_outside:
+            said.append(f"{self.symlinks_outside} symlink{'s' if self.symlinks_outside != 1 else ''} outside "
+                        "the source skipped (follow_symlinks: true follows them)")
+        for paths, what in ((self.symlink_loops, "symlink loop"), (self.symlinks_broken, "broken symlink")):
+            if paths:
+                more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+                said.append(f"{len(paths)} {what}{'s' if len(paths) != 1 else ''} skipped "
+                            f"({', '.join(paths[:3])}{more})")
+        return "; ".join(said)
 
 
 def is_http(uri: str) -> bool:
@@ -114,16 +139,14 @@ class _Found:
 
 
 def _expand(uri: str) -> tuple[list[_Found], str | None]:
-    """One pattern's files, and why it named nothing (None when it named something)."""
+    """One remote pattern's files, and why it named nothing (None when it named something)."""
     if is_http(uri):
         if has_glob(uri):
             raise ValueError(f"{uri}: globs are not supported over http(s) (a web server has no listing); "
                              "list the file URLs instead")
         path = urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
         return [_Found(uri, path, None, posixpath.dirname(path))], None
-    remote = not is_local(uri)
-    target = uri if remote else os.path.abspath(os.path.expanduser(local_path(uri)))
-    fs, path = fsspec.core.url_to_fs(target)
+    fs, path = fsspec.core.url_to_fs(uri)
     if has_glob(path):
         found, root = fs.glob(path, detail=True), pattern_root(path)
     elif fs.isdir(path):
@@ -133,11 +156,44 @@ def _expand(uri: str) -> tuple[list[_Found], str | None]:
             found, root = {path: fs.info(path)}, posixpath.dirname(path.rstrip("/"))
         except FileNotFoundError:
             return [], "no such file or directory"
-    files = [_Found(fs.unstrip_protocol(p) if remote else p, p, _size(info), root)
+    files = [_Found(fs.unstrip_protocol(p), p, _size(info), root)
              for p, info in found.items() if info.get("type") != "directory"]
     if not files:
         return [], "no files match this pattern" if has_glob(path) else "no files under this directory"
     return files, None
+
+
+def _expand_local(uri: str, exclude: Sequence[str], follow: bool, out: Listing) -> tuple[list[_Found], str | None]:
+    """One local pattern's files under the symlink rules (`datakit.core.walk`; what it skipped is added to
+    ``out``), and why it named nothing (None when it named something)."""
+    path = os.path.abspath(os.path.expanduser(local_path(uri)))
+    glob = has_glob(path)
+    root = pattern_root(path) if glob else path
+    if not glob and not os.path.isdir(path):
+        if not os.path.exists(path):
+            return [], "no such file or directory"
+        return [_Found(path, path, os.path.getsize(path), posixpath.dirname(path))], None
+    found = Walk()
+    if os.path.isdir(root):
+        found = walk(root, maxdepth=glob_depth(path, root) if glob else None, follow=follow,
+                     match=glob_matcher(path) if glob else any_path,
+                     skip=partial(_left_alone, root=root, exclude=tuple(exclude)))
+    out.symlinks_outside += found.outside
+    out.symlink_loops += found.loops
+    out.symlinks_broken += found.broken
+    files = [_Found(p, p, size, root.rstrip("/") or "/") for p, size in found.files]
+    if not files:
+        why = "no files match this pattern" if glob else "no files under this directory"
+        skipped = Listing(symlinks_outside=found.outside, symlink_loops=found.loops,
+                          symlinks_broken=found.broken).skipped_links()
+        return [], f"{why} ({skipped})" if skipped else why
+    return files, None
+
+
+def _left_alone(path: str, root: str, exclude: tuple[str, ...]) -> bool:
+    """A link the walk leaves unresolved: hidden or excluded, the listing counts it so."""
+    rel = relative_to(path, root)
+    return is_hidden(rel) or _excluded(rel, path, exclude)
 
 
 def _size(info: dict) -> int | None:
@@ -151,14 +207,16 @@ def _excluded(rel: str, full: str, exclude: Sequence[str]) -> bool:
                for pat in exclude)
 
 
-def scan(patterns: str | Sequence[str], exclude: Sequence[str] = ()) -> Listing:
+def scan(patterns: str | Sequence[str], exclude: Sequence[str] = (), follow_symlinks: bool = False) -> Listing:
     """Every file the pattern(s) name under the rules of this module, with what was skipped."""
     uris = [patterns] if isinstance(patterns, str) else list(patterns)
     out = Listing()
     found: list[_Found] = []
     for u in uris:
-        remote = not is_local(u) and not is_http(u)
-        files, missing = retrying("list", u, lambda: _expand(u)) if remote else _expand(u)
+        if is_local(u):
+            files, missing = _expand_local(u, exclude, follow_symlinks, out)
+        else:
+            files, missing = _expand(u) if is_http(u) else retrying("list", u, lambda: _expand(u))
         found += files
         if missing:
             out.missing.append((u, missing))
@@ -177,9 +235,11 @@ def scan(patterns: str | Sequence[str], exclude: Sequence[str] = ()) -> Listing:
     return out
 
 
-def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = ()) -> list[FileInfo]:
-    """All files matching the pattern(s), sorted by path; hidden and excluded files skipped (see module)."""
-    return scan(patterns, exclude).files
+def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = (), follow_symlinks: bool = False,
+               ) -> list[FileInfo]:
+    """All files matching the pattern(s), sorted by path; hidden and excluded files and symlinks out of
+    the root skipped (see module)."""
+    return scan(patterns, exclude, follow_symlinks).files
 
 
 __all__ = ["FileInfo", "Listing", "scan", "list_files", "is_hidden", "is_http", "has_glob", "pattern_root",

@@ -40,19 +40,21 @@ def list_source_files(
     *,
     exclude: Sequence[str] = (),
     max_files: int | None = None,
+    follow_symlinks: bool = False,
 ) -> list[FileInfo]:
     """All data files of a source, sorted by path (`datakit.core.listing.scan`: its rules), then the
     first ``max_files``. Raises SourceNotFound naming the URI when one names nothing, or when nothing
-    is left after hidden-file skipping and ``exclude``."""
+    is left after hidden-file skipping, ``exclude`` and symlinks out of the source."""
     uris = [uri] if isinstance(uri, str) else list(uri)
-    found = scan(uris, exclude)
+    found = scan(uris, exclude, follow_symlinks)
     if found.missing:
         u, why = found.missing[0]
         raise SourceNotFound(f"{u}: {why}")
     if not found.files:
         shown = uris[0] if len(uris) == 1 else f"{uris[0]} (+{len(uris) - 1} more)"
+        links = found.skipped_links()
         raise SourceNotFound(f"{shown}: no data files left ({found.hidden} hidden (./_) files skipped, "
-                             f"{found.excluded} excluded)")
+                             f"{found.excluded} excluded{'; ' + links if links else ''})")
     return found.files[:max_files] if max_files is not None else found.files
 
 
@@ -85,7 +87,8 @@ def http_probe(url: str, *, timeout: float = 5.0) -> str | None:
     return None  # pragma: no cover
 
 
-def check_uri(uri: str | Sequence[str], *, exclude: Sequence[str] = (), timeout: float = 5.0) -> list[str]:
+def check_uri(uri: str | Sequence[str], *, exclude: Sequence[str] = (), timeout: float = 5.0,
+              follow_symlinks: bool = False) -> list[str]:
     """Reasons this source cannot be read (empty list = fine). Cheap: a listing or a HEAD per URL.
 
     For http(s) every listed URL is probed; for anything else the same listing the pipeline uses
@@ -104,7 +107,7 @@ def check_uri(uri: str | Sequence[str], *, exclude: Sequence[str] = (), timeout:
             problems.append(f"unreachable: {u}: {reason}")
     if other:
         try:
-            list_source_files(other, exclude=exclude)
+            list_source_files(other, exclude=exclude, follow_symlinks=follow_symlinks)
         except SourceNotFound as exc:
             problems.append(str(exc))
         except ImportError as exc:

@@ -121,8 +121,10 @@ def _check_sources_reachable(checker: Checker, data: dict, base_dir: str, timeou
         for i, item in enumerate(items if isinstance(items, list) else []):
             uri = _field_value(SourceSpec, "uri", item, base_dir)
             exclude = _field_value(SourceSpec, "exclude", item, base_dir, default=())
-            if uri is not INVALID and exclude is not INVALID:
-                jobs.append((("sources", i, "uri"), pool.submit(check_uri, uri, exclude=exclude, timeout=timeout)))
+            follow = _field_value(SourceSpec, "follow_symlinks", item, base_dir, default=False)
+            if uri is not INVALID and exclude is not INVALID and follow is not INVALID:
+                jobs.append((("sources", i, "uri"), pool.submit(check_uri, uri, exclude=exclude, timeout=timeout,
+                                                                follow_symlinks=follow)))
         for path, future in jobs:
             try:
                 messages = future.result()

@@ -56,6 +56,10 @@ class SourceSpec(_Spec):
     ``allow_unsized`` accepts downloaded files whose completeness nothing confirms (no length, digest,
     pin or chunked framing; a connection closed early looks the same); they are recorded and reported
     as "size unconfirmed". Without it such a download fails.
+    ``follow_symlinks`` (local sources) follows symlinks whose target lies outside the source's folder
+    (the fixed part of its path); without it they are skipped and counted ("N symlinks outside the
+    source skipped" in the run summary), so a dataset's ``leak.txt -> /etc/passwd`` is never read.
+    Symlinks within the folder are followed either way; a symlinked folder that loops is skipped, named.
     ``priority`` is the source's index in the manifest (earlier wins when deduplicating across sources).
     ``sha256`` may hold a dict, so a SourceSpec is not hashable; use its ``name``.
     """
@@ -68,6 +72,7 @@ class SourceSpec(_Spec):
     revision: str | None = None
     sha256: str | dict[str, str] | None = field(default=None, metadata={"check": check_sha})
     allow_unsized: bool = False
+    follow_symlinks: bool = False
     license: str | None = None
     weight: float = field(default=1.0, metadata={"min": 0})
     max_files: int | None = field(default=None, metadata={"min": 1})
@@ -95,6 +100,8 @@ class SourceSpec(_Spec):
             return [("sha256", "a single sha256 pins a single file; map file names to digests instead")]
         if self.allow_unsized and not self.remote:
             return [("allow_unsized", "applies only to downloaded (remote) sources; a local file's size is known")]
+        if self.follow_symlinks and self.remote:
+            return [("follow_symlinks", "applies only to local sources; a remote store's listing has no symlinks")]
         return []
 
 

@@ -31,8 +31,9 @@ Item = tuple[str, int, int, dict]
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 # Not text: NUL and C0 controls other than tab/newline/vertical tab/form feed/carriage return, DEL, C1
-# controls, and U+FFFD (what undecodable bytes became). One regex search proves a text clean.
-_SUSPECT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
+# controls, U+FFFD (what undecodable bytes became) and lone surrogates (what JSON's "\udc80" escapes of
+# undecodable bytes become; they turn into U+FFFD below). One regex search proves a text clean.
+_SUSPECT = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 # The same test on the UTF-8 bytes, at C speed (the regex scan was the largest cost of cleaning a clean
 # text): an ASCII suspect is its own byte, which never occurs inside a multi-byte character; a C1 control
@@ -104,14 +105,19 @@ def _note_fields(fields: dict, stats: Counter) -> None:
 
 def _screen(raw: RawRecord, text: str, cfg: NormalizeConfig, stats: Counter) -> str | Reject | None:
     """A text with suspect characters: a `binary` reject when they are more than `binary_fraction` of
-    it (garbage decoded as text is not a document); else count its control characters and strip them
-    if configured (None: nothing but controls was left, dropped as empty)."""
+    it, or its control characters alone more than `control_fraction` (garbage decoded as text is not a
+    document, whether the reader decoded it or a JSON string spelled it out in escapes); else count its
+    control characters and strip them if configured (None: nothing but controls was left, dropped as
+    empty)."""
     suspect = len(_SUSPECT.findall(text))
     if suspect > cfg.binary_fraction * len(text):
         return _reject(raw, BINARY, f"{suspect} of {len(text)} characters are replacement characters (undecodable "
                                     f"bytes), control characters or NULs; above binary_fraction "
                                     f"{cfg.binary_fraction:g}: not text")
     controls = len(_CONTROL.findall(text))
+    if controls > cfg.control_fraction * len(text):
+        return _reject(raw, BINARY, f"{controls} of {len(text)} characters are control characters or NULs; above "
+                                    f"control_fraction {cfg.control_fraction:g}: not text")
     if not controls:
         return text
     stats["control_chars"] += controls

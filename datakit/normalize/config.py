@@ -39,6 +39,10 @@ class NormalizeConfig:
     # characters or NULs is not text: it is rejected with reason `binary` (file:line, counted). 1 turns
     # the check off. Real text sits far below (a stray NUL, a form feed); random bytes sit near 0.5+.
     binary_fraction: float = field(default=0.3, metadata={"min": 0, "max": 1})
+    # The same verdict for control characters alone (C0 but tab and newlines, DEL, C1, NUL), which text
+    # never holds at that rate while a mis-decoded page may hold many U+FFFD: random bytes decoded one
+    # byte a character (JSON "\u0085\u0003...") are about 0.23 controls and no U+FFFD at all.
+    control_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1})
     # Control characters (NUL, escaped \u0000 in JSON, other C0/C1 controls; tab, newlines and form
     # feed are text) in kept documents are always counted (`control_chars`, `nul_chars`); `strip`
     # removes them from the text, `keep` leaves the text as it was.
@@ -56,8 +60,9 @@ class NormalizeConfig:
                 raise ValueError(f"NormalizeConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.reject_fraction <= 1:
             raise ValueError(f"NormalizeConfig.reject_fraction must be in [0, 1], got {self.reject_fraction}")
-        if not 0 <= self.binary_fraction <= 1:
-            raise ValueError(f"NormalizeConfig.binary_fraction must be in [0, 1], got {self.binary_fraction}")
+        for name in ("binary_fraction", "control_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"NormalizeConfig.{name} must be in [0, 1], got {getattr(self, name)}")
         if self.control_chars not in ("keep", "strip"):
             raise ValueError(f"NormalizeConfig.control_chars must be 'keep' or 'strip', got {self.control_chars!r}")
 

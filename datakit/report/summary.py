@@ -1,6 +1,6 @@
 """The data summary of a run: per source, the funnel from documents in to documents out and tokens, the
-tokenizer and the training figures, and warnings for every source a stage emptied or whose download's
-size nothing confirmed.
+tokenizer and the training figures, and warnings for every source a stage emptied, whose download's
+size nothing confirmed, or whose listing skipped symlinks (outside the source, or loops).
 
 It is computed from what the steps recorded (their counters and results) read through the run's plan
 (datakit.stages.plan): a source's funnel is its documents steps (``docs_in`` / ``docs_out`` counters and,
@@ -16,9 +16,11 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from datakit.core.listing import Listing
 from datakit.core.results import FilesResult, ModelResult, TokenizerResult, TokensResult
 from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
+
 
 @dataclass
 class SourceFunnel:
@@ -81,6 +83,15 @@ def unsized_warning(step: StepView) -> str | None:
     listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return (f"source {step.source}: size unconfirmed for {len(names)} downloaded file(s) ({listed}): the server "
             "sent no length or digest and allow_unsized: true accepted them; pin sha256 to confirm them")
+
+
+def symlinks_warning(step: StepView) -> str | None:
+    """A warning when normalize's listing skipped symlinks (outside the source, looping, broken): files
+    the source's folder shows but the run did not read."""
+    c, r = step.counters, step.result or {}
+    said = Listing(symlinks_outside=c.get("symlinks_outside_skipped", 0), symlink_loops=r.get("symlink_loops") or [],
+                   symlinks_broken=r.get("symlinks_broken") or []).skipped_links()
+    return f"source {step.source}: {said}" if said else None
 
 
 def _docs_in_out(step: StepView) -> tuple[int | None, int | None]:
@@ -163,9 +174,7 @@ def _stage_summary(out: DataSummary, step: StepView) -> None:
 def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
         _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step, plan.reasons.get(step.stage, ()))
-        warning = emptied_warning(step)
-        if warning:
-            out.warnings.append(warning)
+        out.warnings += [w for w in (symlinks_warning(step), emptied_warning(step)) if w]
     elif step.kind == FILES and step.source is not None:
         warning = unsized_warning(step)
         if warning:

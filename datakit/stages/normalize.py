@@ -8,6 +8,7 @@ changed byte rebuilds this source and everything downstream; `--dry-run` names t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from functools import partial
 
@@ -16,25 +17,28 @@ from datakit.core.results import DocumentsResult, FilesResult
 from datakit.manifest import Section, SourceSpec
 from datakit.normalize.config import NormalizeConfig, PlannedFile
 from datakit.sources.fetch import FILES_DIR
-from datakit.core.listing import FileInfo, list_files
+from datakit.core.listing import FileInfo, Listing, scan
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
 
 from .contract import DOCUMENTS, FILES, Graph, Stage, counters_only, document_counters, step_identity
 
+log = logging.getLogger(__name__)
+
 # The removal reasons of the run summary, per normalize counter, in the order normalize applies them.
 _REASONS = {"rejects": "rejects", "dups": "in-source dups", "empty_dropped": "empty"}
 
-VERSION = "2"
+VERSION = "3"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
 
 
-def source_files(spec: SourceSpec) -> list[FileInfo]:
-    files = list_files(list(spec.uris), exclude=spec.exclude)
+def source_listing(spec: SourceSpec) -> Listing:
+    """The source's files (the one listing's rules, then ``max_files``) and what the listing skipped."""
+    found = scan(list(spec.uris), spec.exclude, spec.follow_symlinks)
     if spec.max_files:
-        files = files[: spec.max_files]
-    return files
+        found.files = found.files[: spec.max_files]
+    return found
 
 
 def effective_config(spec: SourceSpec, section: NormalizeConfig) -> NormalizeConfig:
@@ -51,17 +55,25 @@ def _downloaded_plan(ctx: StepContext, download: str) -> list[PlannedFile]:
 
 
 def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, download: str | None,
-               planned: tuple[PlannedFile, ...] | None = None) -> dict:
+               planned: tuple[PlannedFile, ...] | None = None, links: Listing | None = None) -> dict:
     """Read exactly the planned files (never a fresh listing: a file gone since planning must fail the
-    step, naming it, not vanish from the output)."""
+    step, naming it, not vanish from the output). ``links``: the symlinks the plan's listing skipped,
+    recorded in the counters (loops and broken ones also by path) for the run summary."""
     from datakit.normalize.pipeline import normalize_source
 
     plan = _downloaded_plan(ctx, download) if download else planned
-    files = list(plan) if plan else source_files(spec)
+    files = list(plan) if plan else source_listing(spec).files
+    if links is not None and links.skipped_links():
+        log.warning("source %s: %s", spec.name, links.skipped_links())
     result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
                               planned=plan)
     out = counters_only(result.to_dict())
     c = out["counters"]
+    if links is not None and links.skipped_links():
+        c["symlinks_outside_skipped"] = links.symlinks_outside
+        c["symlink_loops_skipped"] = len(links.symlink_loops)
+        c["symlinks_broken_skipped"] = len(links.symlinks_broken)
+        out["symlink_loops"], out["symlinks_broken"] = list(links.symlink_loops), list(links.symlinks_broken)
     removed = {label: c.get(key, 0) for key, label in _REASONS.items()}
     out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
     return DocumentsResult.written(out)
@@ -88,10 +100,14 @@ def build(graph: Graph) -> None:
         download = graph.files.get(spec.name)
         inputs: dict[str, str] = {}
         planned: tuple[PlannedFile, ...] | None = None
+        links = None
         if download is not None:
             fingerprint = "download"
         else:
-            listed = source_files(spec)
+            listing = source_listing(spec)
+            listed = listing.files
+            links = Listing(symlinks_outside=listing.symlinks_outside, symlink_loops=listing.symlink_loops,
+                            symlinks_broken=listing.symlinks_broken)
             paths = [f.path for f in listed]
             local = all(is_local(p) for p in paths)
             fp = fingerprint_files(paths, _cache_dir(graph.prefix) if local else None, save=graph.write_cache)
@@ -100,7 +116,7 @@ def build(graph: Graph) -> None:
         config = {"source": step_identity(spec, _SOURCE_KEYS), "normalize": step_identity(cfg), "input": fingerprint}
         step = Step(f"normalize-{spec.name}", partial(_normalize, spec=spec, cfg=cfg,
                                                       download=download.name if download else None,
-                                                      planned=planned),
+                                                      planned=planned, links=links),
                     config, deps=(download,) if download else (), version=VERSION, inputs=inputs,
                     stage=STAGE.name, source=spec.name)
         graph.advance(spec.name, step)

@@ -34,6 +34,7 @@ from datakit.core.fsio import atomic_write_bytes, is_local, local_path, read_byt
 from datakit.core.layout import join
 from datakit.core.results import StepResult
 from datakit.manifest import Manifest, Section
+from datakit.classify import heldout
 from datakit.classify import model as clf
 from datakit.classify import select as sel
 from datakit.classify.config import ClassifierConfig
@@ -43,7 +44,7 @@ from datakit.steps import Step, StepContext
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
 from .transform import documents_result, input_names, run_per_file
 
-VERSION = "1"
+VERSION = "2"
 TRAIN_STEP = "quality-classifier-train"
 MODEL_FILE = "model.bin"
 SCORING_FILE = "scoring.bin"
@@ -74,17 +75,17 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
         examples = clf.examples_from_labels(cfg, labels, _dirs(ctx, negatives))
     else:
         examples = clf.examples_from_corpus(cfg, _dirs(ctx, positives), _dirs(ctx, negatives))
-    train, heldout = clf.split(examples, cfg.holdout, cfg.seed)
-    clf.check_classes(train, "the training split")
+    _check_counts(examples, cfg)
+    train, held = heldout.split(examples, cfg.holdout, cfg.seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, MODEL_FILE)
         clf.train_model(train, cfg, path)
         compact = os.path.join(tmp, SCORING_FILE)
         clf.compact_model(path, compact)
-        scores = clf.load_scorer(compact, sha256_file(compact)).score([e.text for e in heldout], cfg.max_chars)
+        scores = clf.load_scorer(compact, sha256_file(compact)).score([e.text for e in held], cfg.max_chars)
         blob, compact_blob = read_bytes(path), read_bytes(compact)
         sha, compact_sha = sha256_file(path), sha256_file(compact)
-    metrics = clf.metrics([e.positive for e in heldout], scores)
+    metrics = heldout.metrics([e.positive for e in held], scores)
     atomic_write_bytes(join(ctx.output, MODEL_FILE), blob)
     atomic_write_bytes(join(ctx.output, SCORING_FILE), compact_blob)
     atomic_write_bytes(join(ctx.output, "metrics.json"), json.dumps(metrics, indent=1).encode())
@@ -93,7 +94,19 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
         "stage": STAGE.name, "model": MODEL_FILE, "model_sha256": sha, "scoring_model": SCORING_FILE,
         "scoring_sha256": compact_sha, "metrics": metrics,
         "counters": {"examples": len(examples), "positives": npos, "negatives": len(examples) - npos,
-                     "train_docs": len(train), "heldout_docs": len(heldout)}})
+                     "train_docs": len(train), "heldout_docs": len(held)}})
+
+
+def _check_counts(examples: list[clf.Example], cfg: ClassifierConfig) -> None:
+    """Refuse, with the counts, examples too few to train on and measure (`heldout.too_few`): the class
+    sizes are known only now, after the documents were built."""
+    ids = {e.id: e.positive for e in examples}
+    npos = sum(ids.values())
+    origin = (f"labels: {cfg.labels}" if cfg.labels is not None else
+              f"positives: {', '.join(cfg.positives + cfg.positive_files)}")
+    problem = heldout.too_few(npos, len(ids) - npos, cfg.holdout, f"quality_classifier ({origin})")
+    if problem:
+        raise ValueError(problem)
 
 
 def score_file(name: str, table: pa.Table, model_path: str, sha: str,
@@ -203,7 +216,8 @@ def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, s
 
 
 def refuse(manifest: Manifest) -> None:
-    """Source names the section gives must exist; a tier component must not be a source's name."""
+    """Source names the section gives must exist; a tier component must not be a source's name; the
+    negative sample must be able to fill its share of the held-out split (`heldout.shortfall`)."""
     cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
     if cfg is None or not cfg.enabled:
         return
@@ -221,6 +235,9 @@ def refuse(manifest: Manifest) -> None:
                                  "source's name; rename the tier or the source")
     if cfg.labels is None and not cfg.negative_pool(names):
         raise ValueError("quality_classifier: no source left to sample negatives from; give negative_sources")
+    few = heldout.shortfall(cfg.negatives, cfg.holdout, "negative") if cfg.labels is None else None
+    if few:  # the sample holds at most `negatives`; positives are counted when the training step starts
+        raise ValueError(f"quality_classifier.negatives: {cfg.negatives}: {few}")
 
 
 def _num(v) -> str:
@@ -236,6 +253,8 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary | None:
     line = (f"quality classifier: held-out precision {_num(m.get('precision'))}, recall {_num(m.get('recall'))}, "
             f"F1 {_num(m.get('f1'))}, AUC {_num(m.get('auc'))} on {m.get('heldout')} documents "
             f"({counters.get('train_docs')} trained on)")
+    if m.get("undefined"):  # null metrics say why (datakit.classify.heldout)
+        line += "; undefined: " + "; ".join(f"{k} ({why})" for k, why in m["undefined"].items())
     return StageSummary({"classifier": {"metrics": m, **counters}}, (line,))
 
 
