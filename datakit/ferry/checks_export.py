@@ -9,7 +9,7 @@ from datakit.core.layout import TOKENIZER_FILE
 
 from .checking import CheckFailed, RunContext, eq, read_json, sha256_file
 from .checks_data import with_outputs_check
-from .plan import StepRef
+from datakit.stages.plan import PlanStep
 
 
 def _provenance(ctx: RunContext, name: str) -> str:
@@ -35,6 +35,6 @@ def _totals(ctx: RunContext, name: str) -> str:
 
 
 @with_outputs_check
-def check_export(ctx: RunContext, ref: StepRef, _src: None) -> None:
+def check_export(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     if ctx.check(ref.name, "provenance", lambda: _provenance(ctx, ref.name), breaks=True):
         ctx.check(ref.name, "totals", lambda: _totals(ctx, ref.name))
