@@ -10,7 +10,7 @@ import click
 
 from datakit import __version__
 
-from . import cache, demo, export, ferry, mix, report, run, steps
+from . import cache, demo, explain, export, ferry, mix, report, run, steps
 from .steps import state_word
 
 
@@ -21,7 +21,7 @@ def main() -> None:
 
 
 for _command in (run.validate, run.run, steps.verify, steps.status, steps.gc, report.report, cache.cache,
-                 demo.demo, ferry.ferry, mix.mix, export.export):
+                 demo.demo, ferry.ferry, mix.mix, export.export, explain.explain):
     main.add_command(_command)
 
 __all__ = ["main", "state_word"]
