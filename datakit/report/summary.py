@@ -13,11 +13,14 @@ prints it, `--json` carries it, the API returns it (`RunSummary.data`), and `dat
 from __future__ import annotations
 
 import posixpath
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
+
+WARNING_WIDTH = 90  # a warning's lines, so that `warning: ` + a line fits 100 columns
 
 @dataclass
 class SourceFunnel:
@@ -28,6 +31,7 @@ class SourceFunnel:
     docs_out: int | None = None                              # documents left after the last document step
     tokens: int | None = None                                # train + validation tokens
     tokenized_docs: int | None = None
+    validation_docs: int | None = None                       # documents in its validation split
     emptied_by: str | None = None                            # the step that left no documents
 
 
@@ -37,6 +41,7 @@ class DataSummary:
     tokenizer: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, Any] = field(default_factory=dict)   # sections the stages' summarize hooks gave
+    reason_stages: dict[str, str] = field(default_factory=dict)  # removal label -> the stage that removed
     notes: list[str] = field(default_factory=list)         # their lines, in plan order
     warnings: list[str] = field(default_factory=list)
 
@@ -100,12 +105,14 @@ def _removed(step: StepView, order: tuple[str, ...] = ()) -> dict[str, int]:
     return {step.stage: docs_in - docs_out}
 
 
-def _add_document_step(funnel: SourceFunnel, step: StepView, order: tuple[str, ...]) -> None:
+def _add_document_step(out: DataSummary, step: StepView, order: tuple[str, ...]) -> None:
+    funnel = out.sources.setdefault(step.source, SourceFunnel())
     docs_in, docs_out = _docs_in_out(step)
     if funnel.docs_in is None and docs_in is not None:
         funnel.docs_in = docs_in
     for label, n in _removed(step, order).items():
         funnel.removed[label] = funnel.removed.get(label, 0) + n
+        out.reason_stages.setdefault(label, step.stage)
     if docs_out is not None:
         funnel.docs_out = docs_out
         if docs_out == 0 and docs_in and funnel.emptied_by is None:
@@ -116,6 +123,22 @@ def _add_tokens(funnel: SourceFunnel, step: StepView) -> None:
     splits = (step.result or {}).get("splits") or {}
     funnel.tokens = sum(int(s.get("tokens", 0)) for s in splits.values())
     funnel.tokenized_docs = sum(int(s.get("docs", 0)) for s in splits.values())
+    if "validation" in splits:
+        funnel.validation_docs = int(splits["validation"].get("docs", 0))
+
+
+def no_validation_warning(sources: dict[str, SourceFunnel], weights: dict[str, float]) -> str | None:
+    """A warning when some components with documents and a weight (``weights``; a name not in it
+    counts) have no validation documents (a validation_fraction too small for them): the eval loss
+    then comes from fewer components than training mixes, and nothing else says so."""
+    tokenized = {n: f for n, f in sources.items() if f.tokenized_docs and weights.get(n, 1.0) > 0}
+    empty = [n for n, f in tokenized.items() if f.validation_docs == 0]
+    if not empty:
+        return None
+    text = (f"no validation documents in {len(empty)} of {len(tokenized)} tokenized components "
+            f"({', '.join(empty)}): the eval loss comes from {len(tokenized) - len(empty)} of them only; "
+            "raise tokenize.validation_fraction to give each at least one")
+    return "\n  ".join(textwrap.wrap(text, WARNING_WIDTH, break_on_hyphens=False))
 
 
 def _train_figures(step: StepView, prefix: str) -> dict[str, Any]:
@@ -157,11 +180,12 @@ def _stage_summary(out: DataSummary, step: StepView) -> None:
     if said is not None:
         out.stages.update(said.sections)
         out.notes.extend(said.lines)
+        out.warnings.extend(said.warnings)
 
 
 def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
-        _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step, plan.reasons.get(step.stage, ()))
+        _add_document_step(out, step, plan.reasons.get(step.stage, ()))
         warning = emptied_warning(step)
         if warning:
             out.warnings.append(warning)
@@ -188,6 +212,9 @@ def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSumm
             continue
         _add_step(out, step, plan, prefix)
         _stage_summary(out, step)
+    warning = no_validation_warning(out.sources, plan.weights())
+    if warning:
+        out.warnings.append(warning)
     return out
 
 
