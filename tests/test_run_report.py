@@ -180,3 +180,131 @@ def test_gc_removes_every_outdated_build_and_nothing_current_or_running(tmp_path
     assert {s["status"] for s in json.loads(again.stdout.strip().splitlines()[-1])["steps"]} == {"skipped"}
     status = _datakit("status", str(manifest), cwd=tmp_path).stdout
     assert all(line.startswith("succeeded") for line in status.splitlines())
+
+
+USER_STAGES = 24  # user filters, each removing the web document that holds its marker: 24 removal reasons
+LICENSES = Path("/usr/share/common-licenses")
+
+
+def _many_reasons_corpus(tmp_path: Path) -> Path:
+    """A corpus with 30+ removal reasons: normalize's, 24 user filters', the quality layer's language ID,
+    consolidate's; a source of records `t0` ... `t999` that fuzzy dedup folds to three texts (digits fold
+    to 0 in shingles); and stdlib code with a planted benchmark item."""
+    code = tmp_path / "code"
+    code.mkdir()
+    for name in ("heapq.py", "bisect.py", "textwrap.py", "shlex.py", "fnmatch.py", "colorsys.py"):
+        (code / name).write_text((STDLIB / name).read_text())
+    modules = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:USER_STAGES]
+    rows = [{"text": f"zqmark{k:02d} " + p.read_text()[:2000]} for k, p in enumerate(modules)]
+    rows += [{"text": (LICENSES / n).read_text()} for n in ("Apache-2.0", "Artistic", "BSD", "MPL-2.0")]
+    rows.append({"text": "Der Leuchtturm am nördlichen Kap wurde nach drei Schiffsunglücken gebaut. Sein Turm "
+                         "besteht aus Granitblöcken, die auf dem Festland gebrochen und über die Meerenge gebracht "
+                         "wurden. Fast ein Jahrhundert lang lebte ein Wärter mit seiner Familie im kleinen Haus."})
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "counters.jsonl").write_text("".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(1000)))
+    (tmp_path / "bench.jsonl").write_text(json.dumps({"question": "Heaps are arrays for which a[k] <= a[2*k+1] and "
+                                                      "a[k] <= a[2*k+2] for all k, counting elements from 0."}) + "\n")
+    (tmp_path / "marks.py").write_text("def drop_marked(doc, config):\n    return config['marker'] not in doc['text']\n")
+    stages = "".join(f"  - {{name: drop-{k:02d}, call: marks:drop_marked, kind: filter, place: after_normalize, "
+                     f"sources: [web], config: {{marker: zqmark{k:02d}}}}}\n" for k in range(USER_STAGES))
+    off = "{enabled: false}"
+    manifest = tmp_path / "sources.yaml"
+    manifest.write_text(f"""\
+prefix: out
+sources:
+  - {{name: code, uri: code/*.py, format: text, weight: 2}}
+  - {{name: web, uri: web.jsonl, format: jsonl}}
+  - {{name: counters, uri: counters.jsonl, format: jsonl, weight: 0}}
+stages:
+{stages}quality:
+  langid: {{languages: [en]}}
+  sources:
+    code: {off}
+    counters: {off}
+    web: {{gopher_repetition: {off}, gopher_quality: {off}, c4: {off}, fineweb: {off}}}
+decontaminate:
+  benchmarks: [{{name: heap-bench, path: bench.jsonl, text_fields: [question]}}]
+tokenize: {{vocab_size: 512, validation_fraction: 0.2}}
+train: {{preset: nano, seq_len: 32, batch_size: 4, steps: 3, warmup: 1}}
+""")
+    return manifest
+
+
+def _cells(row_html: str) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row_html)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_chromium() is None or not LICENSES.is_dir(), reason="no chromium binary or no "
+                    "/usr/share/common-licenses (Debian: apt-get install chromium base-files)")
+def test_report_reads_at_thirty_removal_reasons(tmp_path):
+    from datakit.mix.show import mix_view
+    from datakit.pipeline import load_manifest
+    from datakit.report.text import format_summary
+    from datakit.stages.plan import read_plan
+
+    manifest = _many_reasons_corpus(tmp_path)
+    r = _datakit("run", str(manifest), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    data = summary["data"]
+    # The collapse is explained where it happens, in lines that fit 100 columns.
+    collapse = " ".join(next(w for w in data["warnings"] if "fuzzy dedup removed" in w).split())
+    assert "99.7% of source counters (997 of 1,000 documents)" in collapse
+    assert "largest cluster has 900 documents" in collapse and "fold every digit to 0" in collapse
+    text = format_summary(summary, str(tmp_path / "out"))
+    human = text[text.index("warning: fuzzy dedup"):].split("\nwarning:")[0]
+    assert len(human.splitlines()) > 1 and all(len(line) <= 100 for line in human.splitlines())
+    short = [n for n, f in data["sources"].items() if f["tokenized_docs"] and not f["validation_docs"]]
+    assert short and data["sources"]["code"]["validation_docs"]  # a component the split left without any
+    novalid = next(w for w in data["warnings"] if w.startswith("no validation documents"))
+    assert all(n in novalid for n in short) and all(len(line) <= 91 for line in novalid.splitlines())
+
+    out = tmp_path / "out"
+    page = Path(_datakit("report", str(out), cwd=tmp_path).stdout.strip())
+    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,3000"]
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180).stdout
+    # Every removal reason has a colour of its own, listed under its stage, and drawn in the funnel.
+    funnel = dom.split('<section id="funnel">')[1].split("</section>")[0]
+    legend = funnel.split("class=\"legend\"")[1].split("<table")[0]
+    colours = dict(re.findall(r'data-reason="([^"]+)" data-colour="([^"]+)"', legend))
+    assert len(colours) >= 31 and len(set(colours.values())) == len(colours)
+    assert 'data-stage="after_normalize"' in legend and 'data-stage="consolidate"' in legend
+    svg = funnel.split("</svg>")[0]
+    for reason in ("drop-00", "drop-23", "langid.languages", "fuzzy dups", "contaminated", "kept"):
+        assert f"fill: {colours[reason]}" in svg, reason
+    assert 'class="scroll"' in funnel  # the table scrolls inside its box
+    # Histograms per source.
+    for chart in ("hist-length-code", "hist-length-web", "hist-length-counters", "hist-lang-web"):
+        assert f'id="{chart}"' in dom, chart
+    # Time per stage, steps folded.
+    plan = read_plan(str(out))
+    bars = len(re.findall(r'id="time-chart-bar-\d+"', dom))
+    assert 0 < bars <= len({s.stage for s in plan.steps}) < len(plan.steps)
+    # The largest cluster with a sample of its kept copy and of a removed one.
+    dedup = dom.split('<section id="dedup">')[1].split("</section>")[0]
+    first = dedup.split('<tr class="cluster"')[1].split("</tr>")[0]
+    assert first.startswith(' data-size="900"')
+    kept, removed = re.findall(r"<pre class=\"excerpt\">([^<]*)</pre>", first)
+    assert re.fullmatch(r"t\d{3}", kept) and re.fullmatch(r"t\d{3}", removed) and kept != removed
+    # The S-curve for the bands and rows the fuzzy step recorded.
+    (fuzzy,) = [s for s in plan.steps if s.kind == "attributes" and "cluster" in
+                (out / s.dirname / "artifact.json").read_text()]
+    params = json.loads((out / fuzzy.dirname / "artifact.json").read_text())["result"]["params"]
+    b, rows_, threshold = params["minhash"]["bands"], params["minhash"]["rows"], params["verify_threshold"]
+    points = {float(s): float(p) for s, p in re.findall(r'data-s="([^"]+)" data-p="([^"]+)"', dedup)}
+    assert len(points) >= 4
+    for s, p in points.items():
+        assert p == pytest.approx(0.0 if s < threshold else 1 - (1 - s ** rows_) ** b, abs=1e-6), s
+    # The mixture weights are mix show's.
+    mixture = dom.split('<section id="mixture">')[1].split("</section>")[0]
+    shown = {c[0]: c[4] for c in map(_cells, re.findall(r"<tr>(.*?)</tr>", mixture)) if len(c) == 5}
+    view = mix_view(load_manifest(manifest), str(out))
+    assert {row["component"] for row in view.rows} == set(shown)
+    for row in view.rows:
+        assert float(shown[row["component"]]) == pytest.approx(row["weight"], abs=5e-5), row
+    assert novalid.split(":")[0] in dom
+    shot = tmp_path / "report.png"
+    subprocess.run([*common, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=180)
+    assert shot.exists()

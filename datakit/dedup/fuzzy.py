@@ -78,6 +78,7 @@ from .layout import (
     write_meta,
     write_parquet_atomic,
 )
+from .largest import file_top, merge_tops, with_samples
 from .lsh_params import candidate_threshold
 from .minhash import shingles_of, text_batches
 
@@ -132,6 +133,7 @@ class FuzzyResult:
     cc_rounds: int = 0
     cc_history: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (not part of the output)
+    largest: list[dict] = field(default_factory=list)  # the largest clusters, with samples (largest.py)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -148,6 +150,7 @@ def _bucket_items(job: tuple[FileEntry, str], parts: int):
     col = t.column("buckets").combine_chunks()
     n = len(col)
     counters.increment("docs", n)
+    counters.increment(f"docs/{entry.source}", n)
     valid = ~np.asarray(col.is_null(), dtype=bool) if col.null_count else np.ones(n, dtype=bool)
     rows = np.flatnonzero(valid)
     counters.increment("docs_without_shingles", n - len(rows))
@@ -439,7 +442,7 @@ def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_
     dups = int((~b["is_canonical"]).sum())
     counters.increment(f"duplicates/{entry.source}", dups)
     counters.increment(f"cluster_members/{entry.source}", len(b["node"]))
-    return {"rows": len(b["node"]), "max_cluster": int(b["size"].max())}
+    return {"rows": len(b["node"]), "max_cluster": int(b["size"].max()), "top": file_top(b, entry.source)}
 
 
 # ---------------------------------------------------------------- driver
@@ -489,13 +492,15 @@ def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_p
 
 def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: str, names: Sequence[str],
                    params: dict, parts: int, graph_parts: int, bases: np.ndarray,
-                   exec_config: ExecConfig | None) -> tuple[dict[str, int], int]:
+                   exec_config: ExecConfig | None) -> tuple[dict[str, int], int, list[dict]]:
     """Step 4: the canonical member of each cluster, and marks per source file (an empty marks file for
-    a file with no cluster member); the run's counters and the largest cluster."""
+    a file with no cluster member); the run's counters, the largest cluster's size and the largest
+    clusters (`largest.merge_tops`)."""
     file_parts = max(1, min(len(entries), parts))
     written: set[int] = set()
     max_cluster = 0
     counters: dict[str, int] = {}
+    tops: list[dict] = []
     if cc_files:
         meta_params = {"kind": "fuzzy", "params": params}
         ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=bases))
@@ -509,12 +514,13 @@ def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: s
         for gidx, r in run.items:
             written.add(gidx)
             max_cluster = max(max_cluster, r["max_cluster"])
+            tops += r["top"]
     empty = FUZZY_SCHEMA.empty_table()
     for e in entries:
         if e.gidx not in written:
             write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
                                  {"kind": "fuzzy", "params": params})
-    return counters, max_cluster
+    return counters, max_cluster, merge_tops(tops, names)
 
 
 def _add(total: dict[str, int], counters: dict[str, int]) -> None:
@@ -591,14 +597,15 @@ def fuzzy_dups(
     timings["components"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    counters, max_cluster = _cluster_marks(cc.files, entries, out_dir, names, params, parts, graph_parts, bases,
+    counters, max_cluster, largest = _cluster_marks(cc.files, entries, out_dir, names, params, parts, graph_parts, bases,
                                            exec_config)
     _add(total, counters)
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster
     total["cc_rounds"] = cc.rounds
     result = FuzzyResult(counters=dict(sorted(total.items())), params=params, cc_rounds=cc.rounds,
-                         cc_history=cc.history, timings=timings)
+                         cc_history=cc.history, timings=timings,
+                         largest=with_samples(largest, entries, partial(_gidx, bases=bases)))
     for s in srcs:
         files = [e.name for e in entries if e.source == s.name]
         c = {"duplicates": total.get(f"duplicates/{s.name}", 0),

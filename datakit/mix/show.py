@@ -121,6 +121,20 @@ def _plan(view: MixView, mix: MixtureConfig, tokens, weights, train, plan, prefi
         return None
 
 
+def trained_weights(config: dict, phases: list[dict] | None, tokens: dict[str, int]) -> dict[str, float]:
+    """The first-phase weights a built train step drew by, from its artifact's ``config``, its result's
+    resolved mixture ``phases`` (`ModelResult.phases`) and the components' training ``tokens``: the
+    mixture it recorded (a `mixture:` section: `plan_mixture` ran in the step), else its manifest weights through the same `plan_mixture` that `mix show` runs
+    (components without tokens get none, the rest share a block exactly as training draws them). So
+    the report, `mix show` and training give one number; raises MixtureError where `mix show` warns."""
+    if phases:
+        return {n: float(w) for n, w in phases[0]["weights"].items()}
+    train = config["train"]
+    plan = plan_mixture(MixtureConfig(), tokens, config["weights"], steps=train["steps"],
+                        batch_size=train["batch_size"], seq_len=train["seq_len"], seed=train["data_seed"])
+    return plan.weights
+
+
 def format_view(view: MixView, manifest_path: str) -> list[str]:
     """The text table and its warnings."""
     if view.missing:

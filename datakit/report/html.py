@@ -16,6 +16,10 @@ th{background:#f0f0f0}td.l,th.l{text-align:left}tr.failed td{background:#fdecea}
 .warn{background:#fff6e0;border:1px solid #e69500;padding:6px 10px}svg{background:#fff;border:1px solid #ddd}
 code{font-size:12px}details{margin-top:8px}pre.excerpt{white-space:pre-wrap;background:#fff;border:1px solid #eee;
 padding:6px;max-height:8em;overflow:auto;font-size:12px}.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{max-width:100%;height:auto}.scroll{max-width:100%;overflow:auto;max-height:40em}h3{margin:16px 0 6px;font-size:15px}
+.legend{display:flex;flex-wrap:wrap;gap:4px 18px;margin:6px 0;font-size:12px}.legend div{max-width:100%}
+.sw{display:inline-block;width:11px;height:11px;margin:0 4px 0 8px;vertical-align:-1px;border:1px solid #888}
+tr.group td{background:#f6f6f6;font-weight:600;text-align:left}
 """
 
 
@@ -41,6 +45,16 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], *, left: int = 
         body.append("<tr>" + "".join(cells) + "</tr>")
     attr = f' class="{esc(cls)}"' if cls else ""
     return f"<table{attr}><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def scroll(body: str) -> str:
+    """A box that scrolls what does not fit (a wide or long table) instead of running off the page."""
+    return f"<div class=scroll>{body}</div>"
+
+
+def swatch(colour: str, label: str) -> str:
+    """A colour square for a legend or a table row (``data-reason``/``data-colour`` say which is which)."""
+    return f'<span class=sw style="background:{esc(colour)}" data-reason="{esc(label)}" data-colour="{esc(colour)}"></span>'
 
 
 def section(anchor: str, title: str, body: str) -> str:

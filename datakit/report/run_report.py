@@ -4,10 +4,14 @@ Everything comes from the run's plan (datakit.stages.plan: which steps hold each
 token cache, the attribute sets, the mixture and the model) and what the steps wrote (artifact.json
 records; the parquet outputs read with DuckDB; the token caches' results; the training metrics), so the
 page works for any stage list, never names a stage, and covers runs made by `datakit run`, the API or
-the ferry. Sections: the per-source funnel,
-removal reasons with sample documents and their measured values, histograms (document length, language
-and its score, quality score, dedup cluster sizes), tokens per source against the planned mixture, the
-loss curves, and time per step.
+the ferry. Sections: the per-source funnel (removal reasons grouped by stage, funnel_view), removal
+reasons with sample documents and their measured values, the largest near-duplicate clusters and the
+LSH S-curve (dedup_view), distributions per source (document length, language and its score, quality
+score; dedup cluster sizes), tokens per component against the weights training used (mixture_view),
+the loss curves, and time per stage (its steps folded).
+
+Stage-specific content arrives through the plan (kinds, attribute steps) or the data summary's sections
+that a stage's `summarize` hook gives (``clusters``, ``lsh``, ``contamination``...), never by stage name.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from datakit.stages.contract import ATTRIBUTES, DOCUMENTS
 from datakit.stages.plan import Plan, read_plan
 
 from . import charts
-from .html import esc, num, page, section, table
-from .summary import StepView, data_summary, removal_labels
+from .dedup_view import dedup_section
+from .funnel_view import funnel_section
+from .html import esc, num, page, scroll, section, table
+from .mixture_view import mixture_section, search_section
+from .summary import StepView, data_summary
 
 SAMPLES_PER_REASON = 3
 EXCERPT_CHARS = 300
@@ -141,21 +148,6 @@ def _column(con, files: str, expr: str, column: str) -> list:
 
 
 # ------------------------------------------------------------------ sections
-def _funnel_section(steps: list[BuiltStep], plan: Plan, prefix: str) -> str:
-    data = data_summary([s.view for s in steps], plan, prefix).to_dict()
-    sources = data["sources"]
-    if not sources:
-        return section("funnel", "Documents per source", "<p class=muted>No per-source steps were built.</p>")
-    labels = removal_labels(sources)
-    rows = [[name, f.get("docs_in"), *(f.get("removed", {}).get(k) for k in labels), f.get("docs_out"), f.get("tokens")]
-            for name, f in sources.items()]
-    warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])
-    warn += "".join(f"<p>{esc(line)}</p>" for line in data.get("notes") or [])
-    body = (charts.funnel(sources) + table(["source", "docs in", *labels, "docs out", "tokens"], rows, cls="funnel")
-            + warn)
-    return section("funnel", "Documents per source", body)
-
-
 def _samples_html(kind: str, step: str, groups: list[tuple]) -> str:
     parts = []
     for reason, n, samples in groups:
@@ -167,17 +159,22 @@ def _samples_html(kind: str, step: str, groups: list[tuple]) -> str:
 
 
 def _removals_section(con, steps: list[BuiltStep], plan: Plan) -> str:
+    """Every per-source step's removal reasons with samples, under the stage that removed them."""
     by_name = {s.view.name: s for s in steps}
-    parts = []
+    by_stage: dict[str, list[str]] = {}
     for s in steps:
         if s.view.source is None or s.view.kind != DOCUMENTS:
             continue
-        parts.append(_samples_html("rejected", s.view.name, reject_samples(con, s)))
-        parts.append(_samples_html("removed", s.view.name, dup_samples(con, s)))
         source = by_name.get(plan.input_of(s.view.name) or "")
-        parts.append(_samples_html("removed", s.view.name, removal_samples(con, s, source)))
-    body = "".join(parts) or "<p class=muted>Nothing was removed or rejected.</p>"
-    return section("removals", "Removal reasons, with samples", body)
+        parts = (_samples_html("rejected", s.view.name, reject_samples(con, s))
+                 + _samples_html("removed", s.view.name, dup_samples(con, s))
+                 + _samples_html("removed", s.view.name, removal_samples(con, s, source)))
+        if parts:
+            by_stage.setdefault(s.view.stage, []).append(parts)
+    body = "".join(f'<h3 data-stage="{esc(stage)}">{esc(stage)}</h3>{"".join(parts)}'
+                   for stage, parts in by_stage.items())
+    return section("removals", "Removal reasons, with samples",
+                   body or "<p class=muted>Nothing was removed or rejected.</p>")
 
 
 def _final_documents(steps: list[BuiltStep], plan: Plan) -> dict[str, list[str]]:
@@ -187,29 +184,42 @@ def _final_documents(steps: list[BuiltStep], plan: Plan) -> dict[str, list[str]]
     return {source: _main_files(s) for source, s in last.items() if s is not None and _main_files(s)}
 
 
+# (column, the value plotted, axis title, chart id): the distributions drawn per source when present
+DISTRIBUTIONS = (("text", "length(text)", "characters per document", "hist-length"),
+                 ("lang", "lang", "documents per language", "hist-lang"),
+                 ("lang_score", "lang_score", "lang_score", "hist-lang-score"),
+                 ("quality_score", "quality_score", "quality_score", "hist-quality"))
+TOP_LANGUAGES = 12
+
+
+def _distribution_chart(values: list, source: str, column: str, title: str, chart_id: str) -> str:
+    if column != "lang":
+        return charts.histogram(values, title, chart_id, log_x=column == "text", heading=source)
+    counts: dict[str, int] = {}
+    for lang in values:
+        counts[lang] = counts.get(lang, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LANGUAGES]
+    return charts.bars([k for k, _ in top], [v for _, v in top], title, chart_id, heading=source, width=3.7)
+
+
 def _histograms_section(con, steps: list[BuiltStep], plan: Plan) -> str:
-    files = _parquet([f for fs in _final_documents(steps, plan).values() for f in fs])
-    charts_html = []
-    if files:
-        lengths = _column(con, files, "length(text)", "text")
-        if lengths:
-            charts_html.append(charts.histogram(lengths, "characters per document", "hist-length", log_x=True))
-        langs = _column(con, files, "lang", "lang")
-        if langs:
-            counts: dict[str, int] = {}
-            for lang in langs:
-                counts[lang] = counts.get(lang, 0) + 1
-            top = sorted(counts.items(), key=lambda kv: -kv[1])[:20]
-            charts_html.append(charts.bars([k for k, _ in top], [v for _, v in top], "documents", "hist-lang"))
-        for column, chart_id in (("lang_score", "hist-lang-score"), ("quality_score", "hist-quality")):
-            values = _column(con, files, column, column)
+    """Each distribution once per source (or component), side by side: pooled, a code source's lengths
+    and a web source's languages hid each other."""
+    per_source = {n: _parquet(fs) for n, fs in _final_documents(steps, plan).items()}
+    groups = []
+    for column, expr, title, chart_id in DISTRIBUTIONS:
+        drawn = []
+        for source, files in per_source.items():
+            values = _column(con, files, expr, column) if files else []
             if values:
-                charts_html.append(charts.histogram(values, column, chart_id))
+                drawn.append(_distribution_chart(values, source, column, title, f"{chart_id}-{source}"))
+        if drawn:
+            groups.append(f'<h3>{esc(title)}</h3><div class=charts id="{chart_id}">{"".join(drawn)}</div>')
     sizes = _cluster_sizes(con, steps, plan)
     if sizes:
-        charts_html.append(charts.histogram(sizes, "documents per near-duplicate cluster", "hist-clusters"))
-    body = f"<div class=charts>{''.join(charts_html)}</div>" if charts_html else "<p class=muted>No documents.</p>"
-    return section("histograms", "Distributions", body)
+        groups.append("<h3>near-duplicate clusters</h3><div class=charts>"
+                      + charts.histogram(sizes, "documents per near-duplicate cluster", "hist-clusters") + "</div>")
+    return section("histograms", "Distributions per source", "".join(groups) or "<p class=muted>No documents.</p>")
 
 
 def _cluster_sizes(con, steps: list[BuiltStep], plan: Plan) -> list[int]:
@@ -231,48 +241,17 @@ def _product(steps: list[BuiltStep], name: str | None) -> BuiltStep | None:
     return next((s for s in steps if s.view.name == name), None) if name else None
 
 
-def _mixture_section(steps: list[BuiltStep], plan: Plan) -> str:
-    caches = {step: source for source, step in plan.tokens.items()}
-    tokens = {caches[s.view.name]: TokensResult.of(s.view).total_tokens for s in steps if s.view.name in caches}
+def _mixture(steps: list[BuiltStep], plan: Plan) -> str:
+    built = {s.view.name: s for s in steps}
+    caches = {source: TokensResult.of(built[name].view) for source, name in plan.tokens.items() if name in built}
     train = _product(steps, plan.model)
-    weights = (train.artifact.get("config") or {}).get("weights") if train else None
-    resolved = ModelResult.of(train.view).phases if train else None
-    if resolved:  # a `mixture:` section: the weights the run trained on (first phase), not the manifest's
-        weights = resolved[0]["weights"]
-    if not tokens:
-        return section("mixture", "Tokens and mixture", "<p class=muted>No token caches.</p>")
-    total_t = sum(tokens.values()) or 1
-    total_w = sum((weights or {}).values()) or 1
-    rows = [[n, t, t / total_t, ((weights or {}).get(n, 0.0) / total_w) if weights else None]
-            for n, t in tokens.items()]
-    body = charts.bars(list(tokens), list(tokens.values()), "tokens", "tokens-chart") + table(
-        ["source", "tokens", "token share", "mixture weight"], rows, cls="mixture")
-    return section("mixture", "Tokens and mixture", body)
+    return mixture_section(caches, plan.weights(),
+                           (train.artifact.get("config") or {}, ModelResult.of(train.view).phases) if train else None)
 
 
-def _search_section(steps: list[BuiltStep], plan: Plan) -> str:
-    """The mixture search: every proxy's weights against its target loss; the chosen mixture beside
-    proportional, with their measured (and predicted) target bits per byte. Empty without a search."""
+def _search(steps: list[BuiltStep], plan: Plan) -> str:
     search = _product(steps, plan.mixture)
-    res = MixtureResult.of(search.view) if search else None
-    if res is None or not res.proxies or res.baseline is None:
-        return ""
-    base, chosen = res.baseline, res.chosen
-    facts = table(["mixture", "weights", "predicted bpb", "measured bpb"],
-                  [["proportional", _weights_text(base.weights), base.predicted_bpb, base.measured_bpb],
-                   ["chosen", _weights_text(chosen.weights), chosen.predicted_bpb, chosen.measured_bpb]], left=2)
-    fit = res.fit or {}
-    note = (f"<p class=muted>fit: {esc(fit.get('formula', ''))}; R² {num(fit.get('r2'), 3)}, leave-one-out RMSE "
-            f"{num(fit.get('loo_rmse'), 4)} bpb over {len(res.proxies)} proxies; mixture file: "
-            f"{esc(search.view.name)}/{esc(res.file or '')}</p>")
-    body = (charts.proxy_scatter(res.proxies, "mix-proxies-chart")
-            + charts.mixture_pair(base.weights, chosen.weights, ("proportional", "chosen"), "mix-choice-chart")
-            + facts + note)
-    return section("mixture-search", "Mixture search", body)
-
-
-def _weights_text(weights: dict) -> str:
-    return ", ".join(f"{n} {float(w):.3f}" for n, w in weights.items())
+    return search_section(search.view.name, MixtureResult.of(search.view)) if search else ""
 
 
 def _loss_section(steps: list[BuiltStep], plan: Plan) -> str:
@@ -292,11 +271,19 @@ def _loss_section(steps: list[BuiltStep], plan: Plan) -> str:
 
 
 def _time_section(steps: list[BuiltStep]) -> str:
-    walls = [(s.view.name, float(s.artifact.get("wall_s") or 0)) for s in steps]
-    if not walls:
-        return section("time", "Time per step", "<p class=muted>No steps.</p>")
-    return section("time", "Time per step", charts.bars([n for n, _ in walls], [w for _, w in walls], "seconds",
-                                                          "time-chart"))
+    """Time per stage (its steps folded: a corpus of 7 sources has 70 steps), each step in a table below."""
+    if not steps:
+        return section("time", "Time per stage", "<p class=muted>No steps.</p>")
+    per_stage: dict[str, list[BuiltStep]] = {}
+    for s in steps:
+        per_stage.setdefault(s.view.stage or s.view.name, []).append(s)
+    labels = [f"{stage} ({len(built)} step{'s' if len(built) > 1 else ''})" for stage, built in per_stage.items()]
+    walls = [sum(float(s.artifact.get("wall_s") or 0) for s in built) for built in per_stage.values()]
+    rows = sorted(([s.view.name, s.view.stage, float(s.artifact.get("wall_s") or 0)] for s in steps),
+                  key=lambda r: -r[2])
+    folded = (f"<details><summary>every step ({len(steps)})</summary>"
+              f"{scroll(table(['step', 'stage', 'seconds'], rows, left=2, cls='steps'))}</details>")
+    return section("time", "Time per stage", charts.bars(labels, walls, "seconds", "time-chart") + folded)
 
 
 def published_plan(prefix: str) -> Plan:
@@ -313,8 +300,9 @@ def render_run_report(prefix: str, plan: Plan | None = None, title: str = "datak
     plan = plan or published_plan(prefix)
     steps = load_steps(prefix, plan)
     con = duckdb.connect()
-    sections = [_funnel_section(steps, plan, prefix), _removals_section(con, steps, plan),
-                _histograms_section(con, steps, plan), _mixture_section(steps, plan), _search_section(steps, plan),
+    data = data_summary([s.view for s in steps], plan, prefix).to_dict()
+    sections = [funnel_section(data), _removals_section(con, steps, plan), dedup_section(data),
+                _histograms_section(con, steps, plan), _mixture(steps, plan), _search(steps, plan),
                 _loss_section(steps, plan), _time_section(steps)]
     sections = [s for s in sections if s]
     return page(title, f"{prefix} · {len(steps)} built steps", sections)

@@ -13,6 +13,7 @@ prints it, `--json` carries it, the API returns it (`RunSummary.data`), and `dat
 from __future__ import annotations
 
 import posixpath
+import textwrap
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
@@ -21,6 +22,7 @@ from datakit.core.results import FilesResult, ModelResult, TokenizerResult, Toke
 from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
 
+WARNING_WIDTH = 90  # a warning's lines, so that `warning: ` + a line fits 100 columns
 
 @dataclass
 class SourceFunnel:
@@ -31,6 +33,7 @@ class SourceFunnel:
     docs_out: int | None = None                              # documents left after the last document step
     tokens: int | None = None                                # train + validation tokens
     tokenized_docs: int | None = None
+    validation_docs: int | None = None                       # documents in its validation split
     emptied_by: str | None = None                            # the step that left no documents
 
 
@@ -40,6 +43,7 @@ class DataSummary:
     tokenizer: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, Any] = field(default_factory=dict)   # sections the stages' summarize hooks gave
+    reason_stages: dict[str, str] = field(default_factory=dict)  # removal label -> the stage that removed
     notes: list[str] = field(default_factory=list)         # their lines, in plan order
     warnings: list[str] = field(default_factory=list)
 
@@ -112,12 +116,14 @@ def _removed(step: StepView, order: tuple[str, ...] = ()) -> dict[str, int]:
     return {step.stage: docs_in - docs_out}
 
 
-def _add_document_step(funnel: SourceFunnel, step: StepView, order: tuple[str, ...]) -> None:
+def _add_document_step(out: DataSummary, step: StepView, order: tuple[str, ...]) -> None:
+    funnel = out.sources.setdefault(step.source, SourceFunnel())
     docs_in, docs_out = _docs_in_out(step)
     if funnel.docs_in is None and docs_in is not None:
         funnel.docs_in = docs_in
     for label, n in _removed(step, order).items():
         funnel.removed[label] = funnel.removed.get(label, 0) + n
+        out.reason_stages.setdefault(label, step.stage)
     if docs_out is not None:
         funnel.docs_out = docs_out
         if docs_out == 0 and docs_in and funnel.emptied_by is None:
@@ -128,6 +134,22 @@ def _add_tokens(funnel: SourceFunnel, step: StepView) -> None:
     cache = TokensResult.of(step)
     funnel.tokens = cache.total_tokens
     funnel.tokenized_docs = cache.total_docs
+    if "validation" in cache.splits:
+        funnel.validation_docs = int(cache.splits["validation"].docs or 0)
+
+
+def no_validation_warning(sources: dict[str, SourceFunnel], weights: dict[str, float]) -> str | None:
+    """A warning when some components with documents and a weight (``weights``; a name not in it
+    counts) have no validation documents (a validation_fraction too small for them): the eval loss
+    then comes from fewer components than training mixes, and nothing else says so."""
+    tokenized = {n: f for n, f in sources.items() if f.tokenized_docs and weights.get(n, 1.0) > 0}
+    empty = [n for n, f in tokenized.items() if f.validation_docs == 0]
+    if not empty:
+        return None
+    text = (f"no validation documents in {len(empty)} of {len(tokenized)} tokenized components "
+            f"({', '.join(empty)}): the eval loss comes from {len(tokenized) - len(empty)} of them only; "
+            "raise tokenize.validation_fraction to give each at least one")
+    return "\n  ".join(textwrap.wrap(text, WARNING_WIDTH, break_on_hyphens=False))
 
 
 def _train_figures(step: StepView, prefix: str) -> dict[str, Any]:
@@ -169,11 +191,12 @@ def _stage_summary(out: DataSummary, step: StepView) -> None:
     if said is not None:
         out.stages.update(said.sections)
         out.notes.extend(said.lines)
+        out.warnings.extend(said.warnings)
 
 
 def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
-        _add_document_step(out.sources.setdefault(step.source, SourceFunnel()), step, plan.reasons.get(step.stage, ()))
+        _add_document_step(out, step, plan.reasons.get(step.stage, ()))
         out.warnings += [w for w in (symlinks_warning(step), emptied_warning(step)) if w]
     elif step.kind == FILES and step.source is not None:
         warning = unsized_warning(step)
@@ -197,6 +220,9 @@ def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSumm
             continue
         _add_step(out, step, plan, prefix)
         _stage_summary(out, step)
+    warning = no_validation_warning(out.sources, plan.weights())
+    if warning:
+        out.warnings.append(warning)
     return out
 
 

@@ -31,10 +31,11 @@ from datakit.steps import Step
 @dataclass(frozen=True)
 class StageSummary:
     """What a stage adds to the run's data summary for one of its built steps: top-level sections of the
-    summary (``{"contamination": {...}}``) and human lines, so a new stage needs no report edit."""
+    summary (``{"contamination": {...}}``), human lines and warnings, so a new stage needs no report edit."""
 
     sections: dict[str, Any] = field(default_factory=dict)
     lines: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

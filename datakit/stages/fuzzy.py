@@ -3,6 +3,7 @@ verification and connected components across sources (fuzzy-dups), marking all b
 
 from __future__ import annotations
 
+import textwrap
 from functools import partial
 
 from datakit.core.results import AttributesResult
@@ -10,7 +11,7 @@ from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, step_identity
+from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
 from .dedup_common import documents_of, require_one_row_per_id
 
 VERSION = "2"
@@ -52,11 +53,47 @@ def build(graph: Graph) -> None:
     graph.attributes.append(graph.add(step))
 
 
-STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row_per_id,
+COLLAPSE_FRACTION = 0.5  # a source that loses this share of its documents to fuzzy dedup is explained
+COLLAPSE_MIN_DOCS = 10   # ... when it loses at least this many
+SUMMARY_WIDTH = 90       # a warning's lines, so that `warning: ` + a line fits 100 columns
+
+
+def _collapse_warning(source: str, docs: int, dups: int, largest: list[dict]) -> str:
+    """Why a source collapsed: its share removed, its largest cluster with a sample, and the folding
+    that makes texts differing only in digits (or case) one near-duplicate."""
+    biggest = next((c for c in largest if source in c.get("members", {})), None)
+    text = f"fuzzy dedup removed {dups / docs:.1%} of source {source} ({dups:,} of {docs:,} documents)"
+    if biggest is not None:
+        sample = " ".join(str(biggest.get("removed") or biggest.get("kept") or "").split())[:60]
+        here = biggest["members"][source]
+        text += (f"; its largest cluster has {biggest['size']:,} documents"
+                 + (f" ({here:,} of them here)" if here != biggest["size"] else "") + f", e.g. {sample!r}")
+    text += ("; shingles fold every digit to 0 (and ignore case), so texts that differ only in numbers are "
+             "duplicates (runbooks/choosing-dedup-parameters.md)")
+    return "\n  ".join(textwrap.wrap(text, SUMMARY_WIDTH, break_on_hyphens=False))
+
+
+def summarize(counters: dict[str, int], result: dict) -> StageSummary:
+    """The LSH parameters the run used (the report draws their S-curve), the largest clusters with
+    samples (the report's cluster table), and a warning for every source that mostly collapsed."""
+    params = result.get("params") or {}
+    minhash = params.get("minhash") or {}
+    lsh = {"bands": minhash.get("bands"), "rows": minhash.get("rows"), "verify": params.get("verify"),
+           "verify_threshold": params.get("verify_threshold")}
+    largest = result.get("largest") or []
+    warnings = []
+    for source in params.get("sources") or []:
+        docs, dups = counters.get(f"docs/{source}", 0), counters.get(f"duplicates/{source}", 0)
+        if docs and dups >= COLLAPSE_MIN_DOCS and dups >= COLLAPSE_FRACTION * docs:
+            warnings.append(_collapse_warning(source, docs, dups, largest))
+    return StageSummary({"lsh": lsh, "clusters": largest}, warnings=tuple(warnings))
+
+
+STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row_per_id, summarize=summarize,
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.minhash", "datakit.dedup.fuzzy", "datakit.dedup.components",
-                    "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
+                    "datakit.dedup.largest", "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
                     "datakit.dedup.batches", "datakit.dedup.layout", "datakit.dedup.config",
                     "datakit.stages.fuzzy", "datakit.stages.dedup_common"),
               ferry_check="datakit.ferry.stage_checks:check_fuzzy_stage")
