@@ -30,7 +30,7 @@ from typing import Sequence
 
 import fsspec
 
-from datakit.core.fsio import is_local, local_path, retrying
+from datakit.core.fsio import bounded, fs_for, is_local, local_path, retrying
 
 GLOB_CHARS = "*?["
 
@@ -123,14 +123,15 @@ def _expand(uri: str) -> tuple[list[_Found], str | None]:
         return [_Found(uri, path, None, posixpath.dirname(path))], None
     remote = not is_local(uri)
     target = uri if remote else os.path.abspath(os.path.expanduser(local_path(uri)))
-    fs, path = fsspec.core.url_to_fs(target)
+    fs = fs_for(target) if remote else fsspec.filesystem("file")
+    path = fs._strip_protocol(target)
     if has_glob(path):
-        found, root = fs.glob(path, detail=True), pattern_root(path)
-    elif fs.isdir(path):
-        found, root = fs.find(path, detail=True), path.rstrip("/")
+        found, root = bounded(fs, "glob", path, detail=True, nbytes=None), pattern_root(path)
+    elif bounded(fs, "isdir", path):
+        found, root = bounded(fs, "find", path, detail=True, nbytes=None), path.rstrip("/")
     else:
         try:
-            found, root = {path: fs.info(path)}, posixpath.dirname(path.rstrip("/"))
+            found, root = {path: bounded(fs, "info", path)}, posixpath.dirname(path.rstrip("/"))
         except FileNotFoundError:
             return [], "no such file or directory"
     files = [_Found(fs.unstrip_protocol(p) if remote else p, p, _size(info), root)
