@@ -465,6 +465,16 @@ def remove(path: str) -> None:
         pass
 
 
+def remove_if_empty(directory: str) -> None:
+    """Remove a local directory that is empty (bookkeeping dirs a run leaves nothing in); anything else,
+    and object stores (which have no empty directories), is left as it is."""
+    if is_local(directory):
+        try:
+            os.rmdir(local_path(directory))
+        except OSError:
+            pass
+
+
 TEMP_MARK = ".tmp-"
 
 

@@ -48,7 +48,7 @@ def is_lease_name(name: str) -> bool:
     return name.startswith(LEASE_PREFIX)
 
 
-def _host_id() -> str:
+def host_id() -> str:
     # hostname + boot time: two machines sharing a hostname still get distinct ids.
     return f"{socket.gethostname()}@{int(psutil.boot_time())}"
 
@@ -79,7 +79,7 @@ def _read(step_dir: str, gen: int) -> dict | None:
 
 def _process_gone(rec: dict) -> bool:
     """True when the record's owner ran on THIS machine and that process no longer exists."""
-    if rec.get("host") != _host_id():
+    if rec.get("host") != host_id():
         return False
     pid = rec.get("pid")
     if not isinstance(pid, int):
@@ -134,7 +134,7 @@ class Lease:
     # -- acquisition ------------------------------------------------------------------------------
     def _record(self, released: bool = False) -> bytes:
         now = time.time()
-        rec = {"owner": self.owner, "host": _host_id(), "pid": os.getpid(),
+        rec = {"owner": self.owner, "host": host_id(), "pid": os.getpid(),
                "pid_start": psutil.Process().create_time(), "heartbeat": now,
                "heartbeat_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "released": released}
         return json.dumps(rec, sort_keys=True).encode("utf-8")

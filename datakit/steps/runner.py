@@ -13,6 +13,7 @@ user needs before starting an hour-long rebuild.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -34,6 +35,7 @@ from .events import EventLog
 from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
 from .lease import Lease, LeaseLost, is_lease_name, read_holder
+from .runs import RunRecord
 from .step import Step, StepContext, StepRecord, collect_steps
 
 DEFAULT_LEASE_TIMEOUT_S = 60.0
@@ -685,7 +687,11 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
         fsio.check_writable(pre.root)  # PrefixNotWritable: one clear line, nothing run
         run.safe_emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
                        "prefix": pre.root, "mirror": mir.root if mir else None})
-    entries = _run_selected(run, order, selected, forced, dry_run)
+    # The whole plan this run reads, registered for `gc` while the run lasts (not for a dry run).
+    record = contextlib.nullcontext() if dry_run else \
+        RunRecord(pre.root, run.events.run_id, [s.dirname for s in order], timeout_s=lease_timeout_s)
+    with record:
+        entries = _run_selected(run, order, selected, forced, dry_run)
 
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0
