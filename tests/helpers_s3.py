@@ -131,3 +131,27 @@ def restore_env(old: dict[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def serve(port: int, buckets: list[str]) -> None:
+    """Serve moto's S3 on ``port`` until killed, with ``buckets`` created: the store as its own process,
+    so a test can kill it (a dead store) or SIGSTOP it (a store that stops answering)."""
+    import boto3
+
+    srv = S3Server(port)
+    srv.start()
+    s3 = boto3.client("s3", endpoint_url=srv.endpoint, **_credentials())
+    for bucket in buckets:
+        s3.create_bucket(Bucket=bucket)
+    print("ready", flush=True)
+    srv._thread.join()
+
+
+def _credentials() -> dict[str, str]:
+    return {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(int(sys.argv[1]), sys.argv[2:])

@@ -313,7 +313,7 @@ def test_listing_is_one_request_with_sizes_and_no_stat(store):
     for i in range(40):
         s3.pipe_file(f"{root}/part-{i:03d}.jsonl", b"x" * (i + 1))
     for lister in (lambda: list_files(f"s3://{root}/*.jsonl"), lambda: list_source_files(f"s3://{root}/*.jsonl")):
-        fsspec.filesystem("s3").invalidate_cache()
+        fsio.fs_for(f"s3://{root}").invalidate_cache()  # the instance the listers use
         store.clear_log()
         files = lister()
         assert [f.size for f in files] == list(range(1, 41))
@@ -361,6 +361,32 @@ def test_store_that_stays_down_fails_naming_the_store_and_what_to_do(store, monk
     assert url in msg and store.endpoint in msg
     assert "is up and reachable" in msg and "rerun the same command" in msg
     assert not _s3fs().exists(url)  # nothing half-written
+
+
+def test_store_lost_while_tasks_run_fails_the_stage_once_without_retrying_tasks(store, monkeypatch, caplog):
+    """Workers whose store goes away mid-stage spend the retry budget once: the stage fails with the one
+    line that names the store, instead of every task being retried (and waiting out the budget) again."""
+    import logging
+    import threading
+
+    from datakit.shuffle import Dataset, ExecConfig
+
+    monkeypatch.setenv("DATAKIT_STORE_RETRY_S", "2")
+    rows = [{"k": i % 7, "v": i} for i in range(2000)]
+    job = (Dataset.from_items(rows, num_shards=4).map(lambda r: (time.sleep(0.005), r)[1])
+           .group_by(lambda r: r["k"], lambda k, rs: {"k": k, "n": sum(1 for _ in rs)}, num_shards=3))
+    stop = threading.Timer(2.0, store.stop)  # while the map tasks run (about 5 s each)
+    stop.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="datakit.shuffle"), pytest.raises(fsio.StoreUnavailable) as err:
+            job.collect(ExecConfig(backend="local", max_workers=2,
+                                   work_dir=f"s3://{BUCKET}/lost-{uuid.uuid4().hex[:8]}"))
+    finally:
+        stop.join()
+        store.start()
+    msg = str(err.value)
+    assert store.endpoint in msg and "\n" not in msg and "rerun the same command" in msg
+    assert not [r for r in caplog.records if "retrying (attempt" in r.getMessage()]
 
 
 def test_cost_model_finds_the_coordinator_limit_at_100_tb_and_sizes_that_clear_it(tmp_path):

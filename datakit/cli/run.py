@@ -48,7 +48,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
     from datakit import pipeline
     from datakit.steps import ConfigError
-    from datakit.core.fsio import PrefixNotWritable
+    from datakit.core.fsio import PrefixNotWritable, StoreUnavailable
 
     m = load(manifest)
     out = resolve_prefix(m, prefix, manifest is not None)
@@ -62,6 +62,9 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     except (ValueError, FileNotFoundError, ImportError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except StoreUnavailable as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
     except (OSError, PrefixNotWritable) as e:
         _exit_on_disk_error(e, out)
         raise
@@ -83,6 +86,9 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     except (ValueError, ConfigError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)
+    except StoreUnavailable as e:  # before any step ran (the plan, the prefix): one line, no traceback
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_FAILED)
     except (OSError, PrefixNotWritable) as e:
         _exit_on_disk_error(e, out)
         raise

@@ -97,7 +97,8 @@ def state_word(row: dict) -> str:
 def gc(manifest, prefix, dry_run, as_json) -> None:
     """Remove step outputs under the prefix that MANIFEST's current plan no longer uses.
 
-    Never touches a step a run is building (live lease), anything that is not a step dir, or a mirror."""
+    Never touches a step dir a running run's plan names (built, being built or still to be read), a step
+    a run is building (live lease), anything that is not a step dir, or a mirror."""
     from datakit.steps.gc import collect_garbage
 
     m = load(manifest, check_uris=False)
@@ -115,6 +116,11 @@ def gc(manifest, prefix, dry_run, as_json) -> None:
     verb = "would remove" if dry_run else "removed"
     for name in report.removed:
         click.echo(f"{verb} {name}")
+    runs = {r["run_id"]: r for r in report.runs}
+    for run_id, names in report.kept_in_use.items():
+        r = runs.get(run_id, {})
+        click.echo(f"kept {len(names)} step dir(s) a running run ({run_id}, started {r.get('started')} on "
+                   f"{r.get('host')}, pid {r.get('pid')}) still uses: {', '.join(names)}")
     for name in report.kept_running:
         click.echo(f"kept {name} (a run is building it)")
     click.echo(f"{verb} {len(report.removed)} outdated step output(s), {report.bytes_freed / 2**20:,.1f} MiB; "

@@ -11,7 +11,13 @@ can be retried as a whole. Exclusive create is a conditional PUT (If-None-Match)
 
 Bounded waits. Object stores go away for seconds at a time (a restart, a network blip, throttling).
 Every remote call made here goes through `retrying`: exponential backoff over `DATAKIT_STORE_RETRY_S`
-seconds (default 60), then `StoreUnavailable` naming the URL and what to do. No remote file object is
+seconds (default 60), then `StoreUnavailable` naming the store, its endpoint, the call and what to do.
+Every single call has a deadline too (`DATAKIT_STORE_TIMEOUT_S`, default 20 s: botocore's connect and
+read timeouts, and fsspec's own timeout around the call, longer by the bytes it moves), so a store that
+stops answering (paused, partitioned) costs a timeout and a retry, never a hang; a call still retrying
+after that long logs "store ... not answering for N s (retrying until ...)". A store that exhausted a
+whole budget is remembered as down in this process: later calls try it once, without a new budget, until
+one answers, so a failing run's clean-up fails in seconds. No remote file object is
 left for a destructor to flush: writes are single puts or uploads of closed local files. Remote reads
 are ranged GETs of bounded chunks (`open_read`, `open_range`), so a reader fetches only the bytes it asks
 for and a dropped connection costs one chunk, re-fetched on retry, never the whole file.
@@ -26,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import inspect
 import io
+import logging
 import os
 import posixpath
 import shutil
@@ -41,6 +49,10 @@ import fsspec
 
 T = TypeVar("T")
 READ_CHUNK_BYTES = 8 << 20  # one ranged GET per chunk on object stores
+MIN_TRANSFER_RATE = 1 << 20  # bytes/s a call that moves data is allowed on top of its deadline
+log = logging.getLogger("datakit.store")
+_DOWN: set[str] = set()         # stores this process found down (a whole retry budget spent)
+_WARNED: dict[str, float] = {}  # store -> when this process last said it is not answering
 
 
 class StoreUnavailable(OSError):
@@ -57,8 +69,42 @@ def local_path(path: str) -> str:
 
 
 def fs_for(path: str):
-    fs, _ = fsspec.core.url_to_fs(path)
+    """The fsspec filesystem of a URL, with the per-call deadline configured where the client has one."""
+    protocol = path.split("://", 1)[0] if "://" in path else "file"
+    fs, _ = fsspec.core.url_to_fs(path, **_store_options(protocol))
+    if protocol in _S3:
+        fs.retries = 1  # s3fs retries a stalled call 5 times on its own (a class attribute): `retrying` decides
     return fs
+
+
+_S3 = ("s3", "s3a")
+
+
+def call_timeout() -> float:
+    """Seconds one store call may take (connect, or wait for a reply) before it counts as failed."""
+    return float(os.environ.get("DATAKIT_STORE_TIMEOUT_S", "20"))
+
+
+def _store_options(protocol: str) -> dict:
+    """Client settings that bound every call: botocore's connect/read timeouts from one setting, and a
+    single attempt per call (botocore's own retries would multiply the deadline; `retrying` retries).
+    Settings the user put in fsspec's configuration for the protocol win."""
+    if protocol not in _S3:
+        return {}
+    t = call_timeout()
+    user = dict(fsspec.config.conf.get(protocol, {}).get("config_kwargs") or {})
+    return {"config_kwargs": {"connect_timeout": t, "read_timeout": t, "retries": {"total_max_attempts": 1},
+                              **user}}
+
+
+def bounded(fs, method: str, *args, nbytes: int | None = 0, **kwargs):
+    """``fs.<method>(*args, **kwargs)`` with a deadline: fsspec's timeout around the call (the call timeout
+    plus ``nbytes`` at `MIN_TRANSFER_RATE`) on async filesystems. ``nbytes=None``: a call of many
+    requests (a deep listing, a recursive delete) bounded per request by the client's timeouts only."""
+    fn = getattr(fs, method)
+    if nbytes is not None and inspect.iscoroutinefunction(getattr(fn, "__wrapped__", None)):
+        kwargs["timeout"] = call_timeout() + nbytes / MIN_TRANSFER_RATE
+    return fn(*args, **kwargs)
 
 
 def store_url(url: str) -> str:
@@ -108,27 +154,67 @@ def retrying(what: str, path: str, fn: Callable[[], T], budget_s: float | None =
     backoff (0.2 s doubling to 10 s) for ``budget_s`` seconds, then raise `StoreUnavailable`.
 
     Why here: every stage reaches the store through this module, so one retry policy covers them all,
-    and a store that stays down fails with one clear line instead of a botocore traceback."""
-    budget = _retry_budget() if budget_s is None else budget_s
-    deadline = time.monotonic() + budget
+    and a store that stays down fails with one clear line instead of a botocore traceback. A store this
+    process already found down gets one attempt (no new budget) until it answers again."""
+    store = _store_of(path)
+    budget = 0.0 if store in _DOWN else (_retry_budget() if budget_s is None else budget_s)
+    start = time.monotonic()
+    deadline = start + budget
     delay, attempts = 0.2, 0
     while True:
         attempts += 1
         try:
-            return fn()
+            result = fn()
         except Exception as exc:
             if not _transient(exc):
+                _DOWN.discard(store)  # an answer (missing file, refused permission): the store is up
                 raise
             if time.monotonic() + delay > deadline:
-                raise StoreUnavailable(
-                    f"object store unavailable: {what} {path} failed {attempts} times over {budget:g}s "
-                    f"(last error: {type(exc).__name__}: {exc}); check that the store at "
-                    f"{_store_of(path)} is up and reachable from every node (endpoint, credentials, network), "
-                    "then rerun the same command: finished steps are kept (raise DATAKIT_STORE_RETRY_S to "
-                    "wait longer)") from exc
+                _DOWN.add(store)
+                raise StoreUnavailable(_unavailable(what, path, store, attempts, budget, exc)) from exc
+            _warn_slow(store, what, path, time.monotonic() - start, deadline)
             _invalidate(path)
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
+        else:
+            _DOWN.discard(store)
+            return result
+
+
+def _unavailable(what: str, path: str, store: str, attempts: int, budget: float, exc: BaseException) -> str:
+    """The one line a store that stayed down costs: the store and its endpoint, the call, what to do."""
+    last = " ".join(f"{type(exc).__name__}: {exc}".split())
+    tried = f"failed {attempts} times over {budget:g}s" if budget else "failed (the store was already down)"
+    return (f"object store unavailable: {what} {path} {tried} (last error: {last}); check that the store at "
+            f"{store} is up and reachable from every node (endpoint, credentials, network), then rerun the "
+            "same command: finished steps are kept (raise DATAKIT_STORE_RETRY_S to wait longer)")
+
+
+def _warn_slow(store: str, what: str, path: str, waited: float, deadline: float) -> None:
+    """Say so when a call has been retrying for a call timeout or more (at most once per call timeout
+    per store and process): a store that stopped answering must not look like a silent stall."""
+    every = call_timeout()
+    now = time.monotonic()
+    if waited < every or now - _WARNED.get(store, float("-inf")) < every:
+        return
+    _WARNED[store] = now
+    until = time.strftime("%H:%M:%S", time.localtime(time.time() + deadline - now))
+    log.warning("store %s not answering for %.0f s (retrying until %s): %s %s", store, waited, until, what, path)
+
+
+def store_failure(exc: BaseException | None) -> StoreUnavailable | None:
+    """The `StoreUnavailable` behind an exception (its cause/context chain, or an engine worker's error
+    re-raised with only its type and message), so a caller prints its one line instead of a traceback."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, StoreUnavailable):
+            return exc
+        info = getattr(exc, "info", None)
+        if isinstance(info, dict) and info.get("type") == StoreUnavailable.__name__:
+            return StoreUnavailable(str(info.get("message", "")))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _store_of(path: str) -> str:
@@ -185,7 +271,7 @@ class _RemoteRange(io.RawIOBase):
         if n <= 0:
             return 0
         lo = self.start + self.pos
-        data = retrying("read", self.path, lambda: self.fs.cat_file(self.path, start=lo, end=lo + n))
+        data = retrying("read", self.path, lambda: bounded(self.fs, "cat_file", self.path, start=lo, end=lo + n, nbytes=n))
         if len(data) != n:
             raise IOError(f"{self.path}: asked bytes {lo}-{lo + n} and got {len(data)} bytes; the object "
                           "changed or was truncated while being read; rerun the step")
@@ -205,14 +291,14 @@ def info(path: str) -> dict:
     """What the store records for a file (size, and on object stores its ETag / checksums): one HEAD."""
     if is_local(path):
         return {"name": path, "size": os.path.getsize(local_path(path)), "type": "file"}
-    return retrying("stat", path, lambda: dict(fs_for(path).info(path)))
+    return retrying("stat", path, lambda: dict(bounded(fs_for(path), "info", path)))
 
 
 def size(path: str) -> int:
     """A file's size in bytes (FileNotFoundError when it is not there): one HEAD on object stores."""
     if is_local(path):
         return os.path.getsize(local_path(path))
-    return retrying("stat", path, lambda: int(fs_for(path).size(path)))
+    return retrying("stat", path, lambda: int(bounded(fs_for(path), "size", path)))
 
 
 def read_bytes(path: str) -> bytes:
@@ -220,7 +306,7 @@ def read_bytes(path: str) -> bytes:
     if is_local(path):
         with open(local_path(path), "rb") as f:
             return f.read()
-    return retrying("read", path, lambda: fs_for(path).cat_file(path))
+    return retrying("read", path, lambda: bounded(fs_for(path), "cat_file", path, nbytes=READ_CHUNK_BYTES))
 
 
 def open_range(path: str, offset: int, length: int) -> IO[bytes]:
@@ -292,13 +378,13 @@ def read_parquet_metadata(path: str):
 def exists(path: str) -> bool:
     if is_local(path):
         return os.path.exists(local_path(path))
-    return retrying("exists", path, lambda: fs_for(path).exists(path))
+    return retrying("exists", path, lambda: bounded(fs_for(path), "exists", path))
 
 
 def is_dir(path: str) -> bool:
     if is_local(path):
         return os.path.isdir(local_path(path))
-    return retrying("stat", path, lambda: fs_for(path).isdir(path))
+    return retrying("stat", path, lambda: bounded(fs_for(path), "isdir", path))
 
 
 def list_names(directory: str) -> list[str]:
@@ -316,7 +402,7 @@ def _remote_names(directory: str) -> list[str]:
     fs = fs_for(directory)
     fs.invalidate_cache(directory)
     try:
-        entries = fs.ls(directory, detail=False)
+        entries = bounded(fs, "ls", directory, detail=False)
     except FileNotFoundError:
         return []
     return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
@@ -337,10 +423,10 @@ def walk(directory: str) -> dict[str, int]:
 
 
 def _remote_walk(directory: str) -> dict[str, int]:
-    fs, base = fsspec.core.url_to_fs(directory)
-    base = base.rstrip("/") + "/"
+    fs = fs_for(directory)
+    base = fs._strip_protocol(directory).rstrip("/") + "/"
     try:
-        found = fs.find(directory, withdirs=False, detail=True)
+        found = bounded(fs, "find", directory, withdirs=False, detail=True, nbytes=None)
     except FileNotFoundError:
         return {}
     out = {}
@@ -357,7 +443,7 @@ def makedirs(path: str) -> None:
     if is_local(path):
         os.makedirs(local_path(path), exist_ok=True)
     else:
-        retrying("makedirs", path, lambda: fs_for(path).makedirs(path, exist_ok=True))
+        retrying("makedirs", path, lambda: bounded(fs_for(path), "makedirs", path, exist_ok=True))
 
 
 def remove(path: str) -> None:
@@ -374,9 +460,19 @@ def remove(path: str) -> None:
             pass
         return
     try:
-        retrying("delete", path, lambda: fs_for(path).rm(path, recursive=True))
+        retrying("delete", path, lambda: bounded(fs_for(path), "rm", path, recursive=True, nbytes=None))
     except FileNotFoundError:
         pass
+
+
+def remove_if_empty(directory: str) -> None:
+    """Remove a local directory that is empty (bookkeeping dirs a run leaves nothing in); anything else,
+    and object stores (which have no empty directories), is left as it is."""
+    if is_local(directory):
+        try:
+            os.rmdir(local_path(directory))
+        except OSError:
+            pass
 
 
 TEMP_MARK = ".tmp-"
@@ -426,7 +522,7 @@ def commit(tmp: str, path: str) -> None:
         retrying("rename", path, lambda: fs_for(path).mv(tmp, path))
         return
     try:
-        retrying("upload", path, lambda: fs_for(path).put_file(tmp, path))
+        retrying("upload", path, lambda: bounded(fs_for(path), "put_file", tmp, path, nbytes=os.path.getsize(tmp)))
     finally:
         discard(tmp)
 
@@ -436,7 +532,7 @@ def discard(tmp: str) -> None:
         if is_local(tmp):
             os.unlink(local_path(tmp))
         else:
-            retrying("delete", tmp, lambda: fs_for(tmp).rm(tmp))
+            retrying("delete", tmp, lambda: bounded(fs_for(tmp), "rm", tmp))
     except FileNotFoundError:
         pass
 
@@ -489,7 +585,7 @@ def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -
     an fsynced temp file (named ``tmp_prefix``..., so a lease can protect its own) renamed into place;
     remote: one retried PUT."""
     if not is_local(path):
-        retrying("write", path, lambda: fs_for(path).pipe_file(path, data))
+        retrying("write", path, lambda: bounded(fs_for(path), "pipe_file", path, data, nbytes=len(data)))
         return
     p = local_path(path)
     os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
@@ -529,11 +625,11 @@ def create_exclusive(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> 
 def _put_if_absent(path: str, data: bytes) -> None:
     fs = fs_for(path)
     try:
-        fs.pipe_file(path, data, mode="create")
+        bounded(fs, "pipe_file", path, data, mode="create", nbytes=len(data))
     except (NotImplementedError, TypeError):  # a store without conditional puts
-        if fs.exists(path):
+        if bounded(fs, "exists", path):
             raise FileExistsError(path) from None
-        fs.pipe_file(path, data)
+        bounded(fs, "pipe_file", path, data, nbytes=len(data))
 
 
 def append_line(path: str, line: str) -> None:
@@ -549,7 +645,7 @@ def append_line(path: str, line: str) -> None:
             os.close(fd)
         return
     old = read_if_exists(path) or b""
-    retrying("write", path, lambda: fs_for(path).pipe_file(path, old + data))
+    retrying("write", path, lambda: bounded(fs_for(path), "pipe_file", path, old + data, nbytes=len(old) + len(data)))
 
 
 # ---------------------------------------------------------------- content hashes

@@ -29,6 +29,7 @@ from datakit.core.fsio import join, list_names
 
 __all__ = [
     "PLAN_FILE",
+    "RUNS_DIR",
     "TOKENIZER_FILE",
     "AttributesDir",
     "DocumentsDir",
@@ -47,6 +48,10 @@ PLAN_FILE = "plan.json"
 """The published plan of a run, at ``<prefix>/plan.json`` (``datakit.stages.plan``): every step with its
 stage, source and kind of output, each source's chain of document steps, the mixture components and
 the named products. Readers (report, ferry, ``mix show``) find steps through it, never by name."""
+
+RUNS_DIR = ".datakit/runs"
+"""Live run records, ``<prefix>/.datakit/runs/<run-id>.json`` (``datakit.steps.runs``): every step dir a
+running run's plan reads, with a heartbeat; `gc` keeps what a live record names."""
 
 TOKENIZER_FILE = "tokenizer.json"
 """What the tokenizer step writes (and the token cache keeps a copy of): one HF tokenizers JSON file."""

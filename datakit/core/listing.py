@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
-import fsspec
 
-from datakit.core.fsio import is_local, local_path, retrying
+from datakit.core.fsio import bounded, fs_for, is_local, local_path, retrying
 from datakit.core.walk import Walk, any_path, glob_depth, glob_matcher, walk
 
 GLOB_CHARS = "*?["
@@ -146,14 +145,15 @@ def _expand(uri: str) -> tuple[list[_Found], str | None]:
                              "list the file URLs instead")
         path = urllib.parse.unquote(urllib.parse.urlsplit(uri).path)
         return [_Found(uri, path, None, posixpath.dirname(path))], None
-    fs, path = fsspec.core.url_to_fs(uri)
+    fs = fs_for(uri)  # the store's filesystem with its per-call deadlines
+    path = fs._strip_protocol(uri)
     if has_glob(path):
-        found, root = fs.glob(path, detail=True), pattern_root(path)
-    elif fs.isdir(path):
-        found, root = fs.find(path, detail=True), path.rstrip("/")
+        found, root = bounded(fs, "glob", path, detail=True, nbytes=None), pattern_root(path)
+    elif bounded(fs, "isdir", path):
+        found, root = bounded(fs, "find", path, detail=True, nbytes=None), path.rstrip("/")
     else:
         try:
-            found, root = {path: fs.info(path)}, posixpath.dirname(path.rstrip("/"))
+            found, root = {path: bounded(fs, "info", path)}, posixpath.dirname(path.rstrip("/"))
         except FileNotFoundError:
             return [], "no such file or directory"
     files = [_Found(fs.unstrip_protocol(p), p, _size(info), root)

@@ -4,6 +4,8 @@ It holds task state and paths only. Each attempt writes under its own attempt nu
 successful attempt of a task is accepted, later or duplicate results are ignored, and files of
 unaccepted attempts are removed. User-code failures get `max_attempts` tries (a deterministic crasher
 aborts on the third, with its traceback and input named); worker deaths have their own, larger budget.
+An attempt that failed with `StoreUnavailable` is not retried: it already spent the store's retry budget,
+so the stage fails at once with that one line.
 With an explicit `work_dir`, finished shuffle stages are checkpointed under the plan's fingerprint so
 an interrupted pipeline resumes where it stopped.
 """
@@ -26,7 +28,7 @@ import cloudpickle
 
 from .backend_base import Backend
 from .backends import get_backend
-from datakit.core.fsio import atomic_write_bytes, exists, is_local, open_read, remove
+from datakit.core.fsio import StoreUnavailable, atomic_write_bytes, exists, is_local, open_read, remove
 from .io import format_output
 from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
@@ -169,6 +171,10 @@ def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: S
                     results[i] = value
                     tick(value)
                 elif status == "error":
+                    if value.get("type") == StoreUnavailable.__name__:
+                        # The attempt already waited out the store's whole retry budget: another attempt
+                        # would wait it out again. One line, no worker traceback.
+                        raise StoreUnavailable(value.get("message", ""))
                     failures[i] += 1
                     if failures[i] >= config.max_attempts:
                         raise ShardFailed(specs[i].stage_id, i, specs[i].label, failures[i], value)

@@ -48,7 +48,7 @@ def is_lease_name(name: str) -> bool:
     return name.startswith(LEASE_PREFIX)
 
 
-def _host_id() -> str:
+def host_id() -> str:
     # hostname + boot time: two machines sharing a hostname still get distinct ids.
     return f"{socket.gethostname()}@{int(psutil.boot_time())}"
 
@@ -79,7 +79,7 @@ def _read(step_dir: str, gen: int) -> dict | None:
 
 def _process_gone(rec: dict) -> bool:
     """True when the record's owner ran on THIS machine and that process no longer exists."""
-    if rec.get("host") != _host_id():
+    if rec.get("host") != host_id():
         return False
     pid = rec.get("pid")
     if not isinstance(pid, int):
@@ -134,7 +134,7 @@ class Lease:
     # -- acquisition ------------------------------------------------------------------------------
     def _record(self, released: bool = False) -> bytes:
         now = time.time()
-        rec = {"owner": self.owner, "host": _host_id(), "pid": os.getpid(),
+        rec = {"owner": self.owner, "host": host_id(), "pid": os.getpid(),
                "pid_start": psutil.Process().create_time(), "heartbeat": now,
                "heartbeat_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "released": released}
         return json.dumps(rec, sort_keys=True).encode("utf-8")
@@ -169,8 +169,11 @@ class Lease:
                                 (rec or {}).get("owner"))
                 target = top + 1
             path = _lease_path(self.step_dir, target)
-            if not fsio.create_exclusive(path, self._record(), tmp_prefix=f"{LEASE_PREFIX}.tmp-"):
-                continue  # a peer created this gen first: re-read who holds it
+            if not fsio.create_exclusive(path, self._record(), tmp_prefix=f"{LEASE_PREFIX}.tmp-") and \
+                    (_read(self.step_dir, target) or {}).get("owner") != self.owner:
+                # A peer created this gen first: re-read who holds it. (Ours already, when a retried
+                # conditional PUT finds the one its timed-out first try landed.)
+                continue
             if _gens(self.step_dir)[-1] != target:
                 # We recreated an old, already-cleaned gen from a stale view: a higher gen exists.
                 fsio.remove(path)
@@ -185,6 +188,7 @@ class Lease:
 
     # -- holding ----------------------------------------------------------------------------------
     def _heartbeat(self) -> None:
+        failing = False  # said once until a beat succeeds: a store that is down is one line, not one a beat
         while not self._stop.wait(self.heartbeat_s):
             try:
                 if not self._still_top():
@@ -192,6 +196,12 @@ class Lease:
                     log.error("lease on %s lost to another runner", self.step_dir)
                     return
                 self._write(released=False)
+                failing = False
+            except fsio.StoreUnavailable:  # the failing step names the store and what to do
+                if not failing:
+                    log.warning("lease heartbeat on %s failed (the object store is unavailable); retrying",
+                                self.step_dir)
+                failing = True
             except Exception:  # noqa: BLE001 - a flaky store must not kill the step; retry next beat
                 log.warning("lease heartbeat on %s failed; retrying", self.step_dir, exc_info=True)
 

@@ -13,6 +13,7 @@ user needs before starting an hour-long rebuild.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -34,6 +35,7 @@ from .events import EventLog
 from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
 from .lease import Lease, LeaseLost, is_lease_name, read_holder
+from .runs import RunRecord
 from .step import Step, StepContext, StepRecord, collect_steps
 
 DEFAULT_LEASE_TIMEOUT_S = 60.0
@@ -312,6 +314,7 @@ class _Run:
         # dependents: they were built from the damaged bytes, so they are rebuilt too).
         self.rebuilt_damaged: set[str] = set()
         self.disk_problem: fsio.DiskProblem | None = None  # a full disk stops the rest of the run
+        self.store_down: fsio.StoreUnavailable | None = None  # so does a store that stayed down
 
     def emit(self, event: str, step: Step, **fields: Any) -> None:
         self.safe_emit({"event": event, "step": step.name, "identity": step.identity, **fields})
@@ -322,11 +325,12 @@ class _Run:
         try:
             self.events.emit(event)
         except OSError as e:
-            problem = fsio.disk_problem(e)
-            if problem is None or not self.events.write:
+            problem, down = fsio.disk_problem(e), fsio.store_failure(e)
+            if (problem is None and down is None) or not self.events.write:
                 raise
-            logging.getLogger("datakit.steps").warning("events.jsonl is no longer written: %s",
-                                                       problem.message(self.events.path))
+            logging.getLogger("datakit.steps").warning(
+                "events.jsonl is no longer written: %s", problem.message(self.events.path) if problem else
+                "the object store is unavailable (the failing step says which store and what to do)")
             self.events.write = False
             self.events.emit(event)
 
@@ -415,8 +419,10 @@ class _Run:
         finally:
             try:
                 lease.release()
-            except OSError:  # a full disk: the lease goes stale on its own, the outcome stands
-                logging.getLogger("datakit.steps").warning("could not release the lease of %s", d, exc_info=True)
+            except OSError as e:  # a full disk or a store that is down: the lease goes stale on its own
+                if fsio.store_failure(e) is None:  # (a store that is down was said once, on the step)
+                    logging.getLogger("datakit.steps").warning("could not release the lease of %s", d,
+                                                               exc_info=True)
 
     def _run_fn(self, step: Step, lease: Lease, d: str, forced: bool = False, reason: str | None = None) -> dict:
         if forced or not step.resumable:
@@ -443,12 +449,17 @@ class _Run:
             wall = time.perf_counter() - t0
             interrupted = not isinstance(e, Exception)
             problem = None if interrupted else fsio.disk_problem(e)
+            down = None if interrupted else fsio.store_failure(e)
             if interrupted:
                 error = f"interrupted ({type(e).__name__})"
             else:
-                error = problem.message(d) if problem else f"{type(e).__name__}: {e}"
+                error = problem.message(d) if problem else str(down) if down else f"{type(e).__name__}: {e}"
             tb = traceback.format_exc()
-            if not isinstance(e, LeaseLost):
+            if down is not None:
+                # The store cannot take markers now: the RUNNING marker under a lease that goes stale
+                # reads as an interrupted build, which is what this is; the rest of the run is not run.
+                self.store_down = down
+            elif not isinstance(e, LeaseLost):
                 self._discard_partial(step, d, problem)
                 self._mark_failed(step, lease, d, ctx.counters, started, wall, error, tb)
             if problem is not None and problem.no_space:
@@ -607,6 +618,42 @@ def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str
                          + "; ".join(missing))
 
 
+def _cascade(run: _Run, step: Step, bad: list[str]) -> dict | None:
+    """The entry of a step not run because a dependency failed, the disk is full or the store is down
+    (one line each: the cause was said once, on the step that hit it); None when it may run."""
+    if bad:
+        error = f"dependency failed: {', '.join(bad)}"
+    elif run.disk_problem is not None:
+        error = f"not run: the disk is full ({run.disk_problem.message(run.prefix.step_dir(step))})"
+    elif run.store_down is not None:
+        error = "not run: the object store is unavailable (see the failed step above)"
+    else:
+        return None
+    entry = _entry(step, "cascaded", run.prefix.step_dir(step), error=error)
+    run.emit("step_cascaded", step, error=error)
+    return entry
+
+
+def _run_selected(run: _Run, order: list[Step], selected: set[str], forced: set[str], dry_run: bool) -> list[dict]:
+    """Run (or, dry run, report) the selected steps in order; a failure cascades to its dependents."""
+    entries: list[dict] = []
+    outcome: dict[str, str] = {}
+    for step in order:
+        if step.name not in selected:
+            continue
+        entry = _cascade(run, step, [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")])
+        if entry is None:
+            try:
+                entry = run.step_entry(step, step.name in forced, dry_run)
+            except fsio.StoreUnavailable as e:  # its markers, lease or dir: the step fails in one line
+                run.store_down = e
+                entry = _entry(step, "failed", run.prefix.step_dir(step), error=str(e), location="prefix")
+                run.emit("step_failed", step, output=entry["output"], wall_s=0.0, error=str(e), traceback=None)
+        outcome[step.name] = entry["status"]
+        entries.append(entry)
+    return entries
+
+
 def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None = None, dry_run: bool = False,
               only: Iterable[str] | None = None, force: Iterable[str] = (), exec_config: Any = None,
               on_event: Callable[[dict], None] | None = None,
@@ -640,21 +687,11 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
         fsio.check_writable(pre.root)  # PrefixNotWritable: one clear line, nothing run
         run.safe_emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
                        "prefix": pre.root, "mirror": mir.root if mir else None})
-    entries: list[dict] = []
-    outcome: dict[str, str] = {}
-    for step in order:
-        if step.name not in selected:
-            continue
-        bad = [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")]
-        if bad or run.disk_problem is not None:
-            error = (f"dependency failed: {', '.join(bad)}" if bad else
-                     f"not run: the disk is full ({run.disk_problem.message(pre.step_dir(step))})")
-            entry = _entry(step, "cascaded", pre.step_dir(step), error=error)
-            run.emit("step_cascaded", step, error=entry["error"])
-        else:
-            entry = run.step_entry(step, step.name in forced, dry_run)
-        outcome[step.name] = entry["status"]
-        entries.append(entry)
+    # The whole plan this run reads, registered for `gc` while the run lasts (not for a dry run).
+    record = contextlib.nullcontext() if dry_run else \
+        RunRecord(pre.root, run.events.run_id, [s.dirname for s in order], timeout_s=lease_timeout_s)
+    with record:
+        entries = _run_selected(run, order, selected, forced, dry_run)
 
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0
