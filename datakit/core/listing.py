@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
-
 from datakit.core.fsio import bounded, fs_for, is_local, local_path, retrying
 from datakit.core.walk import Walk, any_path, glob_depth, glob_matcher, walk
 
