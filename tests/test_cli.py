@@ -198,13 +198,15 @@ def test_run_end_to_end_then_rerun_skips_everything(tmp_path):
 
 
 def _digests(root: Path) -> dict[str, str]:
-    """Content hashes of every data file under a run's step dirs (markers and timings excluded)."""
+    """Content hashes of every data file under a run's step dirs (markers and timings excluded, and the
+    input-hash cache under .datakit/: whether a file is cached depends on how long ago it was written,
+    see datakit.steps.fingerprint, and a cache is no output)."""
     import hashlib
 
     out = {}
     for p in sorted(root.rglob("*")):
         if not p.is_file() or p.name in ("artifact.json", ".status", "events.jsonl", "error.txt") \
-                or p.name.startswith(".lease"):
+                or p.name.startswith(".lease") or p.relative_to(root).parts[0] == ".datakit":
             continue
         rel = p.relative_to(root).parts
         out["/".join((rel[0].rsplit("-", 1)[0],) + rel[1:])] = hashlib.sha256(p.read_bytes()).hexdigest()

@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -175,7 +176,8 @@ def test_an_unsized_download_cut_early_fails_by_default_and_allow_unsized_warns(
     failure = [x for x in refused.output.splitlines() if x.startswith("download-web failed:")]
     assert len(failure) == 1 and server.url in failure[0] and "cannot confirm the download is complete" in failure[0]
     assert "sha256:" in failure[0] and "allow_unsized: true" in failure[0] and "Traceback" not in refused.output
-    assert "cascaded: normalize-web" in refused.output and published == []
+    assert re.search(r"^normalize-web +cascaded ", refused.output, re.M) and published == []
+    assert "1 step not run: dependency failed: download-web" in refused.output.splitlines()
 
     assert allowed.exit_code == 0, allowed.output
     assert ("warning: source web: size unconfirmed for 1 downloaded file(s) (web.jsonl): the server sent no length "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import statistics
 import struct
 import subprocess
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 from datakit.cli.ferry import ferry
 from datakit.ferry.history import append_history, flag_slow_runs, read_history, slow_baseline
 from datakit.ferry.report import render_report, write_report
+from system_packages import needs, program
 
 STEPS = ("normalize-code", "exact-dedup", "fuzzy-dups", "consolidate-code", "tokenize-code", "train")
 
@@ -132,10 +132,6 @@ def test_report_escapes_untrusted_text() -> None:
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt; &amp; friends" in page
 
 
-def _chromium() -> str | None:
-    return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
-
-
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     length, kind = struct.unpack(">I4s", data[8:16])
@@ -154,13 +150,13 @@ def _png_pixels(data: bytes) -> bytes:
     return zlib.decompress(idat)
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium binary (Debian: apt-get install chromium)")
+@needs("chromium")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     recs = _history(tmp_path)
     page = Path(write_report(str(tmp_path)))
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>")
-    exe = _chromium()
+    exe = program("chromium")
     common = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
               f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,2400"]
 

@@ -508,3 +508,10 @@ def test_validate_plain_datakit_run_with_manifest(tmp_path: Path) -> None:
     r = CliRunner().invoke(ferry, ["validate", str(out), "--manifest", str(m), "--json"])
     d = json.loads(r.output)
     assert r.exit_code == 1 and d["first_failure"]["check"] == "envelope"
+    # without --manifest: the plan the run published (plan.json), the benchmarks from the manifest it names
+    r = CliRunner().invoke(ferry, ["validate", str(out), "--envelopes", str(env), "-v"])
+    assert r.exit_code == 0, r.output
+    assert "ok      consolidate-code: no_contamination" in r.output and r.output.splitlines()[-1].startswith("OK: ")
+    (tmp_path / "not-a-run").mkdir()
+    r = CliRunner().invoke(ferry, ["validate", str(tmp_path / "not-a-run")])
+    assert r.exit_code == 2 and "no ferry.json and no plan.json" in r.output and "--manifest" in r.output

@@ -23,9 +23,10 @@ from datakit.classify import model as clf
 from datakit.classify.config import ClassifierConfig
 from datakit.stages.contract import Graph
 from datakit.stages import quality_classifier as qc
+from system_packages import needs
 
 REFERENCE = sorted(glob.glob("/usr/share/debian-reference/*.en.html"))
-pytestmark = pytest.mark.skipif(len(REFERENCE) < 10, reason="needs debian-reference-en (.ci/run installs it)")
+pytestmark = needs("debian-reference-en")
 BOILERPLATE = "Home | Products | About us | Contact | Privacy policy | Terms of use | Cookie settings | Sitemap"
 SPAM = "cheap best free download online discount deal buy now top offer".split()
 

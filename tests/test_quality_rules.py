@@ -16,6 +16,7 @@ from datakit.quality.chain import Chain
 from datakit.quality.config import C4Config, GopherQualityConfig, GopherRepetitionConfig, FineWebConfig, QualityRules
 from datakit.quality.rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, first_failure
 from datakit.quality.text import tokens
+from system_packages import needs
 
 # A clean English sentence: 10 content words, stop words, terminal punctuation, nothing repeated.
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
@@ -361,7 +362,7 @@ def _paragraphs(code: str) -> list[str]:
     return sorted(out)
 
 
-@pytest.mark.skipif(not glob.glob(f"{_REF}/*.de.html"), reason="debian-reference-* not installed (.ci/run installs them)")
+@needs(*(f"debian-reference-{code}" for code in _LANGS))
 def test_language_id_on_debian_reference_translations():
     total, right = collections.Counter(), collections.Counter()
     for code, lang in _LANGS.items():

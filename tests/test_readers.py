@@ -345,7 +345,8 @@ def _system_html_pages(limit: int = 8) -> list[Path]:
     return sorted(pages)[:limit]
 
 
-@pytest.mark.skipif(not _system_html_pages(), reason="no HTML under /usr/share/doc on this machine")
+@pytest.mark.skipif(not _system_html_pages(), reason="needs HTML pages under /usr/share/doc (any package's "
+                    "documentation, e.g. apt-get install bzip2-doc; a slim image's dpkg path-exclude drops them)")
 def test_read_html_real_documentation_pages():
     pages = _system_html_pages()
     texts = 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from datakit.steps import Lease
+from system_packages import needs, program
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -120,12 +120,8 @@ def test_the_summary_tells_what_happened_to_every_source(tmp_path):
     assert str(out) + "/" not in human.split("step  ")[-1].split("documents")[0]  # outputs shown relative
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason="no chromium binary (Debian: apt-get install chromium)")
+@needs("chromium")
 def test_report_renders_every_section_in_headless_chromium(tmp_path):
     manifest = _corpus(tmp_path)
     assert _datakit("run", str(manifest), cwd=tmp_path).returncode == 0
@@ -133,7 +129,7 @@ def test_report_renders_every_section_in_headless_chromium(tmp_path):
     assert r.returncode == 0, r.stderr
     page = Path(r.stdout.strip())
     assert page == tmp_path / "out" / "report.html"
-    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    common = [program("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,3000"]
     dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180).stdout
     for section in ("funnel", "removals", "histograms", "mixture", "loss", "time"):

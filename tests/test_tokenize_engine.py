@@ -25,6 +25,7 @@ from datakit.tokenize.engine import (CHECK_CHARS, EngineChoice, EngineError, Sha
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
 from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer
+from system_packages import needs
 
 INLINE = ExecConfig(backend="inline")
 
@@ -96,6 +97,9 @@ def _same_tree(a: str, b: str) -> None:
 # ---------------------------------------------------------------------------------- conversion
 
 
+# German, Japanese and Russian man pages and Chinese chapters: thousands of documents, most of them not ASCII
+@needs("manpages-de", "manpages-ja", "manpages-ru", "debian-reference-de", "debian-reference-ja",
+       "debian-reference-zh-cn")
 def test_trained_tokenizer_converts_and_matches_hf_on_thousands_of_real_documents(trained, documents):
     tok, _ = load_tokenizer(trained["tok"])
     enc, reason = convert(tok)

@@ -39,7 +39,9 @@ def resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
     """--prefix, else the manifest's prefix; the embedded default writes to ./datakit-out."""
     if prefix:
         return prefix
-    return m.prefix if manifest_given else os.path.abspath("datakit-out")
+    from datakit.defaults import DEFAULT_PREFIX
+
+    return m.prefix if manifest_given else os.path.abspath(DEFAULT_PREFIX)
 
 
 def exit_on_disk_error(e: BaseException, path: str, remedy: str, doing: str = "write") -> None:

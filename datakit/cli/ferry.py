@@ -76,7 +76,8 @@ def run_cmd(prefix, run_id, keep_days, workers, manifest, envelopes_path, no_rep
 @ferry.command("validate")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--manifest", type=click.Path(dir_okay=False),
-              help="For a dir made by `datakit run MANIFEST` (no ferry.json): the manifest it ran.")
+              help="For a prefix made by `datakit run MANIFEST`: the manifest it ran (default: the manifest its "
+                   "plan.json names, or for ./datakit-out the embedded default).")
 @click.option("--envelopes", "envelopes_path", type=click.Path(dir_okay=False),
               help="YAML file overriding the drop-fraction envelopes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full structured result as JSON.")

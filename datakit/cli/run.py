@@ -18,10 +18,10 @@ def validate(manifest: str | None) -> None:
     click.echo(f"{m.path}: ok ({len(m.sources)} sources)")
 
 
-def _print_summary(summary: dict, prefix: str) -> None:
+def _print_summary(summary: dict, prefix: str, wide: bool) -> None:
     from datakit.report.text import format_summary
 
-    click.echo(format_summary(summary, prefix), err=True)
+    click.echo(format_summary(summary, prefix, wide), err=True)
 
 
 def _step_names(values: tuple[str, ...]) -> list[str]:
@@ -44,7 +44,8 @@ def _step_names(values: tuple[str, ...]) -> list[str]:
               help="Skip a built step when its output files have their recorded sizes, without re-hashing "
                    "them (default: every output's content is checked before it is trusted).")
 @click.option("--json", "as_json", is_flag=True, help="Last line of stdout: one JSON summary object.")
-def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, fast, as_json) -> None:
+@click.option("--wide", is_flag=True, help="The summary's full step table (every output's path), however wide.")
+def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, force, fast, as_json, wide) -> None:
     """Run the pipeline of MANIFEST (default: the embedded small corpus), skipping built steps."""
     from datakit import pipeline
     from datakit.steps import ConfigError
@@ -52,6 +53,8 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 
     m = load(manifest)
     out = resolve_prefix(m, prefix, manifest is not None)
+    if manifest is None and not as_json:  # where the default lives, so it can be read, copied, validated
+        click.echo(f"datakit run: the embedded default manifest {m.path} -> {out}", err=True)
     try:
         pipeline.check_manifest(m)  # a manifest no stage can run is refused before the prefix is touched
         if not dry_run:  # a prefix that cannot be written costs one line, before anything is planned
@@ -99,7 +102,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     if dry_run and not as_json:
         _print_plan(d["steps"])
     elif not as_json:
-        _print_summary(d, out)
+        _print_summary(d, out, wide)
     if as_json:
         keys = ("name", "status", "output", "wall_s", "counters", "reason", "error")
         steps_out = [{k: s.get(k) for k in keys} for s in d["steps"]]

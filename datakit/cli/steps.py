@@ -52,8 +52,10 @@ def verify(manifest, prefix, fast, deep, as_json) -> None:
 @click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
 @click.option("--mirror", help="Read-only prefix searched for already-built steps.")
 @click.option("--json", "as_json", is_flag=True)
-def status(manifest, prefix, mirror, as_json) -> None:
-    """Show each step of the current plan: its state, when, and its output (relative to the prefix)."""
+@click.option("--wide", is_flag=True, help="Each output's path relative to the prefix, however wide.")
+def status(manifest, prefix, mirror, as_json, wide) -> None:
+    """Show each step of the current plan: its state, when, and its identity (the output dir is
+    <name>-<identity> under the prefix; --wide: the path)."""
     from datakit.report.summary import relative
     from datakit.steps import step_status
 
@@ -71,7 +73,11 @@ def status(manifest, prefix, mirror, as_json) -> None:
         return
     width = max(len(r["name"]) for r in rows)
     for r in rows:
-        where = relative(r["path"], out) if r.get("location") != "mirror" else f"{r['path']} (mirror)"
+        where = r["path"] if wide else r["identity"]
+        if r.get("location") == "mirror":
+            where += " (mirror)"
+        elif wide:
+            where = relative(where, out)
         click.echo(f"{r['state']:<11} {r['name']:<{width}}  {r.get('time') or '-':<20}  {where}")
 
 

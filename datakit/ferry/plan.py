@@ -10,7 +10,8 @@ kind, the sources' document chains, the products) plus what the ferry adds (run 
 Recording it (rather than rebuilding it at validation time) matters because local inputs enter step
 identities as content fingerprints: an ``apt upgrade`` between the run and a later ``validate``
 would otherwise change the identities and make a perfectly good run look missing. For a directory made
-by plain ``datakit run`` there is no ferry.json; ``plan_from_manifest`` rebuilds the plan instead.
+by plain ``datakit run`` there is no ferry.json: its published ``plan.json`` is used (``plan_from_published``,
+the benchmarks read from the manifest the plan names), or ``plan_from_manifest`` rebuilds the plan.
 """
 
 from __future__ import annotations
@@ -109,6 +110,18 @@ def run_plan(run_id: str, manifest, plan: Plan) -> RunPlan:
         started=utc_iso(),
         host=socket.gethostname(),
     )
+
+
+def plan_from_published(plan: Plan, run_id: str = "") -> RunPlan:
+    """The record of a `datakit run` prefix's published plan (its identities as that run built them);
+    the benchmarks come from the manifest the plan names, when it is still there to read."""
+    from datakit.pipeline import load_manifest
+
+    readable = plan.manifest is not None and os.path.isfile(plan.manifest)
+    manifest = load_manifest(plan.manifest, check_uris=False) if readable else None
+    benchmarks = manifest.decontaminate.benchmarks if manifest is not None else ()
+    return RunPlan(run_id=run_id, manifest=plan.manifest, plan=plan,
+                   benchmarks=tuple(BenchmarkRef(b.name, b.path, tuple(b.text_fields), b.format) for b in benchmarks))
 
 
 def plan_from_manifest(manifest_path: str, run_id: str = "") -> RunPlan:

@@ -23,9 +23,11 @@ from typing import Callable
 
 from .checking import FAILED, OK, SKIPPED, Check, CheckFailed, RunContext, eq, read_json
 from .envelopes import Envelopes
+from datakit.defaults import DEFAULT_PREFIX
 from datakit.stages.plan import PlanStep
+from datakit.stages.plan import read_plan as read_published_plan
 
-from .plan import RunPlan, plan_from_manifest, read_plan
+from .plan import RunPlan, bundled_manifest, plan_from_manifest, plan_from_published, read_plan
 
 STATUS_FILE, ARTIFACT_FILE = ".status", "artifact.json"
 
@@ -61,14 +63,22 @@ class Validation:
 
 
 def load_plan(run_dir: str, manifest: str | None = None) -> RunPlan:
-    """The run's recorded plan; else the plan of ``manifest`` (for dirs made by `datakit run`)."""
+    """The run's recorded plan (ferry.json); for a prefix of `datakit run`: the plan of ``manifest``
+    when given, else the plan that run published (plan.json), else, for the default prefix
+    (./datakit-out), the plan of the embedded default manifest."""
     plan = read_plan(run_dir)
     if plan is not None:
         return plan
-    if manifest is None:
-        raise FileNotFoundError(f"{run_dir}: no ferry.json (not a ferry run dir); pass --manifest to validate "
-                                "the output of `datakit run MANIFEST`")
-    return plan_from_manifest(manifest, run_id=os.path.basename(os.path.abspath(run_dir)))
+    run_id = os.path.basename(os.path.abspath(run_dir))
+    if manifest is not None:
+        return plan_from_manifest(manifest, run_id=run_id)
+    published = read_published_plan(run_dir)
+    if published is not None:
+        return plan_from_published(published, run_id=run_id)
+    if os.path.abspath(run_dir) == os.path.abspath(DEFAULT_PREFIX):
+        return plan_from_manifest(bundled_manifest(), run_id=run_id)
+    raise FileNotFoundError(f"{run_dir}: no ferry.json and no plan.json (neither a ferry run dir nor the prefix "
+                            "of a `datakit run`); pass --manifest to validate the output of `datakit run MANIFEST`")
 
 
 def validate_run(run_dir: str, envelopes: Envelopes | None = None, *, plan: RunPlan | None = None,

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from datakit.core.fsio import atomic_write_bytes, exists, read_bytes
+from datakit.core.fsio import atomic_write_bytes, exists, read_bytes, read_if_exists
 from datakit.core.layout import PLAN_FILE, join
 from datakit.steps import Step
 
@@ -70,6 +70,7 @@ class Plan:
     mixture: str | None = None
     model: str | None = None
     reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> its removal reasons, in order
+    manifest: str | None = None  # the manifest file it was built from (None: built from a dict)
     runnable: tuple[Step, ...] = field(default=(), compare=False, repr=False)
 
     def step(self, name: str) -> PlanStep | None:
@@ -113,7 +114,7 @@ class Plan:
                 "components": [{"name": c.name, "weight": c.weight, "tokens": c.tokens} for c in self.components],
                 "files": dict(self.files), "attributes": list(self.attributes), "tokenizer": self.tokenizer,
                 "tokens": dict(self.tokens), "mixture": self.mixture, "model": self.model,
-                "reasons": {k: list(v) for k, v in self.reasons.items()}}
+                "reasons": {k: list(v) for k, v in self.reasons.items()}, "manifest": self.manifest}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = PLAN_FILE) -> "Plan":
@@ -129,7 +130,8 @@ class Plan:
                                  for c in d.get("components", ())),
                 files=dict(d.get("files") or {}), attributes=tuple(d.get("attributes", ())),
                 tokenizer=d.get("tokenizer"), tokens=dict(d.get("tokens") or {}), mixture=d.get("mixture"),
-                model=d.get("model"), reasons={k: tuple(v) for k, v in (d.get("reasons") or {}).items()})
+                model=d.get("model"), reasons={k: tuple(v) for k, v in (d.get("reasons") or {}).items()},
+                manifest=d.get("manifest"))
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: malformed plan ({type(e).__name__}: {e})") from None
 
@@ -162,7 +164,7 @@ def plan_of(graph: Graph, reasons: dict[str, tuple[str, ...]] | None = None) -> 
                 files={k: s.name for k, s in graph.files.items()}, attributes=tuple(s.name for s in graph.attributes),
                 tokenizer=_name(graph.tokenizer), tokens={k: s.name for k, s in graph.tokens.items()},
                 mixture=_name(graph.mixture), model=_name(graph.model), reasons=dict(reasons or {}),
-                runnable=tuple(graph.steps))
+                manifest=graph.manifest.path, runnable=tuple(graph.steps))
 
 
 def plan_path(prefix: str) -> str:
@@ -170,8 +172,11 @@ def plan_path(prefix: str) -> str:
 
 
 def write_plan(prefix: str, plan: Plan) -> None:
-    """``<prefix>/plan.json``, written whole or not at all (atomic)."""
-    atomic_write_bytes(plan_path(prefix), json.dumps(plan.to_dict(), indent=1).encode())
+    """``<prefix>/plan.json``, written whole or not at all (atomic), and only when it changes: a rerun
+    that reuses every step rewrites nothing."""
+    data = json.dumps(plan.to_dict(), indent=1).encode()
+    if read_if_exists(plan_path(prefix)) != data:
+        atomic_write_bytes(plan_path(prefix), data)
 
 
 def read_plan(prefix: str) -> Plan | None:

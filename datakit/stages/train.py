@@ -48,18 +48,29 @@ def _with_tokens(ctx: StepContext, tokens: dict[str, str], weights: dict[str, fl
 
 
 def progress_message(record: dict, steps: int) -> str | None:
-    """One line per logged training step: step, loss, tokens/s and the time left at that rate."""
-    if record.get("kind") == "eval":
-        return f"step {record.get('step')}/{steps}: eval loss {record.get('loss') or float('nan'):.4f}"
-    if record.get("kind") != "train" or record.get("loss_window_mean") is None:
+    """One line per logged training step (step, loss, tokens/s, the time left at that rate), and a line
+    for each long silence: compiling the training step, and each evaluation (before and after)."""
+    kind, step = record.get("kind"), record.get("step")
+    if kind == "compiling":
+        return f"step {step}/{steps}: compiling the training step... (the first step waits for it)"
+    if kind == "compiled":
+        return f"step {step}/{steps}: compiled in {record.get('compile_s') or 0:.1f}s"
+    if kind == "evaluating":
+        n = record.get("sequences")
+        what = f"{n:,} sequences" if n is not None else "the validation sets"
+        return f"step {step}/{steps}: evaluating on {what} ({record.get('sets')} set(s))..."
+    if kind == "eval":
+        bpb = f", {record['bpb']:.4f} bits/byte" if record.get("bpb") is not None else ""
+        return f"step {step}/{steps}: eval loss {record.get('loss') or float('nan'):.4f}{bpb}"
+    if kind != "train" or record.get("loss_window_mean") is None:
         return None
     tps, tokens = record.get("tokens_per_sec"), record.get("tokens") or 0
     eta = ""
-    if tps and record.get("step"):
-        left = (steps - record["step"]) * tokens / record["step"] / tps
+    if tps and step:
+        left = (steps - step) * tokens / step / tps
         eta = f", ETA {left:.0f}s"
     rate = f", {tps:,.0f} tokens/s" if tps else ""
-    return f"step {record['step']}/{steps}: loss {record['loss_window_mean']:.4f}{rate}{eta}"
+    return f"step {step}/{steps}: loss {record['loss_window_mean']:.4f}{rate}{eta}"
 
 
 def _mixture_plan(ctx: StepContext, cfg: TrainConfig, tokens: dict[str, str], weights: dict[str, float],

@@ -43,6 +43,7 @@ _MAX_LISTED = 5                     # changed keys / files / deps named in a rea
 _MAX_VALUE_CHARS = 40               # config values longer than this are cut in a reason
 _IDENTITY = re.compile(rf"^[0-9a-f]{{{IDENTITY_CHARS}}}$")
 _ABSENT = object()                  # a config key one side of a diff does not have
+NEVER_BUILT = "never built"         # how the reason of a step with no earlier build begins
 
 
 @dataclass
@@ -163,6 +164,16 @@ def _check_result(step: Step, raw: Any, ctx_counters: dict[str, int]) -> tuple[d
     except (TypeError, ValueError) as e:
         raise TypeError(f"step {step.name!r} returned a result that is not JSON-serializable: {e}") from None
     return result, dict(sorted(counters.items()))
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """What a run does with one step: reuse ``found`` (record, location), or build it for ``reason``,
+    from an empty dir when ``fresh`` (forced, or its earlier build is damaged)."""
+
+    found: tuple[StepRecord, str] | None
+    reason: str | None = None
+    fresh: bool = False
 
 
 # ---------------------------------------------------------------- why a step runs
@@ -315,6 +326,7 @@ class _Run:
         self.rebuilt_damaged: set[str] = set()
         self.disk_problem: fsio.DiskProblem | None = None  # a full disk stops the rest of the run
         self.store_down: fsio.StoreUnavailable | None = None  # so does a store that stayed down
+        self.failed_roots: dict[str, tuple[str, ...]] = {}  # failed or cascaded step -> the failed steps behind it
 
     def emit(self, event: str, step: Step, **fields: Any) -> None:
         self.safe_emit({"event": event, "step": step.name, "identity": step.identity, **fields})
@@ -344,7 +356,7 @@ class _Run:
             return damage
         earlier = self._earlier_build(step)
         if earlier is None:
-            return f"never built (no earlier output of {step.name} under the prefix)"
+            return f"{NEVER_BUILT} (no earlier output of {step.name} under the prefix)"
         return _difference(step, earlier)
 
     def _earlier_build(self, step: Step) -> _EarlierBuild | None:
@@ -359,37 +371,44 @@ class _Run:
         # "finished" is ISO 8601 UTC with a fixed width: string order is time order.
         return max(builds, key=lambda b: str(b.artifact.get("finished", "")), default=None)
 
-    def step_entry(self, step: Step, forced: bool, dry_run: bool) -> dict:
-        """Skip, report (dry run) or build one step whose deps are usable."""
+    def decide(self, step: Step, forced: bool) -> _Decision:
+        """Reuse a built output or build, and why: decided for every step before any runs, so a run can
+        say up front how many steps it builds and how many it reuses. Dependents of a damaged build
+        are rebuilt too (they were built from the damaged bytes)."""
         damaged_deps = [d.name for d in step.deps if d.name in self.rebuilt_damaged]
         found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror, self.fast)
         outdated = step.recheck(found[0]) if found is not None and step.recheck is not None else None
-        if outdated:
-            found = None
-        if found is not None:
-            rec, where = found
-            kind = "would_skip" if dry_run else "skipped"
-            if not dry_run:
-                self.records[step.name] = rec
-            self.emit(f"step_{kind}", step, output=rec.output, location=where)
-            return _entry(step, kind, rec.output, counters=rec.counters, location=where)
+        if found is not None and not outdated:
+            return _Decision(found)
         if damaged_deps and not forced:
             reason = f"dependency rebuilt because its output was damaged: {_listed(damaged_deps)}"
         elif outdated:
             reason = f"output damaged: outdated: {outdated}"
         else:
             reason = self.why_run(step, forced)
+        fresh = forced
         if damaged_deps or reason.startswith("output damaged:"):
             self.rebuilt_damaged.add(step.name)
-            forced = True  # start from an empty dir: nothing of the damaged build is reused
+            fresh = True  # start from an empty dir: nothing of the damaged build is reused
+        return _Decision(None, reason, fresh)
+
+    def step_entry(self, step: Step, decision: _Decision, dry_run: bool) -> dict:
+        """Skip, report (dry run) or build one step whose deps are usable, as decided."""
+        if decision.found is not None:
+            rec, where = decision.found
+            kind = "would_skip" if dry_run else "skipped"
+            if not dry_run:
+                self.records[step.name] = rec
+            self.emit(f"step_{kind}", step, output=rec.output, location=where)
+            return _entry(step, kind, rec.output, counters=rec.counters, location=where)
         if not dry_run:
             try:
-                return self.build(step, forced, reason)
+                return self.build(step, decision.fresh, decision.reason)
             except OSError as e:  # the step dir, its lease or its RUNNING marker could not be written
-                return self._disk_failure(step, e, reason)
+                return self._disk_failure(step, e, decision.reason)
         url = self.prefix.step_dir(step)
-        self.emit("step_would_run", step, output=url, reason=reason)
-        return _entry(step, "would_run", url, reason=reason)
+        self.emit("step_would_run", step, output=url, reason=decision.reason)
+        return _entry(step, "would_run", url, reason=decision.reason)
 
     def build(self, step: Step, forced: bool, reason: str | None = None) -> dict:
         d = self.prefix.step_dir(step)
@@ -430,7 +449,8 @@ class _Run:
         started = time.time()
         markers.write_status(d, markers.RUNNING, identity=step.identity, run_id=self.events.run_id,
                              lease_owner=lease.owner)
-        self.emit("step_started", step, output=d, reason=reason)
+        self.emit("step_started", step, output=d, reason=reason,
+                  first_build=bool(reason and reason.startswith(NEVER_BUILT)))
         ctx = StepContext(step=step, output=d, deps={dep.name: self.records[dep.name] for dep in step.deps},
                           exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit)
         t0 = time.perf_counter()
@@ -618,40 +638,40 @@ def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str
                          + "; ".join(missing))
 
 
-def _cascade(run: _Run, step: Step, bad: list[str]) -> dict | None:
-    """The entry of a step not run because a dependency failed, the disk is full or the store is down
-    (one line each: the cause was said once, on the step that hit it); None when it may run."""
+def _cascade(run: _Run, step: Step, pre: _Location) -> dict | None:
+    """The entry of a step not run because a dependency failed (naming the failed steps at the root of
+    the cascade, so one failure reads as one cause however deep the chain), the disk is full or the store
+    is down (the cause was said once, on the step that hit it); None when it may run."""
+    bad = sorted({root for d in step.deps for root in run.failed_roots.get(d.name, ())})
     if bad:
         error = f"dependency failed: {', '.join(bad)}"
     elif run.disk_problem is not None:
-        error = f"not run: the disk is full ({run.disk_problem.message(run.prefix.step_dir(step))})"
+        error = f"not run: the disk is full ({run.disk_problem.message(pre.step_dir(step))})"
     elif run.store_down is not None:
         error = "not run: the object store is unavailable (see the failed step above)"
     else:
         return None
-    entry = _entry(step, "cascaded", run.prefix.step_dir(step), error=error)
+    entry = _entry(step, "cascaded", pre.step_dir(step), error=error)
     run.emit("step_cascaded", step, error=error)
+    run.failed_roots[step.name] = tuple(bad) or (step.name,)
     return entry
 
 
-def _run_selected(run: _Run, order: list[Step], selected: set[str], forced: set[str], dry_run: bool) -> list[dict]:
-    """Run (or, dry run, report) the selected steps in order; a failure cascades to its dependents."""
-    entries: list[dict] = []
-    outcome: dict[str, str] = {}
-    for step in order:
-        if step.name not in selected:
-            continue
-        entry = _cascade(run, step, [d.name for d in step.deps if outcome.get(d.name) in ("failed", "cascaded")])
-        if entry is None:
-            try:
-                entry = run.step_entry(step, step.name in forced, dry_run)
-            except fsio.StoreUnavailable as e:  # its markers, lease or dir: the step fails in one line
-                run.store_down = e
-                entry = _entry(step, "failed", run.prefix.step_dir(step), error=str(e), location="prefix")
-                run.emit("step_failed", step, output=entry["output"], wall_s=0.0, error=str(e), traceback=None)
-        outcome[step.name] = entry["status"]
-        entries.append(entry)
-    return entries
+def _entry_in_run(run: _Run, step: Step, decision: _Decision, dry_run: bool, pre: _Location) -> dict:
+    """One step's entry: cascaded (see _cascade), else as decided; a store that is down while the step's
+    markers, lease or dir are written fails the step in one line."""
+    entry = _cascade(run, step, pre)
+    if entry is not None:
+        return entry
+    try:
+        entry = run.step_entry(step, decision, dry_run)
+    except fsio.StoreUnavailable as e:
+        run.store_down = e
+        entry = _entry(step, "failed", pre.step_dir(step), error=str(e), location="prefix")
+        run.emit("step_failed", step, output=entry["output"], wall_s=0.0, error=str(e), traceback=None)
+    if entry["status"] == "failed":
+        run.failed_roots[step.name] = (step.name,)
+    return entry
 
 
 def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None = None, dry_run: bool = False,
@@ -685,13 +705,17 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
 
     if not dry_run:
         fsio.check_writable(pre.root)  # PrefixNotWritable: one clear line, nothing run
-        run.safe_emit({"event": "run_started", "steps": [s.name for s in order if s.name in selected],
-                       "prefix": pre.root, "mirror": mir.root if mir else None})
+    decisions = {s.name: run.decide(s, s.name in forced) for s in order if s.name in selected}
+    if not dry_run:
+        run.safe_emit({"event": "run_started", "steps": list(decisions), "prefix": pre.root,
+                       "mirror": mir.root if mir else None,
+                       "build": [n for n, d in decisions.items() if d.found is None]})
     # The whole plan this run reads, registered for `gc` while the run lasts (not for a dry run).
     record = contextlib.nullcontext() if dry_run else \
         RunRecord(pre.root, run.events.run_id, [s.dirname for s in order], timeout_s=lease_timeout_s)
     with record:
-        entries = _run_selected(run, order, selected, forced, dry_run)
+        entries = [_entry_in_run(run, step, decisions[step.name], dry_run, pre)
+                   for step in order if step.name in selected]
 
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0

@@ -26,13 +26,15 @@ class EvalSet:
 
     ``batches()`` yields (rows, T+1) token arrays, or (tokens, mask) pairs where mask (rows, T) marks
     the targets that count (0 for padding). The set decides its own extent (the loop evaluates all
-    it yields). ``bytes_for(targets_evaluated)`` returns the UTF-8 byte count of the text those
+    it yields; ``sequences`` says how many windows that is, for the progress line).
+    ``bytes_for(targets_evaluated)`` returns the UTF-8 byte count of the text those
     targets encode, or None when it cannot vouch for it (bpb is then omitted, never guessed).
     """
 
     name: str
     batches: Callable[[], Iterable[np.ndarray]]
     bytes_for: Callable[[int], float | None]
+    sequences: int | None = None  # windows of seq_len it evaluates, when known (shown as progress)
 
 
 def bits_per_byte(nll_sum_nats: float, num_bytes: float | None) -> float | None:

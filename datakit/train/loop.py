@@ -292,10 +292,12 @@ class Trainer:
     def _compile(self, args: tuple) -> Any:
         progs = self.progs
         if progs.compiled_train_step is None:
+            self.metrics.announce({"kind": "compiling", "step": self.step})  # a long silence otherwise
             tc = time.perf_counter()
             progs.compiled_train_step = progs.train_step.lower(*args).compile()
             progs.compile_s = time.perf_counter() - tc
             self.clock.compile_s = progs.compile_s
+            self.metrics.announce({"kind": "compiled", "step": self.step, "compile_s": progs.compile_s})
         else:
             self.clock.compile_s = 0.0  # reused from an earlier run in this process
         return progs.compiled_train_step
@@ -334,7 +336,10 @@ class Trainer:
         self.clock.new_window()
 
     def evaluate(self) -> None:
-        """Evaluate every set at the current step and log it."""
+        """Evaluate every set at the current step and log it (announcing it first: it can take a while)."""
+        known = [es.sequences for es in self.eval_sets]
+        self.metrics.announce({"kind": "evaluating", "step": self.step, "sets": len(self.eval_sets),
+                               "sequences": sum(known) if None not in known else None})
         summary = evaluate(self.eval_sets, self.progs.eval_step, self.state["params"], self.progs.data, self.cfg)
         self.last_eval = {"kind": "eval", "step": self.step, **summary}
         self.metrics.write(self.last_eval)

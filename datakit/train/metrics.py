@@ -28,6 +28,11 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
+        self.announce(record)
+
+    def announce(self, record: dict[str, Any]) -> None:
+        """Hand ``record`` to the live-progress hook only: what the run is doing now (compiling,
+        evaluating), which is progress for a person and no metric, so metrics.jsonl never holds it."""
         if self.on_log is not None:
             self.on_log(record)
 

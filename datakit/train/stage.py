@@ -77,7 +77,7 @@ def cache_eval_set(
         # only vouch for the byte count when exactly the tokens we planned were evaluated
         return float(n_bytes) if targets == n_tokens else None
 
-    return EvalSet(name, batches, bytes_for)
+    return EvalSet(name, batches, bytes_for, n_windows)
 
 
 def _weights_blob(weights: dict[str, float] | list[tuple[int, dict[str, float]]]) -> object:
