@@ -231,8 +231,8 @@ def _cells(row_html: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None or not LICENSES.is_dir(), reason="no chromium binary or no "
-                    "/usr/share/common-licenses (Debian: apt-get install chromium base-files)")
+@needs("chromium")
+@pytest.mark.skipif(not LICENSES.is_dir(), reason="needs /usr/share/common-licenses (apt-get install base-files)")
 def test_report_reads_at_thirty_removal_reasons(tmp_path):
     from datakit.mix.show import mix_view
     from datakit.pipeline import load_manifest
@@ -258,7 +258,7 @@ def test_report_reads_at_thirty_removal_reasons(tmp_path):
 
     out = tmp_path / "out"
     page = Path(_datakit("report", str(out), cwd=tmp_path).stdout.strip())
-    common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    common = [program("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,3000"]
     dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=180).stdout
     # Every removal reason has a colour of its own, listed under its stage, and drawn in the funnel.
