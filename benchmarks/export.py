@@ -9,7 +9,6 @@ included), the same count for every contender.
 
 Usage:
     python -m benchmarks.export --prefix PREFIX        # a run's output prefix (the caches its plan.json names)
-    python -m benchmarks.export --prefix PREFIX --manifest M   # the caches M's plan names under PREFIX
     python -m benchmarks.export                        # builds a small stdlib run first (a few MB)
 """
 
@@ -32,15 +31,12 @@ FORMATS = ("megatron", "hf", "hf:2048", "mds", "nanogpt")  # hf:2048: rows packe
 
 
 def _request(fmt: str, prefix: str, dest: str, seq_len: int | None = None):
-    """The export of the plan published under ``prefix`` (its components, weights and tokenizer), or of
-    $BENCH_MANIFEST's plan over ``prefix`` (a prefix built before runs published their plan)."""
-    from datakit.pipeline import build_plan, load_manifest
+    """The export of the plan published under ``prefix`` (its components, weights and tokenizer)."""
     from datakit.stages.export import request_from_plan
     from datakit.stages.plan import read_plan
 
-    manifest = os.environ.get("BENCH_MANIFEST")
-    plan = build_plan(load_manifest(manifest), prefix, write_cache=False) if manifest else read_plan(prefix)
-    assert plan is not None, f"no plan.json under {prefix}: run `datakit run` there, or pass --manifest"
+    plan = read_plan(prefix)
+    assert plan is not None, f"no plan.json under {prefix}: run `datakit run` there first"
     return request_from_plan(plan, prefix, fmt, dest, ("train", "validation"), seq_len)
 
 
@@ -48,11 +44,11 @@ def _numpy_floor(prefix: str, dest: str) -> int:
     """Every split's tokens, shard by shard, written with ndarray.tofile: the bytes-out floor."""
     from datakit.export.inputs import load_shard, shard_refs
 
-    total = 0
+    total, comps = 0, _request("nanogpt", prefix, dest).components
     os.makedirs(dest, exist_ok=True)
     for split in ("train", "validation"):
         with open(os.path.join(dest, f"{split}.bin"), "wb") as f:
-            for c in _request("nanogpt", prefix, dest).components:
+            for c in comps:
                 for ref in shard_refs(c, split):
                     tokens, _ = load_shard(ref)
                     tokens.tofile(f)
@@ -93,15 +89,12 @@ def _small_run(root: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prefix")
-    ap.add_argument("--manifest", help="the manifest that built PREFIX (when PREFIX has no plan.json)")
     ap.add_argument("--child")
     ap.add_argument("--dest")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_child(args.child, args.prefix, args.dest)))
         return
-    if args.manifest:
-        os.environ["BENCH_MANIFEST"] = os.path.abspath(args.manifest)
     root = tempfile.mkdtemp(prefix="bench-export-")
     try:
         prefix = args.prefix or _small_run(root)

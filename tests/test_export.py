@@ -7,8 +7,8 @@ tokenizer, both splits), with all four formats as steps. The readers come from t
 test whose reader is missing skips saying which extra to install. MosaicML streaming cannot live in
 datakit's environment (it pins numpy<2.2 and xxhash<4), so its test runs it in a separate venv:
 ``.venv-streaming`` at the repository root or ``$DATAKIT_STREAMING_PYTHON`` (python3 -m venv
-.venv-streaming && .venv-streaming/bin/pip install torch==2.13.0 'torchvision==0.28.*' mosaicml-streaming;
-.ci/run builds it).
+.venv-streaming && .venv-streaming/bin/pip install torch==2.13.0 mosaicml-streaming; .ci/run builds it;
+tests/mds_reader.py says why it may enter `streaming.base` directly).
 """
 
 from __future__ import annotations
