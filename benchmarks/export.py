@@ -8,7 +8,7 @@ and interpreter start are outside the timed region. Tokens are the exported spli
 included), the same count for every contender.
 
 Usage:
-    python -m benchmarks.export --prefix PREFIX        # a run's output prefix (its newest caches)
+    python -m benchmarks.export --prefix PREFIX        # a run's output prefix (the caches its plan.json names)
     python -m benchmarks.export                        # builds a small stdlib run first (a few MB)
 """
 
@@ -27,16 +27,24 @@ import time
 
 from benchmarks.common import module_command
 
-FORMATS = ("megatron", "hf", "mds", "nanogpt")
+FORMATS = ("megatron", "hf", "hf:2048", "mds", "nanogpt")  # hf:2048: rows packed to seq_len 2048
+
+
+def _request(fmt: str, prefix: str, dest: str, seq_len: int | None = None):
+    """The export of the plan published under ``prefix`` (its components, weights and tokenizer)."""
+    from datakit.stages.export import request_from_plan
+    from datakit.stages.plan import read_plan
+
+    plan = read_plan(prefix)
+    assert plan is not None, f"no plan.json under {prefix}: run `datakit run` there first"
+    return request_from_plan(plan, prefix, fmt, dest, ("train", "validation"), seq_len)
 
 
 def _numpy_floor(prefix: str, dest: str) -> int:
     """Every split's tokens, shard by shard, written with ndarray.tofile: the bytes-out floor."""
-    from datakit.export.discover import caches_under
     from datakit.export.inputs import load_shard, shard_refs
 
-    comps, _ = caches_under(prefix)
-    total = 0
+    total, comps = 0, _request("nanogpt", prefix, dest).components
     os.makedirs(dest, exist_ok=True)
     for split in ("train", "validation"):
         with open(os.path.join(dest, f"{split}.bin"), "wb") as f:
@@ -49,17 +57,16 @@ def _numpy_floor(prefix: str, dest: str) -> int:
 
 
 def _child(fmt: str, prefix: str, dest: str) -> dict:
-    from datakit.export import ExportRequest, export
-    from datakit.export.discover import caches_under
+    from datakit.export import export
     from datakit.shuffle import ExecConfig
 
     start, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     if fmt == "numpy_floor":
         tokens = _numpy_floor(prefix, dest)
     else:
-        comps, steps = caches_under(prefix)
-        tokens = export(ExportRequest(fmt, dest, comps, steps=steps), ExecConfig(backend="inline"))["counters"][
-            "export/tokens"]
+        name, _, seq_len = fmt.partition(":")
+        req = _request(name, prefix, dest, int(seq_len) if seq_len else None)
+        tokens = export(req, ExecConfig(backend="inline"))["counters"]["export/tokens"]
     end = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (end.ru_utime - start.ru_utime) + (end.ru_stime - start.ru_stime)
     return {"tokens": tokens, "cpu_s": round(cpu, 3), "wall_s": round(time.perf_counter() - wall, 3),
@@ -94,7 +101,7 @@ def main() -> None:
         rows = {}
         for fmt in ("numpy_floor", *FORMATS):
             cmd = module_command(sys.executable, "export", "--child", fmt, "--prefix", prefix,
-                                 "--dest", os.path.join(root, fmt))
+                                 "--dest", os.path.join(root, fmt.replace(":", "-")))
             rows[fmt] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
         floor = rows["numpy_floor"]["tokens_per_cpu_s"]
         for fmt in FORMATS:

@@ -22,8 +22,10 @@ def copy_tokenizer(req: ExportRequest) -> str:
 
 
 def provenance(req: ExportRequest, tokenizer: dict, splits: dict[str, dict]) -> dict:
-    """The record: format, tokenizer, weights (as given and normalised), components, splits, steps."""
-    return {
+    """The record: format, tokenizer, weights (as given and normalised), components, splits, steps, and
+    the packing length when rows are packed."""
+    packing = {} if req.seq_len is None else {"seq_len": req.seq_len}
+    return {**packing,
         "format": req.fmt,
         "datakit_version": __version__,
         "tokenizer": {"file": TOKENIZER_FILE, **tokenizer},

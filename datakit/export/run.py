@@ -41,8 +41,8 @@ def _megatron(req: ExportRequest, split: str, exec_config: ExecConfig | None) ->
             "data_path": megatron.data_path(req.dest, split, normalized_weights(req.components), written)}
 
 
-def _hf_task(item: tuple[ShardRef, int, str, str]) -> dict:
-    return hf.write_shard(*item)
+def _hf_task(job: hf.HfShard) -> dict:
+    return hf.write_shard(job)
 
 
 def _mds_task(item: tuple[ShardRef, str, str]) -> list[dict]:
@@ -56,16 +56,17 @@ def _dtype(facts: dict) -> str:
 def _hf(req: ExportRequest, split: str, exec_config: ExecConfig | None) -> dict:
     jobs, dirs = [], {}
     for c, facts in _with_docs(req, split):
-        refs = shard_refs(c, split)
-        dirs[c.name] = (rel(req.dest, split, c.name), _dtype(facts), c.step)
-        jobs += [(r, len(refs), dirs[c.name][0], dirs[c.name][1]) for r in refs]
+        dirs[c.name] = (rel(req.dest, split, c.name), _dtype(facts), c.step, facts)
+        jobs += hf.shard_jobs(shard_refs(c, split), dirs[c.name][0], dirs[c.name][1], req.seq_len)
     done = _parallel(_hf_task, jobs, exec_config)
     out = {}
-    for name, (path, dtype, step) in dirs.items():
-        files = [d for (r, *_), d in zip(jobs, done) if r.component == name]
+    for name, (path, dtype, step, facts) in dirs.items():
+        files = [d for j, d in zip(jobs, done) if j.ref.component == name]
         hf.write_metadata(path, [f["file"] for f in files], dtype, fingerprint=f"{step}-{split}")
-        out[name] = {"dir": f"{split}/{name}", "files": len(files), "docs": sum(f["docs"] for f in files),
-                     "tokens": sum(f["tokens"] for f in files)}
+        rows, tokens = sum(f["rows"] for f in files), sum(f["tokens"] for f in files)
+        out[name] = {"dir": f"{split}/{name}", "parquet": f"{split}/{name}/{hf.PARQUET_DIR}", "files": len(files),
+                     "docs": facts["docs"], "rows": rows, "tokens": tokens, "seq_len": req.seq_len,
+                     "dropped_tokens": facts["tokens"] - tokens}
     return {"components": out}
 
 
@@ -93,7 +94,7 @@ WRITERS: dict[str, Callable[[ExportRequest, str, ExecConfig | None], dict]] = {
 
 def export(req: ExportRequest, exec_config: ExecConfig | None = None) -> dict:
     """Write ``req``'s splits in its format under ``req.dest``; the result: the provenance record, plus
-    ``counters`` (documents and tokens exported)."""
+    ``counters`` (documents and tokens read from the caches)."""
     if req.fmt not in WRITERS:
         raise ValueError(f"unknown export format {req.fmt!r}; formats: {', '.join(FORMATS)}")
     tokenizer = check_tokenizers(req)

@@ -1,15 +1,17 @@
 """Stage check for the export steps: the provenance record is there and agrees with the token caches
-(the tokenizer copy by sha256, every exported split's documents and tokens against the caches' ledgers)."""
+(the tokenizer copy by sha256, every exported split's documents and tokens against the token cache
+steps' results, read through `TokensResult`)."""
 
 from __future__ import annotations
 
 import os
 
 from datakit.core.layout import TOKENIZER_FILE
+from datakit.core.results import TOKENS, TokensResult
+from datakit.stages.plan import PlanStep
 
 from .checking import CheckFailed, RunContext, eq, read_json, sha256_file
 from .checks_data import with_outputs_check
-from datakit.stages.plan import PlanStep
 
 
 def _provenance(ctx: RunContext, name: str) -> str:
@@ -21,20 +23,18 @@ def _provenance(ctx: RunContext, name: str) -> str:
     return f"{record['format']}: {len(record['components'])} components, splits {', '.join(record['splits'])}"
 
 
-def _totals(ctx: RunContext, name: str) -> str:
-    record, counters = read_json(ctx.path(name, "export.json")), ctx.cnt(name)
-    docs = tokens = 0
-    for comp in record["components"].values():
-        step = comp["step"]
-        for split in record["splits"]:
-            ledger = read_json(os.path.join(os.path.dirname(ctx.path(name)), step, split, "ledger.json"))
-            docs, tokens = docs + int(ledger["total_docs"]), tokens + int(ledger["total_tokens"])
-    eq(counters.get("export/docs"), docs, "exported documents vs the caches' ledgers")
-    eq(counters.get("export/tokens"), tokens, "exported tokens vs the caches' ledgers")
+def _totals(ctx: RunContext, ref: PlanStep) -> str:
+    record, counters = read_json(ctx.path(ref.name, "export.json")), ctx.cnt(ref.name)
+    caches = [TokensResult.of(ctx.record(d)) for d in ref.deps if ctx.plan.step(d).kind == TOKENS]
+    eq(len(caches), len(record["components"]), "token caches the step read vs components exported")
+    docs = sum(int(c.split(s).docs or 0) for c in caches for s in record["splits"])
+    tokens = sum(c.tokens_in(s) for c in caches for s in record["splits"])
+    eq(counters.get("export/docs"), docs, "exported documents vs the token caches")
+    eq(counters.get("export/tokens"), tokens, "exported tokens vs the token caches")
     return f"{docs:,} documents, {tokens:,} tokens"
 
 
 @with_outputs_check
 def check_export(ctx: RunContext, ref: PlanStep, _src: None) -> None:
     if ctx.check(ref.name, "provenance", lambda: _provenance(ctx, ref.name), breaks=True):
-        ctx.check(ref.name, "totals", lambda: _totals(ctx, ref.name))
+        ctx.check(ref.name, "totals", lambda: _totals(ctx, ref))
