@@ -24,6 +24,7 @@ from typing import Literal
 from datakit.manifest.checks import check_name
 
 _FRACTION = {"min": 0, "max": 1}
+_SOURCES = {"sources": True}  # names sources of the manifest: checked when it loads (manifest.model)
 
 
 def _check_tier_name(value: str) -> str | None:
@@ -48,14 +49,14 @@ class ClassifierConfig:
     runs on one thread with ``seed`` so the same inputs give the same model file, byte for byte."""
 
     enabled: bool = True
-    positives: tuple[str, ...] = ()
+    positives: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     positive_files: tuple[str, ...] = field(default=(), metadata={"path": True})
     negatives: int = field(default=20_000, metadata={"min": 1})
-    negative_sources: tuple[str, ...] = ()
+    negative_sources: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     labels: str | None = field(default=None, metadata={"path": True})
     label_threshold: float = 0.5
     holdout: float = field(default=0.1, metadata={"gt": 0, "lt": 1})
-    apply_to: tuple[str, ...] = ()
+    apply_to: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     select: Literal["none", "threshold", "top_fraction", "tiers"] = "threshold"
     threshold: float = field(default=0.5, metadata=_FRACTION)
     top_fraction: float = field(default=0.5, metadata={"gt": 0, "max": 1})

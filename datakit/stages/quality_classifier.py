@@ -216,17 +216,13 @@ def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, s
 
 
 def refuse(manifest: Manifest) -> None:
-    """Source names the section gives must exist; a tier component must not be a source's name; the
-    negative sample must be able to fill its share of the held-out split (`heldout.shortfall`)."""
+    """A tier component must not be a source's name; the negative sample must be able to fill its share
+    of the held-out split (`heldout.shortfall`). (Unknown source names are located errors when the
+    manifest loads: the config marks those fields.)"""
     cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
     if cfg is None or not cfg.enabled:
         return
     names = [s.name for s in manifest.sources]
-    for key in ("positives", "negative_sources", "apply_to"):
-        unknown = [n for n in getattr(cfg, key) if n not in names]
-        if unknown:
-            raise ValueError(f"quality_classifier.{key}: no source named {', '.join(unknown)}; "
-                             f"sources: {', '.join(names)}")
     if cfg.select == "tiers":
         for n in cfg.scored_sources(names):
             clash = [f"{n}.{t.name}" for t in cfg.tiers if f"{n}.{t.name}" in names]
