@@ -5,6 +5,7 @@
       positives: [reference]          # sources whose documents are the positive class (a curated set)
       positive_files: [refs.jsonl]    # and/or JSONL files with a "text" field
       negatives: 20000                # a uniform sample of this many documents of the other sources
+      min_auc: 0.6                    # training fails below this held-out AUC (null: never)
       # labels: labels.jsonl          # or: {"id": ..., "label": 0.87 | "positive" | "negative"} per line
       select: tiers                   # none (score only) | threshold | top_fraction | tiers
       tiers:
@@ -56,6 +57,8 @@ class ClassifierConfig:
     labels: str | None = field(default=None, metadata={"path": True})
     label_threshold: float = 0.5
     holdout: float = field(default=0.1, metadata={"gt": 0, "lt": 1})
+    # fail training below this held-out AUC (null: never); a passing run's outputs never depend on it
+    min_auc: float | None = field(default=0.6, metadata={**_FRACTION, "identity": False})
     apply_to: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     select: Literal["none", "threshold", "top_fraction", "tiers"] = "threshold"
     threshold: float = field(default=0.5, metadata=_FRACTION)
