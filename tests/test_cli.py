@@ -80,6 +80,46 @@ def test_validate_reports_every_error_with_line_and_exits_2(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+def test_validate_locates_unknown_sources_in_the_classifier_section(tmp_path):
+    """A source name the run would refuse (positives, negative_sources, apply_to) is a located error at
+    validate time, with the closest name; a switched-off section names what it likes."""
+    web = tmp_path / "web.jsonl"
+    web.write_text(json.dumps({"text": "hello"}) + "\n")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"sources:\n  - {{name: web, uri: {web}, format: jsonl}}\n"
+                        f"  - {{name: reference, uri: {web}, format: jsonl}}\n"
+                        "quality_classifier:\n  positives: [refrence]\n  negative_sources: [web, nope]\n"
+                        "  apply_to: [webb]\n")
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 2, res.output
+    assert (f"{manifest}:5:15: quality_classifier.positives[0]: no source named 'refrence' "
+            "(did you mean 'reference'?); sources: reference, web") in res.output
+    assert f"{manifest}:6:27: quality_classifier.negative_sources[1]: no source named 'nope';" in res.output
+    assert f"{manifest}:7:14: quality_classifier.apply_to[0]: no source named 'webb' (did you mean 'web'?)" in res.output
+    manifest.write_text(manifest.read_text() + "  enabled: false\n")
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 0, res.output
+
+
+def test_validate_locates_unknown_language_codes_with_a_hint(tmp_path):
+    """An unknown langid code (section and per-source override) is a located error naming the code meant."""
+    web = tmp_path / "web.jsonl"
+    web.write_text(json.dumps({"text": "hello"}) + "\n")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"sources:\n  - {{name: web, uri: {web}, format: jsonl}}\n"
+                        "quality:\n  langid: {languages: [en, polish]}\n"
+                        "  sources:\n    web: {langid: {languages: [EN, xx-none]}}\n")
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 2, res.output
+    assert (f"{manifest}:4:12: quality.langid.languages: unknown language code 'polish': did you mean 'pl'?"
+            in res.output)
+    assert (f"{manifest}:6:20: quality.sources.web.langid.languages: unknown language code 'EN': did you mean "
+            "'en'?; 'xx-none'" in res.output)
+    manifest.write_text(manifest.read_text().replace("polish", "pl").replace("EN, xx-none", "de"))
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 0, res.output
+
+
 def test_validate_refuses_a_yaml_alias_bomb_fast_with_one_located_line(tmp_path):
     """Nine levels of nine aliases (9**9 values if expanded, gigabytes): validate refuses after copying
     a bounded number of values, in one located line, and traced memory stays small."""

@@ -9,6 +9,7 @@ that say what happened (a lease wait, a worker killed and retried).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import http.server
 import json
 import os
@@ -173,7 +174,7 @@ def test_an_unsized_download_cut_early_fails_by_default_and_allow_unsized_warns(
     finally:
         server.close()
     assert refused.exit_code == 1, refused.output
-    failure = [x for x in refused.output.splitlines() if x.startswith("download-web failed:")]
+    failure = _messages(refused.output, "download-web failed:")
     assert len(failure) == 1 and server.url in failure[0] and "cannot confirm the download is complete" in failure[0]
     assert "sha256:" in failure[0] and "allow_unsized: true" in failure[0] and "Traceback" not in refused.output
     assert re.search(r"^normalize-web +cascaded ", refused.output, re.M) and published == []
@@ -181,12 +182,24 @@ def test_an_unsized_download_cut_early_fails_by_default_and_allow_unsized_warns(
 
     assert allowed.exit_code == 0, allowed.output
     assert ("warning: source web: size unconfirmed for 1 downloaded file(s) (web.jsonl): the server sent no length "
-            "or digest and allow_unsized: true accepted them") in allowed.output
+            "or digest and allow_unsized: true accepted them") in " ".join(allowed.output.split())
     files = _step_artifact(prefix, "download-web")["result"]["files"]
     assert [(f["announced_size"], f["size_unconfirmed"]) for f in files] == [(None, True)]
     c = _step_artifact(prefix, "normalize-web")["counters"]
     expected = (151, 151, 0) if where == "line boundary" else (152, 151, 1)  # the cut line: malformed_json
     assert (c["records_in"], c["records_out"], c["rejects"]) == expected
+
+
+def _messages(output: str, start: str) -> list[str]:
+    """Each message of the summary that begins with ``start``, its wrapped lines (indented continuations)
+    joined and its whitespace collapsed: the summary wraps at 100 columns, the words stay the same."""
+    lines = output.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith(start):
+            rest = itertools.takewhile(lambda x: x.startswith("  "), lines[i + 1:])
+            out.append(" ".join(" ".join([line, *rest]).split()))
+    return out
 
 
 def test_allow_unsized_turned_off_refetches_the_kept_copy(corpus: bytes, tmp_path: Path):

@@ -113,3 +113,23 @@ def test_a_failure_cascade_is_one_line_and_each_cascaded_step_is_named_once(tmp_
         named = [x for x in lines if re.search(rf"(^|[\s:]){re.escape(name)}(\s|:|$)", x)]
         assert len(named) == 1 and named[0].startswith(name) and "cascaded" in named[0], (name, named)
     assert all(len(x) <= SUMMARY_WIDTH for x in table), table
+
+
+def test_warnings_and_failures_wrap_to_100_columns_each_starting_its_own_line():
+    """A long warning or error continues on indented lines; its first line keeps the greppable start and
+    no word (a URL) is broken."""
+    from datakit.report.text import format_summary
+
+    url = "http://127.0.0.1:8000/" + "very-long-path/" * 5 + "web.jsonl"
+    warning = "source web: size unconfirmed for 1 downloaded file(s) " + "(web.jsonl) " * 12 + "accepted them"
+    steps = [{"name": "download-web", "status": "failed", "error": f"ValueError: {url}: cannot confirm the download "
+              "is complete " * 3, "wall_s": 0.1, "output": None}]
+    text = format_summary({"status": "failed", "wall_s": 1.0, "steps": steps, "data": {"warnings": [warning]}},
+                          "/tmp/out")
+    lines = text.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("warning: source web: size unconfirmed"))
+    block = [lines[start]] + [x for x in lines[start + 1:start + 4] if x.startswith("  ")]
+    assert len(block) > 1 and all(len(x) <= SUMMARY_WIDTH for x in block)
+    assert " ".join(" ".join(block).split()) == " ".join(f"warning: {warning}".split())
+    failed = next(i for i, x in enumerate(lines) if x.startswith("download-web failed: "))
+    assert lines[failed + 1].startswith("  ") and any(url in x for x in lines[failed:failed + 3])

@@ -20,7 +20,7 @@ import pytest
 from datakit import pipeline
 from datakit.classify import heldout
 from datakit.classify import model as clf
-from datakit.classify.config import ClassifierConfig
+from datakit.classify.config import ClassifierConfig, TierSpec
 from datakit.stages.contract import Graph
 from datakit.stages import quality_classifier as qc
 from system_packages import needs
@@ -401,3 +401,52 @@ def test_compact_scoring_model_gives_fasttexts_probabilities_and_decisions(tmp_p
     import pyarrow as pa
     assert (Scorer(compact, clf.POSITIVE).score(pa.chunked_array([pa.array(texts[:5]), pa.array(texts[5:])]), 150)
             == got).all()
+
+
+def test_a_useless_classifier_fails_its_training_step_with_the_numbers(tmp_path):
+    """Positives and negatives drawn from one distribution (alternate Debian Reference documents): the
+    held-out AUC is near 0.5, below min_auc, so the training step fails saying so and writes no model;
+    with min_auc: null the same training passes."""
+    docs = _prose_docs()[:800]
+    for name, part in (("a", docs[0::2]), ("b", docs[1::2])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    d = {"prefix": str(tmp_path / "out"), "dedup": {"fuzzy": False}, "tokenize": {"vocab_size": 300},
+         "sources": [{"name": n, "uri": str(tmp_path / f"{n}.jsonl"), "format": "jsonl"} for n in ("a", "b")],
+         "quality_classifier": {"positives": ["a"], "negatives": 400, "holdout": 0.3, "select": "none"}}
+    m = pipeline.manifest_from_dict(d)
+    s = _run(m, workers=1)
+    step = _step(s, qc.TRAIN_STEP)
+    assert step["status"] == "failed", step
+    assert "ValueError: held-out AUC 0." in step["error"] and " < min_auc 0.6 (precision " in step["error"]
+    assert ("held-out): the classifier does not separate positives from negatives; check positives/negatives "
+            "or set quality_classifier.min_auc") in step["error"]
+    assert not glob.glob(f"{tmp_path}/out/{qc.TRAIN_STEP}-*/model.bin")
+    d["quality_classifier"]["min_auc"] = None
+    s = _run(pipeline.manifest_from_dict(d), workers=1)
+    assert s.ok, [st["error"] for st in s.to_dict()["steps"] if st["status"] == "failed"]
+    assert s.result(qc.TRAIN_STEP)["metrics"]["auc"] < 0.6
+    assert "quality classifier: held-out precision" in "\n".join(s.data["notes"])
+
+
+def test_an_emptied_tier_says_where_its_documents_went():
+    """A tier no document reaches: the warning counts the documents that went to another tier as moved,
+    not removed, with the tier's own criterion."""
+    import pyarrow as pa
+
+    from datakit.report.summary import StepView, emptied_warning
+
+    cfg = ClassifierConfig(positives=("ref",), select="tiers", tiers=(
+        TierSpec("high", 0.8), TierSpec("low", 0.2)))
+    table = pa.table({"id": [f"d{i}" for i in range(42)], "text": ["x"] * 42, "quality_score": [0.5] * 42})
+    kept, removed, counters = qc.select_file("part-0", table, cfg, None, "high", False, source="web")
+    assert kept.num_rows == 0 and not removed and counters["moved/web.low"] == 42
+    view = StepView("qselect-web.high", "quality_classifier", "web.high", counters,
+                    {"kept_if": "scored ≥ 0.8"}, None, kind="documents")
+    assert emptied_warning(view) == ("web.high: 0 of 42 documents scored ≥ 0.8 (42 went to web.low); it has "
+                                     "nothing to train on")
+    scores = [0.9] * 30 + [0.1] * 12
+    table = table.set_column(2, "quality_score", pa.array(scores))
+    kept, removed, counters = qc.select_file("part-0", table, cfg, None, "low", True, source="web")
+    view = StepView("qselect-web.low", "quality_classifier", "web.low", counters, {}, None, kind="documents")
+    assert emptied_warning(view) == ("web.low: 0 of 42 documents kept by qselect-web.low (30 went to web.high, "
+                                     "12 removed); it has nothing to train on")

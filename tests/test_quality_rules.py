@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from datakit.quality import c4, fineweb, gopher, langid, ngrams
+from datakit.quality import c4, fineweb, gopher, langcodes, langid, ngrams
 from datakit.quality.chain import Chain
 from datakit.quality.config import C4Config, GopherQualityConfig, GopherRepetitionConfig, FineWebConfig, QualityRules
 from datakit.quality.rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, first_failure
@@ -494,3 +494,11 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
     assert len(pieces) > 5000
     for c in sorted(pieces):
         assert text._piece(c) == full(c), c
+
+
+def test_the_shipped_language_codes_are_the_models_labels():
+    """`validate` checks langid codes against a shipped list, never loading the model: it must be lid.176's."""
+    labels = {label.removeprefix("__label__") for label in langid.model().get_labels()}
+    assert langcodes.LID176_CODES == labels
+    assert set(langcodes.NAMES.values()) <= labels
+    assert [langcodes.suggestion(v) for v in ("Polish", "pt-BR", "EN", "germn")] == ["pl", "pt", "en", "de"]

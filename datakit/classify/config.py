@@ -5,6 +5,7 @@
       positives: [reference]          # sources whose documents are the positive class (a curated set)
       positive_files: [refs.jsonl]    # and/or JSONL files with a "text" field
       negatives: 20000                # a uniform sample of this many documents of the other sources
+      min_auc: 0.6                    # training fails below this held-out AUC (null: never)
       # labels: labels.jsonl          # or: {"id": ..., "label": 0.87 | "positive" | "negative"} per line
       select: tiers                   # none (score only) | threshold | top_fraction | tiers
       tiers:
@@ -24,6 +25,7 @@ from typing import Literal
 from datakit.manifest.checks import check_name
 
 _FRACTION = {"min": 0, "max": 1}
+_SOURCES = {"sources": True}  # names sources of the manifest: checked when it loads (manifest.model)
 
 
 def _check_tier_name(value: str) -> str | None:
@@ -48,14 +50,16 @@ class ClassifierConfig:
     runs on one thread with ``seed`` so the same inputs give the same model file, byte for byte."""
 
     enabled: bool = True
-    positives: tuple[str, ...] = ()
+    positives: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     positive_files: tuple[str, ...] = field(default=(), metadata={"path": True})
     negatives: int = field(default=20_000, metadata={"min": 1})
-    negative_sources: tuple[str, ...] = ()
+    negative_sources: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     labels: str | None = field(default=None, metadata={"path": True})
     label_threshold: float = 0.5
     holdout: float = field(default=0.1, metadata={"gt": 0, "lt": 1})
-    apply_to: tuple[str, ...] = ()
+    # fail training below this held-out AUC (null: never); a passing run's outputs never depend on it
+    min_auc: float | None = field(default=0.6, metadata={**_FRACTION, "identity": False})
+    apply_to: tuple[str, ...] = field(default=(), metadata=_SOURCES)
     select: Literal["none", "threshold", "top_fraction", "tiers"] = "threshold"
     threshold: float = field(default=0.5, metadata=_FRACTION)
     top_fraction: float = field(default=0.5, metadata={"gt": 0, "max": 1})

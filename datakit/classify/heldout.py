@@ -124,3 +124,19 @@ def auc(y: np.ndarray, scores: np.ndarray) -> float:
         ranks[order[i:j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return float((ranks[y].sum() - npos * (npos + 1) / 2) / (npos * nneg))
+
+
+def _figure(v: Any) -> str:
+    return "null" if v is None else f"{v:.4g}"
+
+
+def too_weak(m: dict[str, Any], min_auc: float | None) -> str | None:
+    """Why a trained classifier is refused: held-out AUC below ``min_auc`` (None: never). Its scores
+    would then select documents no better than chance, and a run that "succeeded" would hide it. An
+    undefined AUC refuses nothing here (`too_few` already refused splits that cannot measure it)."""
+    value = m.get("auc")
+    if min_auc is None or value is None or value >= min_auc:
+        return None
+    return (f"held-out AUC {_figure(value)} < min_auc {min_auc:g} (precision {_figure(m.get('precision'))}, "
+            f"recall {_figure(m.get('recall'))} on {m.get('heldout')} held-out): the classifier does not separate "
+            "positives from negatives; check positives/negatives or set quality_classifier.min_auc")

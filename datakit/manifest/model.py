@@ -10,6 +10,7 @@ stage, and a new stage never edits it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -105,6 +106,13 @@ class SourceSpec(_Spec):
         return []
 
 
+def unknown_source(name: str, names: set[str]) -> str:
+    """The message for a section naming a source the manifest does not have, with the closest name."""
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"no source named {name!r}{hint}; sources: {', '.join(sorted(names))}"
+
+
 def _check_call(value: str) -> str | None:
     module, sep, attr = value.partition(":")
     if not sep or not module or not attr or not all(p.isidentifier() for p in (*module.split("."), *attr.split("."))):
@@ -177,7 +185,8 @@ class Manifest(_Spec):
 
     def _cross_check(self, given: frozenset[str]) -> list[tuple[Any, str]]:
         names = {s.name for s in self.sources}
-        return self._stage_problems(names) + self._override_problems(names) + self._call_problems()
+        return (self._stage_problems(names) + self._override_problems(names) + self._source_field_problems(names)
+                + self._call_problems())
 
     def _call_problems(self) -> list[tuple[Any, str]]:
         """Each stage's ``call`` names a module and function that exist, found and parsed, never imported
@@ -203,8 +212,21 @@ class Manifest(_Spec):
         for key, section in self.sections.items():
             overrides = getattr(section, "sources", None)
             if isinstance(overrides, dict):
-                out += [((key, "sources", n), f"no source named {n!r}; sources: {', '.join(sorted(names))}")
-                        for n in overrides if n not in names]
+                out += [((key, "sources", n), unknown_source(n, names)) for n in overrides if n not in names]
+        return out
+
+    def _source_field_problems(self, names: set[str]) -> list[tuple[Any, str]]:
+        """A section's fields marked ``sources`` in their metadata (the classifier's ``positives``,
+        ``negative_sources``, ``apply_to``) name sources of this manifest, each checked here rather than
+        when the plan is built, so `validate` refuses what the run would. A switched-off section is free."""
+        out: list[tuple[Any, str]] = []
+        for key, section in self.sections.items():
+            if not dataclasses.is_dataclass(section) or getattr(section, "enabled", True) is False:
+                continue
+            for f in dataclasses.fields(section):
+                if f.metadata.get("sources"):
+                    out += [((key, f.name, i), unknown_source(n, names))
+                            for i, n in enumerate(getattr(section, f.name)) if n not in names]
         return out
 
     def _stage_problems(self, names: set[str]) -> list[tuple[Any, str]]:

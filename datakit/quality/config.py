@@ -21,6 +21,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from datakit.quality.langcodes import check_languages
+
 _GIVEN = {"internal": "given", "identity": False}
 _FRACTION = {"min": 0, "max": 1}
 
@@ -53,7 +55,7 @@ class LangIdConfig:
     """fastText lid.176 (bundled): keep documents in ``languages`` (empty: any) scoring >= min_score."""
 
     enabled: bool = True
-    languages: tuple[str, ...] = ("en",)
+    languages: tuple[str, ...] = field(default=("en",), metadata={"check": check_languages})
     min_score: float | None = field(default=0.65, metadata=_FRACTION)
     max_chars: int = field(default=2000, metadata={"min": 1})
     given: frozenset = _given()

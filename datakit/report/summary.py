@@ -66,14 +66,24 @@ class StepView:
 
 
 def emptied_warning(step: StepView) -> str | None:
-    """A warning when a per-source document step left its source without documents."""
+    """A warning when a per-source document step left its source without documents. Documents a step
+    passed to another component (``moved/<component>`` counters: a quality tier's documents that went to
+    another tier) are not removed, so the warning says where they went, and by the step's own criterion
+    when its result gives one (``kept_if``: "scored ≥ 0.8")."""
     if step.source is None or step.kind != DOCUMENTS:
         return None
     docs_in, docs_out = _docs_in_out(step)
-    if docs_out == 0 and docs_in:
+    if docs_out != 0 or not docs_in:
+        return None
+    moved = {k.split("/", 1)[1]: v for k, v in step.counters.items() if k.startswith("moved/") and v}
+    if not moved:
         return (f"source {step.source}: emptied by {step.name} (all {docs_in} documents removed); it has nothing "
                 f"to tokenize or train on: fix its input or filters, or give it weight: 0")
-    return None
+    kept_if = (step.result or {}).get("kept_if") or f"kept by {step.name}"
+    went = [f"{n} went to {component}" for component, n in moved.items()]
+    removed = docs_in - sum(moved.values())
+    went += [f"{removed} removed"] if removed else []
+    return f"{step.source}: 0 of {docs_in} documents {kept_if} ({', '.join(went)}); it has nothing to train on"
 
 
 def unsized_warning(step: StepView) -> str | None:

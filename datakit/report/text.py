@@ -3,10 +3,13 @@ tokenizer and training figures, the stages' own lines, warnings, failures (steps
 running grouped on one line per failure). Columns size to their content and no value is ever cut; the
 tables fit ``WIDTH`` columns (a step's output shown by its identity, since its directory is
 ``<name>-<identity>``; a funnel with many sources continued below; a row that cannot fit wrapped), and
-``wide`` gives the full table with every output's path."""
+``wide`` gives the full table with every output's path. Warnings and failures wrap to ``WIDTH`` with a
+hanging indent, each starting on a line of its own (``warning: ...``, ``<step> failed: ...``) so grep
+finds it."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from typing import Any
 
@@ -108,6 +111,20 @@ def failure_lines(steps: list[dict]) -> list[str]:
     return lines
 
 
+def wrapped(text: str, width: int = WIDTH) -> list[str]:
+    """A warning or error as lines of at most ``width`` columns where words allow (a URL or path is never
+    broken): each of its own lines that is too long continues on lines indented two spaces more."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 2)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                             break_on_hyphens=False)
+    return out
+
+
 def format_summary(d: dict, prefix: str, wide: bool = False) -> str:
     """The whole human summary of a `datakit run` (``d`` is RunSummary.to_dict()); its tables fit
     ``WIDTH`` columns unless ``wide``."""
@@ -121,6 +138,6 @@ def format_summary(d: dict, prefix: str, wide: bool = False) -> str:
     if (data.get("tokenizer") or {}).get("vocab_size"):
         lines.append(f"tokenizer: vocabulary {data['tokenizer']['vocab_size']:,}")
     lines += train_lines(data.get("train") or {})
-    lines += [f"warning: {w}" for w in data.get("warnings") or []]
-    failures = failure_lines(d["steps"])
+    lines += [line for w in data.get("warnings") or [] for line in wrapped(f"warning: {w}")]
+    failures = [line for f in failure_lines(d["steps"]) for line in wrapped(f)]
     return "\n".join(lines + ([""] + failures if failures else []))

@@ -86,6 +86,9 @@ def _train(ctx: StepContext, cfg: ClassifierConfig, positives: list[str], negati
         blob, compact_blob = read_bytes(path), read_bytes(compact)
         sha, compact_sha = sha256_file(path), sha256_file(compact)
     metrics = heldout.metrics([e.positive for e in held], scores)
+    weak = heldout.too_weak(metrics, cfg.min_auc)
+    if weak:
+        raise ValueError(weak)
     atomic_write_bytes(join(ctx.output, MODEL_FILE), blob)
     atomic_write_bytes(join(ctx.output, SCORING_FILE), compact_blob)
     atomic_write_bytes(join(ctx.output, "metrics.json"), json.dumps(metrics, indent=1).encode())
@@ -134,18 +137,24 @@ def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: Class
 
 
 def select_file(name: str, table: pa.Table, cfg: ClassifierConfig, cut: sel.Key | None, tier: str | None,
-                record_removed: bool) -> tuple[pa.Table, list, dict[str, int]]:
+                record_removed: bool, source: str = "") -> tuple[pa.Table, list, dict[str, int]]:
+    """One file's selection. A tier step also counts, per other tier, the documents that went there
+    (``moved/<source>.<tier>``), so the summary says where a tier's documents went, not "removed"."""
     mask = sel.keep_mask(table, cfg, cut, tier)
     kept = table.filter(pa.array(mask))
     stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows}
     scores, ids = table.column(sel.SCORE).to_pylist(), table.column("id").to_pylist()
-    below = [i for i, keep in enumerate(mask) if not keep and
-             (cfg.select != "tiers" or sel.tier_of(scores[i], cfg.tiers) is None)]
+    tiers = [sel.tier_of(scores[i], cfg.tiers) if cfg.select == "tiers" else None for i in range(len(mask))]
+    below = [i for i, keep in enumerate(mask) if not keep and tiers[i] is None]
     removed = [(ids[i], sel.REASON, sel.removal_detail(cfg, cut), scores[i]) for i in below] if record_removed else []
     stats[f"removed/{sel.REASON}"] = len(removed)
     other = table.num_rows - kept.num_rows - len(removed)
     if other:
         stats["removed/other tiers"] = other
+    for i, keep in enumerate(mask):
+        if not keep and tiers[i] is not None:
+            key = f"moved/{source}.{tiers[i]}"
+            stats[key] = stats.get(key, 0) + 1
     return kept, removed, stats
 
 
@@ -163,10 +172,12 @@ def _cut(ctx: StepContext, documents: str, cfg: ClassifierConfig) -> tuple[sel.K
 def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig, tier: str | None) -> dict:
     cut = _cut(ctx, documents, cfg)[0] if cfg.select == "top_fraction" else None
     lowest = cfg.select != "tiers" or tier == cfg.tiers[-1].name
-    fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest)
+    fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest, source=source)
     names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", with_value=True)
     totals.setdefault(f"removed/{sel.REASON}", 0)
-    return documents_result(names, totals, stage=STAGE.name, source=source, tier=tier)
+    spec = next((t for t in cfg.tiers if t.name == tier), None)
+    kept_if = {"kept_if": f"scored ≥ {spec.min_score:g}"} if spec is not None else {}
+    return documents_result(names, totals, stage=STAGE.name, source=source, tier=tier, **kept_if)
 
 
 def _train_step(graph: Graph, cfg: ClassifierConfig) -> Step:
@@ -216,17 +227,13 @@ def _add_tiers(graph: Graph, cfg: ClassifierConfig, source: str, scored: Step, s
 
 
 def refuse(manifest: Manifest) -> None:
-    """Source names the section gives must exist; a tier component must not be a source's name; the
-    negative sample must be able to fill its share of the held-out split (`heldout.shortfall`)."""
+    """A tier component must not be a source's name; the negative sample must be able to fill its share
+    of the held-out split (`heldout.shortfall`). (Unknown source names are located errors when the
+    manifest loads: the config marks those fields.)"""
     cfg: ClassifierConfig | None = manifest.sections.get(STAGE.section.key)
     if cfg is None or not cfg.enabled:
         return
     names = [s.name for s in manifest.sources]
-    for key in ("positives", "negative_sources", "apply_to"):
-        unknown = [n for n in getattr(cfg, key) if n not in names]
-        if unknown:
-            raise ValueError(f"quality_classifier.{key}: no source named {', '.join(unknown)}; "
-                             f"sources: {', '.join(names)}")
     if cfg.select == "tiers":
         for n in cfg.scored_sources(names):
             clash = [f"{n}.{t.name}" for t in cfg.tiers if f"{n}.{t.name}" in names]
