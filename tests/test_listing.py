@@ -165,3 +165,26 @@ def test_file_links_that_loop_or_point_nowhere_are_named_never_listed(tmp_path: 
     assert found.skipped_links() == (f"3 symlink loops skipped ({src}/b.txt, {src}/c.txt, {src}/self.txt); "
                                      f"1 broken symlink skipped ({src}/gone.txt)")
     assert [f.rel for f in scan(f"{src}/a*").files] == ["a.txt"] and scan(f"{src}/a*").skipped_links() == ""
+
+
+def test_content_sha256_of_a_file_and_of_a_directory_under_the_one_hidden_rule(tmp_path):
+    """One content hash for every file input (step identities, a benchmark's recorded hash): a file's
+    sha256; a directory's over its files' names and hashes, hidden files (`.x`, `_x`) not counted."""
+    import hashlib
+
+    from datakit.core.listing import content_sha256
+
+    d = tmp_path / "bench"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.jsonl").write_text('{"q": "one"}\n')
+    (d / "sub" / "b.jsonl").write_text('{"q": "two"}\n')
+    assert content_sha256(str(d / "a.jsonl")) == hashlib.sha256(b'{"q": "one"}\n').hexdigest()
+    before = content_sha256(str(d))
+    (d / ".cache").write_text("editor state")
+    (d / "_tmp").write_text("scratch")
+    assert content_sha256(str(d)) == before
+    (d / "sub" / "b.jsonl").rename(d / "sub" / "c.jsonl")
+    renamed = content_sha256(str(d))
+    assert renamed != before
+    (d / "sub" / "c.jsonl").write_text('{"q": "three"}\n')
+    assert content_sha256(str(d)) not in (before, renamed)

@@ -29,6 +29,7 @@ Validation, download and the engine must agree on which files a source has, so a
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import posixpath
 import urllib.parse
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
-from datakit.core.fsio import bounded, fs_for, is_local, local_path, retrying
+from datakit.core.fsio import bounded, fs_for, is_local, local_path, retrying, sha256_file
 from datakit.core.walk import Walk, any_path, glob_depth, glob_matcher, walk
 
 GLOB_CHARS = "*?["
@@ -241,5 +242,18 @@ def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = (), follo
     return scan(patterns, exclude, follow_symlinks).files
 
 
-__all__ = ["FileInfo", "Listing", "scan", "list_files", "is_hidden", "is_http", "has_glob", "pattern_root",
+def content_sha256(path: str) -> str:
+    """The sha256 of a local file; of a directory, the sha256 of its files' relative names and sha256s
+    (the files `list_files` sees, under the one hidden-file rule), so a renamed, added or edited file
+    changes it. The one content hash of a file input: step identities and recorded benchmark hashes."""
+    local = local_path(path)
+    if not os.path.isdir(local):
+        return sha256_file(local)
+    h = hashlib.sha256()
+    for f in list_files(local):
+        h.update(f"{f.rel}\0{sha256_file(f.path)}\n".encode())
+    return h.hexdigest()
+
+
+__all__ = ["FileInfo", "Listing", "scan", "list_files", "content_sha256", "is_hidden", "is_http", "has_glob", "pattern_root",
            "common_root", "relative_to", "GLOB_CHARS"]

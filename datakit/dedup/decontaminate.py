@@ -46,7 +46,6 @@ relative to the directory as `path`). Item ids come from `id_field`, else the li
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -59,8 +58,9 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.core.documents import content_id
-from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove, sha256_file
+from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove
 from datakit.core.layout import AttributesDir
+from datakit.core.listing import content_sha256, list_files
 from datakit.core.uris import is_remote
 from datakit.manifest.checks import check_name, check_nonempty
 from datakit.shuffle import ExecConfig, counters
@@ -248,12 +248,9 @@ def _is_dir_format(path: str, fmt: str | None) -> bool:
 
 
 def _dir_files(path: str) -> list[str]:
-    """A directory benchmark's files (relative paths, sorted; hidden files and dirs skipped)."""
-    out = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        out.extend(os.path.relpath(os.path.join(root, f), path) for f in files if not f.startswith("."))
-    return sorted(out)
+    """A directory benchmark's files (relative paths, sorted), as the one listing sees them: hidden files
+    and folders (a name starting with '.' or '_') skipped."""
+    return [f.rel for f in list_files(path)]
 
 
 def _iter_records(path: str, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
@@ -288,14 +285,8 @@ def _iter_records(path: str, fmt: str | None = None) -> Iterator[tuple[int, dict
 
 
 def benchmark_sha256(path: str) -> str:
-    """Content hash of a benchmark: the file's sha256, or for a directory the sha256 of its files'
-    relative paths and sha256s (so a renamed, added or edited file changes it)."""
-    if not os.path.isdir(path):
-        return sha256_file(path)
-    h = hashlib.sha256()
-    for rel in _dir_files(path):
-        h.update(f"{rel}\0{sha256_file(os.path.join(path, rel))}\n".encode())
-    return h.hexdigest()
+    """Content hash of a benchmark file or directory (`core.listing.content_sha256`)."""
+    return content_sha256(path)
 
 
 def _segments(value: Any) -> list[str] | None:

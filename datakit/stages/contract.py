@@ -15,15 +15,13 @@ dedup, or between consolidate and tokenize, and the built-in stages downstream s
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from datakit.core.fsio import is_local, local_path, sha256_file
+from datakit.core.fsio import is_local
 # The kinds of data stages exchange (what `consumes` / `produces` name): one result type each.
 from datakit.core.results import ATTRIBUTES, DOCUMENTS, FILES, KINDS, MIXTURE, MODEL, TOKENIZER, TOKENS  # noqa: F401
-from datakit.core.uris import list_source_files
+from datakit.core.listing import content_sha256
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
 
@@ -201,18 +199,6 @@ def _path_identity(value: str | Sequence[str] | None) -> Any:
     if not is_local(value):
         return value
     try:
-        return {"sha256": _content_digest(value)}
+        return {"sha256": content_sha256(value)}
     except OSError as e:
         raise ValueError(f"{value}: cannot read this file ({e}); fix the path in the manifest") from None
-
-
-def _content_digest(path: str) -> str:
-    """The sha256 of a file; of a directory, the sha256 of its files' relative names and sha256s (the
-    files `list_source_files` sees), so a renamed, added or edited file changes it."""
-    local = local_path(path)
-    if not os.path.isdir(local):
-        return sha256_file(local)
-    h = hashlib.sha256()
-    for f in list_source_files(local):
-        h.update(f"{f.rel}\0{sha256_file(f.path)}\n".encode())
-    return h.hexdigest()
