@@ -44,14 +44,18 @@ def resolve_prefix(m, prefix: str | None, manifest_given: bool = True) -> str:
     return m.prefix if manifest_given else os.path.abspath(DEFAULT_PREFIX)
 
 
-def exit_on_disk_error(e: BaseException, path: str, remedy: str, doing: str = "write") -> None:
+def exit_on_disk_error(e: BaseException, path: str, remedy: str | None = None, doing: str = "write") -> None:
     """A disk that refuses (read-only, no permission, full): one line naming ``path`` and ``remedy``, exit 2,
-    instead of a traceback. Returns for any other error (the caller re-raises)."""
+    instead of a traceback; without a remedy, the run's own sentence for its output prefix (what to free
+    or which --prefix to choose). Returns for any other error (the caller re-raises)."""
     from datakit.core.fsio import PrefixNotWritable, disk_problem
 
     problem = e.problem if isinstance(e, PrefixNotWritable) else disk_problem(e)
     if problem is None:
         return
+    if remedy is None:
+        click.echo(f"error: {problem.message(path)}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     what = "no space left on device" if problem.no_space else os.strerror(problem.code).lower()
     click.echo(f"error: cannot {doing} {path}: {what}; {remedy}", err=True)
     sys.exit(EXIT_BAD_INPUT)

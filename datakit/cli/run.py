@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, load, resolve_prefix
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_on_disk_error, load, resolve_prefix
 
 
 @click.command()
@@ -69,7 +69,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_FAILED)
     except (OSError, PrefixNotWritable) as e:
-        _exit_on_disk_error(e, out)
+        exit_on_disk_error(e, out)
         raise
 
     from datakit.report.events import event_lines
@@ -93,7 +93,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_FAILED)
     except (OSError, PrefixNotWritable) as e:
-        _exit_on_disk_error(e, out)
+        exit_on_disk_error(e, out)
         raise
     except KeyboardInterrupt:
         click.echo("interrupted: finished steps are kept; rerun the same command to resume.", err=True)
@@ -108,18 +108,6 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
         steps_out = [{k: s.get(k) for k in keys} for s in d["steps"]]
         click.echo(json.dumps({"status": d["status"], "prefix": out, "steps": steps_out, "data": d["data"]}))
     sys.exit(EXIT_OK if summary.ok else EXIT_FAILED)
-
-
-def _exit_on_disk_error(e: BaseException, prefix: str) -> None:
-    """A prefix that cannot be written at all (read-only, no permission, full before anything ran):
-    one line naming the path and what to do, exit 2. Returns for any other error (the caller re-raises)."""
-    from datakit.core.fsio import PrefixNotWritable, disk_problem
-
-    problem = e.problem if isinstance(e, PrefixNotWritable) else disk_problem(e)
-    if problem is None:
-        return
-    click.echo(f"error: {problem.message(prefix)}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _print_plan(steps: list[dict]) -> None:
