@@ -234,7 +234,7 @@ def _cells(row_html: str) -> list[str]:
 @needs("chromium")
 @pytest.mark.skipif(not LICENSES.is_dir(), reason="needs /usr/share/common-licenses (apt-get install base-files)")
 def test_report_reads_at_thirty_removal_reasons(tmp_path):
-    from datakit.mix.show import mix_view
+    from datakit.report.mix_show import mix_view
     from datakit.pipeline import load_manifest
     from datakit.report.text import format_summary
     from datakit.stages.plan import read_plan
@@ -296,7 +296,8 @@ def test_report_reads_at_thirty_removal_reasons(tmp_path):
     # The mixture weights are mix show's.
     mixture = dom.split('<section id="mixture">')[1].split("</section>")[0]
     shown = {c[0]: c[4] for c in map(_cells, re.findall(r"<tr>(.*?)</tr>", mixture)) if len(c) == 5}
-    view = mix_view(load_manifest(manifest), str(out))
+    m = load_manifest(manifest)
+    view = mix_view(m, read_plan(str(out)), str(out))
     assert {row["component"] for row in view.rows} == set(shown)
     for row in view.rows:
         assert float(shown[row["component"]]) == pytest.approx(row["weight"], abs=5e-5), row

@@ -24,12 +24,13 @@ def mix() -> None:
 def show(manifest, prefix, warn_epochs, as_json) -> None:
     """Per component of MANIFEST's training mixture: documents, tokens, proportional and manifest
     weights, the weight and epochs for the training budget. Reads the built token caches."""
-    from datakit.mix.show import format_view, mix_view
+    from datakit.pipeline import build_plan
+    from datakit.report.mix_show import format_view, mix_view
 
     m = load(manifest, check_uris=False)
     out = resolve_prefix(m, prefix)
     try:
-        view = mix_view(m, out, warn_epochs=warn_epochs)
+        view = mix_view(m, build_plan(m, out, write_cache=False), out, warn_epochs=warn_epochs)
     except ValueError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(EXIT_BAD_INPUT)

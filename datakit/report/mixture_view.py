@@ -1,6 +1,6 @@
 """The report's "Tokens and mixture" and "Mixture search" sections.
 
-The weights shown are the ones training drew by, computed by `datakit.mix.show.trained_weights`: the
+The weights shown are the ones training drew by, computed by `datakit.report.mix_show.trained_weights`: the
 train step's recorded mixture, or its manifest weights through the same `plan_mixture` that `datakit mix
 show` runs. The page once normalised the manifest weights over every component, those without tokens
 included, and so showed 0.367 for a component that `mix show` (and training) gave 0.0.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datakit.core.results import MixtureResult, TokensResult
 from datakit.mix.plan import MixtureError
-from datakit.mix.show import trained_weights
+from .mix_show import trained_weights
 
 from . import charts
 from .html import esc, num, scroll, section, table

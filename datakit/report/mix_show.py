@@ -1,7 +1,9 @@
 """`datakit mix show`: per component, documents and tokens (the token caches' `.stats.json`), the
 token-proportional weight, the manifest weight, the weight training will use and the epochs it will see
 for the training budget (steps x batch x seq_len), with warnings. Works on a built prefix; when caches
-are missing it says which and what to run."""
+are missing it says which and what to run. It reads what the mixture maths (`datakit.mix`) computes
+over the built caches, so it lives with the report, above the rooms; the weights it shows are the ones
+the report and training use (`trained_weights`)."""
 
 from __future__ import annotations
 
@@ -56,11 +58,8 @@ def _search_weights(plan, prefix: str) -> dict | None:
         return MixtureResult.from_dict(json.loads(f.read())["result"], f"step {plan.mixture}").chosen.weights
 
 
-def mix_view(manifest, prefix: str, *, warn_epochs: float | None = None) -> MixView:
-    """The table for MANIFEST's components (its plan's) over the token caches built under ``prefix``."""
-    from datakit.pipeline import build_plan
-
-    plan = build_plan(manifest, prefix, write_cache=False)
+def mix_view(manifest, plan, prefix: str, *, warn_epochs: float | None = None) -> MixView:
+    """The table for MANIFEST's components (its ``plan``'s) over the token caches built under ``prefix``."""
     mix: MixtureConfig = manifest.sections.get("mixture") or MixtureConfig()
     warn = warn_epochs if warn_epochs is not None else mix.warn_epochs
     weights = plan.weights()
