@@ -101,6 +101,22 @@ def test_validate_locates_unknown_sources_in_the_classifier_section(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_validate_says_what_a_stage_would_refuse(tmp_path):
+    """A manifest the schema accepts but a stage refuses before the run touches the prefix (here sources
+    that keep duplicate ids beside corpus-level dedup) fails validate in one line, as run would."""
+    web = tmp_path / "web.jsonl"
+    web.write_text(json.dumps({"text": "hello"}) + "\n")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(f"sources:\n  - {{name: web, uri: {web}, format: jsonl, dedup: none}}\n")
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 2, res.output
+    assert "sources[0].dedup: 'none' keeps duplicate ids in 'web'" in res.output
+    assert "ok (" not in res.output
+    manifest.write_text(manifest.read_text() + "dedup: {exact: false, fuzzy: false}\n")
+    res = CliRunner().invoke(main, ["validate", str(manifest)])
+    assert res.exit_code == 0 and "ok (1 sources)" in res.output, res.output
+
+
 def test_validate_locates_unknown_language_codes_with_a_hint(tmp_path):
     """An unknown langid code (section and per-source override) is a located error naming the code meant."""
     web = tmp_path / "web.jsonl"

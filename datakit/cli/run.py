@@ -13,8 +13,16 @@ from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit
 @click.command()
 @click.argument("manifest", required=False)
 def validate(manifest: str | None) -> None:
-    """Check MANIFEST (all errors at once, with file:line:column) without running anything."""
+    """Check MANIFEST (all errors at once, with file:line:column) without running anything: the schema,
+    then every stage's refusal (what `run` would refuse before touching the prefix). Imports no user code."""
+    from datakit import pipeline
+
     m = load(manifest)
+    try:
+        pipeline.check_manifest(m)
+    except ValueError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     click.echo(f"{m.path}: ok ({len(m.sources)} sources)")
 
 
