@@ -169,7 +169,8 @@ def test_file_links_that_loop_or_point_nowhere_are_named_never_listed(tmp_path: 
 
 def test_content_sha256_of_a_file_and_of_a_directory_under_the_one_hidden_rule(tmp_path):
     """One content hash for every file input (step identities, a benchmark's recorded hash): a file's
-    sha256; a directory's over its files' names and hashes, hidden files (`.x`, `_x`) not counted."""
+    sha256; a directory's over its files' names and hashes: dot-files not counted, '_' names counted (a
+    benchmark of Python files reads its `__init__.py`, so editing it must change the hash)."""
     import hashlib
 
     from datakit.core.listing import content_sha256
@@ -181,8 +182,10 @@ def test_content_sha256_of_a_file_and_of_a_directory_under_the_one_hidden_rule(t
     assert content_sha256(str(d / "a.jsonl")) == hashlib.sha256(b'{"q": "one"}\n').hexdigest()
     before = content_sha256(str(d))
     (d / ".cache").write_text("editor state")
-    (d / "_tmp").write_text("scratch")
     assert content_sha256(str(d)) == before
+    (d / "__init__.py").write_text("# read too")
+    assert content_sha256(str(d)) != before
+    (d / "__init__.py").unlink()
     (d / "sub" / "b.jsonl").rename(d / "sub" / "c.jsonl")
     renamed = content_sha256(str(d))
     assert renamed != before

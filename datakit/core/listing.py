@@ -242,18 +242,29 @@ def list_files(patterns: str | Sequence[str], exclude: Sequence[str] = (), follo
     return scan(patterns, exclude, follow_symlinks).files
 
 
+def directory_files(path: str) -> list[str]:
+    """Every file of a local directory given as one input (a benchmark directory; a directory hashed for a
+    step identity), as sorted relative paths: dot-files and dot-folders skipped, but not '_' names, which
+    `is_hidden` skips in a data listing (a benchmark of Python files keeps its `__init__.py`)."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        out.extend(os.path.relpath(os.path.join(root, f), path) for f in files if not f.startswith("."))
+    return sorted(out)
+
+
 def content_sha256(path: str) -> str:
     """The sha256 of a local file; of a directory, the sha256 of its files' relative names and sha256s
-    (the files `list_files` sees, under the one hidden-file rule), so a renamed, added or edited file
-    changes it. The one content hash of a file input: step identities and recorded benchmark hashes."""
+    (`directory_files`: every file a reader of the directory may read), so a renamed, added or edited
+    file changes it. The one content hash of a file input: step identities and recorded benchmark hashes."""
     local = local_path(path)
     if not os.path.isdir(local):
         return sha256_file(local)
     h = hashlib.sha256()
-    for f in list_files(local):
-        h.update(f"{f.rel}\0{sha256_file(f.path)}\n".encode())
+    for rel in directory_files(local):
+        h.update(f"{rel}\0{sha256_file(os.path.join(local, rel))}\n".encode())
     return h.hexdigest()
 
 
-__all__ = ["FileInfo", "Listing", "scan", "list_files", "content_sha256", "is_hidden", "is_http", "has_glob", "pattern_root",
+__all__ = ["FileInfo", "Listing", "scan", "list_files", "content_sha256", "directory_files", "is_hidden", "is_http", "has_glob", "pattern_root",
            "common_root", "relative_to", "GLOB_CHARS"]

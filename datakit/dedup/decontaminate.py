@@ -60,7 +60,7 @@ import pyarrow as pa
 from datakit.core.documents import content_id
 from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove
 from datakit.core.layout import AttributesDir
-from datakit.core.listing import content_sha256, list_files
+from datakit.core.listing import content_sha256, directory_files
 from datakit.core.uris import is_remote
 from datakit.manifest.checks import check_name, check_nonempty
 from datakit.shuffle import ExecConfig, counters
@@ -248,9 +248,8 @@ def _is_dir_format(path: str, fmt: str | None) -> bool:
 
 
 def _dir_files(path: str) -> list[str]:
-    """A directory benchmark's files (relative paths, sorted), as the one listing sees them: hidden files
-    and folders (a name starting with '.' or '_') skipped."""
-    return [f.rel for f in list_files(path)]
+    """A directory benchmark's files (relative paths, sorted; dot-files and dot-folders skipped)."""
+    return directory_files(path)
 
 
 def _iter_records(path: str, fmt: str | None = None) -> Iterator[tuple[int, dict]]:
