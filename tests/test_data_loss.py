@@ -497,10 +497,12 @@ def test_token_overwritten_with_another_valid_id_is_caught_by_verify_and_ferry_c
 
 def _data_digests(prefix: Path) -> dict[str, str]:
     """sha256 of every file a run wrote under its step dirs, except the records of when and by whom
-    (artifact.json, .status, leases), the event log and the input-hash cache."""
+    (artifact.json, .status, leases), the event log, the input-hash cache and the published plan (it
+    names the manifest file the run was given, which the two builds keep in different places)."""
     return {str(p.relative_to(prefix)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(prefix.rglob("*")) if p.is_file() and p.name not in ("artifact.json", ".status")
-            and not p.name.startswith(".lease") and p.name != "events.jsonl" and ".datakit" not in p.parts}
+            and not p.name.startswith(".lease") and p.name not in ("events.jsonl", "plan.json")
+            and ".datakit" not in p.parts}
 
 
 def _cli(*args: str) -> tuple[int, str]:
