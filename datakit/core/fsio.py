@@ -92,9 +92,16 @@ def _store_options(protocol: str) -> dict:
     if protocol not in _S3:
         return {}
     t = call_timeout()
-    user = dict(fsspec.config.conf.get(protocol, {}).get("config_kwargs") or {})
-    return {"config_kwargs": {"connect_timeout": t, "read_timeout": t, "retries": {"total_max_attempts": 1},
-                              **user}}
+    conf = fsspec.config.conf.get(protocol, {})
+    user = dict(conf.get("config_kwargs") or {})
+    options = {"config_kwargs": {"connect_timeout": t, "read_timeout": t, "retries": {"total_max_attempts": 1},
+                                 **user}}
+    # The endpoint from the environment, named in the options, so fsspec's instance cache keys on it: a
+    # filesystem made for one endpoint is never handed out after the environment points at another.
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint, **dict(conf.get("client_kwargs") or {})}
+    return options
 
 
 def bounded(fs, method: str, *args, nbytes: int | None = 0, **kwargs):
