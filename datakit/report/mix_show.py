@@ -16,6 +16,7 @@ from datakit.core.results import MixtureResult
 from datakit.mix.config import MixtureConfig
 from datakit.mix.plan import MixtureError, proportional, windows_of
 from datakit.mix.resolve import plan_mixture
+from datakit.steps.markers import is_built
 
 
 @dataclass
@@ -35,14 +36,13 @@ class MixView:
 
 
 def _built(plan, prefix: str, name: str | None) -> str | None:
-    """The output dir of the plan's step ``name`` when it is built under ``prefix``."""
-    from datakit.steps import step_status
-
-    step = next((s for s in plan.runnable if s.name == name), None) if name else None
-    if step is None:
+    """The output dir of the plan's step ``name`` when it is built under ``prefix`` (a plan just built
+    or one read from ``plan.json``: only the step's name and identity are needed)."""
+    ref = plan.step(name) if name else None
+    if ref is None:
         return None
-    row = step_status([step], prefix)[-1]
-    return row["path"] if row["state"] == "SUCCESS" else None
+    step_dir = fsio.join(prefix, ref.dirname)
+    return step_dir if is_built(step_dir) else None
 
 
 def _stats(path: str) -> dict:
