@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 import logging
@@ -112,6 +113,16 @@ class S3Server:
     def requests(self) -> list[Request]:
         with self._lock:
             return list(self.log)
+
+    def requests_once(self, done, timeout_s: float = 10.0) -> list[Request]:
+        """The request log once ``done(log)`` holds, or as it is after ``timeout_s``: a request is logged
+        when its response body has been sent, which can be just after the client has read it."""
+        deadline = time.monotonic() + timeout_s
+        log = self.requests()
+        while not done(log) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            log = self.requests()
+        return log
 
     def clear_log(self) -> None:
         with self._lock:
