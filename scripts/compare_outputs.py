@@ -22,7 +22,8 @@ import sys
 
 _STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
 _SKIP_NAMES = {".status", "artifact.json", "error.txt", "events.jsonl", "metrics.jsonl", "result.json", "loss.png",
-               "outputs.manifest.json"}  # the step's record of its outputs (sizes, hashes), not data
+               "outputs.manifest.json",  # the step's record of its outputs (sizes, hashes), not data
+               "reuse.json"}  # per-file reuse keys (steps/reuse.py): bookkeeping, not data
 
 
 def step_dirs(prefix: str) -> dict[str, str]:

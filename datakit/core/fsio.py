@@ -566,6 +566,25 @@ def copy_file(src: str, dst: str) -> None:
         shutil.copyfileobj(f, out, 1 << 20)
 
 
+def link_or_copy(src: str, dst: str) -> None:
+    """Put `src`'s bytes at `dst`: a hard link when both are on one local file system (free: outputs are
+    never written in place, every write is temp + rename, so a link never sees a later change), else a
+    copy (`copy_file`). An existing `dst` is replaced."""
+    if is_local(src) and is_local(dst):
+        s, d = local_path(src), local_path(dst)
+        os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
+        tmp = tmp_name(d)
+        try:
+            os.link(s, tmp)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+        else:
+            os.replace(tmp, d)
+            return
+    copy_file(src, dst)
+
+
 def _write_temp(directory: str, data: bytes, tmp_prefix: str) -> str:
     """A durable (fsynced) temp file holding `data` in `directory`; the caller renames or links it."""
     fd, tmp = tempfile.mkstemp(dir=directory or ".", prefix=tmp_prefix)

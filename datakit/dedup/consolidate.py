@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,6 +40,7 @@ from datakit.shuffle import ExecConfig, counters
 from datakit.core.documents import content_id
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 from datakit.core.layout import AttributesDir, DocumentsDir, join
+from datakit.steps import reuse
 
 from .hashing import ids_to_u64
 from .layout import (
@@ -309,17 +311,69 @@ def _check_sorted(hi, lo, last, src: str, row0: int, ids) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Reuse:
+    """Per-file reuse for one consolidate run (steps/reuse.py): ``settings`` is what besides its inputs
+    a file's output depends on (the step's name, version and config); ``earlier`` the earlier build."""
+
+    settings: tuple
+    earlier: reuse.Earlier | None
+
+
+def _keyed_file(job: tuple, out_dir: str) -> dict:
+    """One file: taken from the earlier build when its key (its documents file and each of its attribute
+    files, by recorded content) is there, else consolidated."""
+    key, earlier, inner = job
+    unit = reuse.take(earlier, key, out_dir) if key is not None else None
+    if unit is None:
+        out = _consolidate_file(inner)
+        return {**out, "key": key, "taken": False}
+    for k, v in unit.stats.items():
+        counters.increment(k, v)
+    return {"file": basename(inner[0]), **unit.stats, "key": key, "taken": True}
+
+
+def _file_keys(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[str], settings: tuple
+               ) -> list[str | None]:
+    """Each job's content key, from the hashes the input steps recorded (None: an input has none)."""
+    recorded: dict[str, str] = {}
+    for d in (normalized_dir, *attribute_dirs):
+        recorded.update({join(d, rel): h for rel, h in reuse.output_hashes(d).items()})
+    keys = []
+    for src, attrs, _main, _removed in jobs:
+        digests = [recorded.get(p) for p in (src, *(path for _kind, path in attrs))]
+        keys.append(None if None in digests else reuse.content_key(settings, basename(src), digests))
+    return keys
+
+
+def _record_reuse(out_dir: str, items: list[dict]) -> dict[str, int]:
+    """Write reuse.json for the next build; the files taken and computed, as counters."""
+    units = {}
+    for item in items:
+        if item["key"] is None:
+            continue
+        stats = {k: v for k, v in item.items() if k not in ("file", "key", "taken")}
+        rel = (f"{DocumentsDir.MAIN}/{item['file']}", f"{DocumentsDir.REMOVED}/{item['file']}")
+        units[item["key"]] = reuse.Unit(rel, stats)
+    reuse.write(out_dir, units)
+    taken = sum(1 for item in items if item["taken"])
+    return {"files/reused": taken, "files/computed": len(items) - taken}
+
+
 def consolidate(
     name: str,
     normalized_dir: str,
     attribute_dirs: Sequence[str],
     out_dir: str,
     exec_config: ExecConfig | None = None,
+    reuse_from: Reuse | None = None,
 ) -> ConsolidateResult:
     """Drop marked documents of one source; write `out_dir/outputs/main/` with the same file names.
 
     attribute_dirs: attribute sets for this source (exact, fuzzy and/or decontaminate), each given as
-    the attribute dir or the step dir holding attributes/<name>/.
+    the attribute dir or the step dir holding attributes/<name>/. ``reuse_from``: take each file whose
+    documents and marks are unchanged from the earlier build (a new source that duplicates nothing
+    here leaves every file of this source as it was).
     """
     files = main_files(normalized_dir)
     file_names = [basename(f.path) for f in files]
@@ -344,8 +398,17 @@ def consolidate(
     for f, fn in zip(files, file_names):
         attrs = [(kind, AttributesDir(sets[kind][0]).file(fn)) for kind in REASONS if kind in sets]
         jobs.append((f.path, attrs, join(docs.main, fn), join(docs.removed, fn)))
-    run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
+    reused: dict[str, int] = {}
+    if reuse_from is None:
+        run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
+    else:
+        file_keys = _file_keys(jobs, normalized_dir, attribute_dirs, reuse_from.settings)
+        keyed = [(k, reuse_from.earlier, job) for k, job in zip(file_keys, jobs)]
+        run = per_file_tasks(keyed, [f.path for f in files]).map(partial(_keyed_file, out_dir=out_dir)
+                                                                   ).run(exec_config)
+        reused = _record_reuse(out_dir, run.items)
     keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS), "cut_decontaminate", "annotated_decontaminate"]
     c = {k: int(run.counters.get(k, 0)) for k in keys}
+    c.update(reused)
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,
                              attributes={k: v[1].get("params") for k, v in sets.items()})

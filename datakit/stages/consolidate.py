@@ -19,10 +19,12 @@ VERSION = "2"
 
 
 def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tuple[str, ...]) -> dict:
-    from datakit.dedup.consolidate import consolidate
+    from datakit.dedup.consolidate import Reuse, consolidate
+    from datakit.steps import reuse
 
+    settings = (ctx.step.name, ctx.step.version, ctx.step.config)
     res = consolidate(source, ctx.deps[documents].output, [ctx.deps[a].output for a in attributes], ctx.output,
-                      ctx.exec_config)
+                      ctx.exec_config, reuse_from=Reuse(settings, reuse.load(ctx.earlier)))
     out = counters_only(res.to_dict())
     c = out["counters"]
     removed = {label: c.get(f"removed_{kind}", 0) for kind, label in _REASONS.items()}

@@ -49,7 +49,8 @@ def redact_file(name: str, table: pa.Table, rules: PiiRules) -> tuple[pa.Table, 
 
 
 def _run(ctx: StepContext, source: str, documents: str, rules: PiiRules) -> dict:
-    names, totals = run_per_file(ctx, documents, partial(redact_file, rules=rules), f"pii-{source}")
+    names, totals = run_per_file(ctx, documents, partial(redact_file, rules=rules), f"pii-{source}",
+                                 reuse_key=())
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
     return documents_result(names, totals, stage=STAGE.name, source=source)

@@ -90,7 +90,7 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
 
 def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> dict:
     names, totals = run_per_file(ctx, documents, partial(filter_file, rules=rules), f"quality-{source}",
-                                 with_value=True)
+                                 with_value=True, reuse_key=())
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
     return documents_result(names, totals, stage=STAGE.name, source=source, annotate_only=rules.annotate_only)

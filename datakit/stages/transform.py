@@ -10,6 +10,8 @@ and re-sorts the file; two documents made identical keep one, the other is remov
 from __future__ import annotations
 
 import io
+import posixpath
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
@@ -21,7 +23,7 @@ from datakit.core.fsio import atomic_write_bytes, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
 from datakit.shuffle import Dataset, counters
-from datakit.steps import StepContext
+from datakit.steps import StepContext, reuse
 
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 REMOVED_VALUE_SCHEMA = REMOVED_SCHEMA.append(pa.field("value", pa.float64()))
@@ -66,13 +68,33 @@ def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tu
     atomic_write_bytes(dst_removed, table_bytes(removed_table(removed, with_value)))
 
 
-def _apply(job: tuple[str, str, str], file_fn: FileFn, with_value: bool) -> dict[str, int]:
-    src, dst_main, dst_removed = job
-    kept, removed, stats = file_fn(src.rstrip("/").rsplit("/", 1)[-1], read_table(src))
-    write_file(dst_main, dst_removed, kept, removed, with_value)
+@dataclass(frozen=True)
+class _Job:
+    """One file of a per-file transform: where it is read and written, and (with reuse) its content key
+    and the earlier build to look the key up in."""
+
+    src: str
+    dst_main: str
+    dst_removed: str
+    key: str | None = None
+    earlier: reuse.Earlier | None = None
+
+
+def _apply(job: _Job, file_fn: FileFn, with_value: bool, output: str
+           ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
+    """One file through ``file_fn``, or its earlier result taken whole: (key, the two files relative to
+    the step dir, stats, whether it was taken)."""
+    unit = reuse.take(job.earlier, job.key, output) if job.key is not None else None
+    if unit is not None:
+        stats = unit.stats
+    else:
+        kept, removed, stats = file_fn(job.src.rstrip("/").rsplit("/", 1)[-1], read_table(job.src))
+        write_file(job.dst_main, job.dst_removed, kept, removed, with_value)
     for k, v in stats.items():
         counters.increment(k, v)
-    return stats
+    rel = (f"{DocumentsDir.MAIN}/{posixpath.basename(job.dst_main)}",
+           f"{DocumentsDir.REMOVED}/{posixpath.basename(job.dst_removed)}")
+    return job.key, rel, stats, unit is not None
 
 
 def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsDir, list[str]]:
@@ -83,19 +105,51 @@ def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsD
     return src, names
 
 
-def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
-                 with_value: bool = False) -> tuple[list[str], dict[str, int]]:
-    """Every documents file of step ``documents`` through ``file_fn`` on the engine, one task per file:
-    (the file names, the summed stats)."""
-    src, names = input_names(ctx, documents, what)
+def _jobs(ctx: StepContext, documents: str, names: list[str], src: DocumentsDir,
+          reuse_key: tuple | None) -> list[_Job]:
     dst = DocumentsDir(ctx.output)
-    jobs = [(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
-    stats = (Dataset.from_items(jobs, num_shards=len(jobs))
-             .map(partial(_apply, file_fn=file_fn, with_value=with_value)).collect(ctx.exec_config))
+    if reuse_key is None:
+        return [_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
+    hashes = reuse.output_hashes(src.root)
+    earlier = reuse.load(ctx.earlier)
+    jobs = []
+    for n in names:
+        digest = hashes.get(f"{DocumentsDir.MAIN}/{n}")
+        key = None if digest is None else reuse.content_key(
+            ctx.step.name, ctx.step.version, ctx.step.config, reuse_key, n, digest)
+        jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier))
+    return jobs
+
+
+def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
+                 with_value: bool = False, reuse_key: tuple | None = None) -> tuple[list[str], dict[str, int]]:
+    """Every documents file of step ``documents`` through ``file_fn`` on the engine, one task per file:
+    (the file names, the summed stats).
+
+    ``reuse_key``: None when a file's output depends on more than that file and the step's settings;
+    otherwise the content of whatever else it depends on (a model's hash; ``()`` for nothing else).
+    Then each file's output is keyed by (step name, version, settings, ``reuse_key``, the input file's
+    name and recorded xxh3) and taken from the earlier build of this step when its key is there
+    (steps/reuse.py): an edit to one input file recomputes that file only. The counts of taken and
+    computed files are the step's ``files/reused`` and ``files/computed`` counters."""
+    src, names = input_names(ctx, documents, what)
+    jobs = _jobs(ctx, documents, names, src, reuse_key)
+    done = (Dataset.from_items(jobs, num_shards=len(jobs))
+            .map(partial(_apply, file_fn=file_fn, with_value=with_value, output=ctx.output))
+            .collect(ctx.exec_config))
     totals: dict[str, int] = {}
-    for s in stats:
-        for k, v in s.items():
+    units: dict[str, reuse.Unit] = {}
+    taken = 0
+    for key, rel, stats, was_taken in done:
+        for k, v in stats.items():
             totals[k] = totals.get(k, 0) + v
+        taken += was_taken
+        if key is not None:
+            units[key] = reuse.Unit(rel, dict(stats))
+    if reuse_key is not None:
+        reuse.write(ctx.output, units)
+        ctx.increment("files/reused", taken)
+        ctx.increment("files/computed", len(jobs) - taken)
     return names, dict(sorted(totals.items()))
 
 

@@ -157,7 +157,8 @@ def transform_file(name: str, table: pa.Table, spec: UserStageSpec, search_dir: 
 def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str | None, code: str) -> dict:
     try:
         names, totals = run_per_file(ctx, documents, partial(transform_file, spec=spec, search_dir=search_dir,
-                                                              code=code), f"stage {spec.name}")
+                                                              code=code), f"stage {spec.name}",
+                                     reuse_key=())
     except ValueError as e:
         raise UserStageError(str(e)) from None
     totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}

@@ -451,8 +451,10 @@ class _Run:
                              lease_owner=lease.owner)
         self.emit("step_started", step, output=d, reason=reason,
                   first_build=bool(reason and reason.startswith(NEVER_BUILT)))
+        earlier = None if forced else self._earlier_build(step)
         ctx = StepContext(step=step, output=d, deps={dep.name: self.records[dep.name] for dep in step.deps},
-                          exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit)
+                          exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit,
+                          earlier=fsio.join(self.prefix.root, earlier.dirname) if earlier else None)
         t0 = time.perf_counter()
         try:
             with _EngineEvents(self, step):

@@ -143,6 +143,10 @@ class StepContext:
     deps: dict[str, StepRecord]
     exec_config: Any = None
     counters: dict[str, int] = field(default_factory=dict)
+    # The newest earlier SUCCESS build of this step's name under another identity (its dir), for
+    # per-file reuse (steps/reuse.py); None when there is none or the step is built fresh (--force, or
+    # its own or a dependency's build was damaged).
+    earlier: str | None = None
     _emit: Callable[[dict], None] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
