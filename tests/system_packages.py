@@ -20,6 +20,8 @@ FILES = {
     "debian-reference-ja": "/usr/share/debian-reference/*.ja.html",
     "debian-reference-zh-cn": "/usr/share/debian-reference/*.zh-cn.html",
     "manpages-de": "/usr/share/man/de/man*/*.gz",
+    "manpages-es": "/usr/share/man/es/man*/*.gz",
+    "manpages-fr": "/usr/share/man/fr/man*/*.gz",
     "manpages-ja": "/usr/share/man/ja/man*/*.gz",
     "manpages-ru": "/usr/share/man/ru/man*/*.gz",
 }

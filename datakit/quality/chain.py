@@ -1,6 +1,11 @@
 """One document through the quality chain, in the FineWeb recipe's order: URL filter -> language ID ->
 Gopher repetition -> Gopher quality -> C4 (line cleaning + document rules) -> FineWeb.
 
+The rules after language ID run with the settings of the document's language (language ID's label, or
+the rules' ``language`` when language ID is off or finds no letters): its word splitting, stop words and
+thresholds (`datakit.quality.language_rules`); a group without settings for that language is skipped and
+named in the outcome's ``skipped`` (the stage counts ``skipped/<group>/<language>``).
+
 `Chain(rules).run(doc)` returns an `Outcome`: the (C4-cleaned) text, every measure computed, and the
 first rule that failed with its measured value. Unless ``annotate_only``, the chain stops at the first
 failure (the later measures of a removed document are never needed: removed/ records the rule and the
@@ -15,6 +20,7 @@ from typing import Any
 
 from . import c4, fineweb, gopher, langid
 from .config import QualityRules
+from .language_rules import LanguageSettings, settings_for
 from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, Rule, first_failure
 from .urls import UrlLists
 
@@ -43,6 +49,12 @@ class Outcome:
     measures: dict[str, Any] = field(default_factory=dict)
     failure: Failure | None = None
     line_drops: dict[str, int] = field(default_factory=dict)
+    settings: LanguageSettings | None = None  # the document language's rules (None: removed before them)
+
+    @property
+    def skipped(self) -> tuple[str, ...]:
+        """The rule groups skipped for this document's language."""
+        return self.settings.skipped if self.settings is not None else ()
 
 
 def _failure(rule: Rule, value: float, config: Any) -> Failure:
@@ -55,11 +67,12 @@ class Chain:
     def __init__(self, rules: QualityRules):
         self.rules = rules
         self.urls = UrlLists.of(rules.url) if rules.url.enabled else None
-        self.c4_bad_words = c4.bad_words(rules.c4)
+        self._bad_words = {(rules.c4.bad_words, rules.c4.bad_words_file): c4.bad_words(rules.c4)}
+        self._languages: dict[str, LanguageSettings] = {}
 
     def run(self, doc: dict) -> Outcome:
         r, out = self.rules, Outcome(doc["text"])
-        steps = (self._url, self._langid, self._repetition, self._quality, self._c4, self._fineweb)
+        steps = (self._url, self._langid, self._language, self._repetition, self._quality, self._c4, self._fineweb)
         for step in steps:
             failure = step(doc, out)
             if failure is not None and out.failure is None:
@@ -89,26 +102,41 @@ class Chain:
             return Failure("langid.min_score", score, f"lang = {lang}, score {score:.4f} < {cfg.min_score}")
         return None
 
+    def _language(self, doc: dict, out: Outcome) -> None:
+        """The settings of the document's language, resolved once per language and chain."""
+        code = out.measures.get("lang") or self.rules.language
+        settings = self._languages.get(code)
+        if settings is None:
+            settings = self._languages[code] = settings_for(self.rules, code)
+        out.settings = settings
+        return None
+
     def _repetition(self, doc: dict, out: Outcome) -> Failure | None:
-        if not self.rules.gopher_repetition.enabled:
+        cfg = out.settings.configs.get("gopher_repetition")
+        if cfg is None:
             return None
-        m = gopher.repetition_measures(out.text)
+        m = gopher.repetition_measures(out.text, split=out.settings.split)
         out.measures.update(m)
-        hit = first_failure(GOPHER_REPETITION, m, self.rules.gopher_repetition)
-        return _failure(*hit, self.rules.gopher_repetition) if hit else None
+        hit = first_failure(GOPHER_REPETITION, m, cfg)
+        return _failure(*hit, cfg) if hit else None
 
     def _quality(self, doc: dict, out: Outcome) -> Failure | None:
-        if not self.rules.gopher_quality.enabled:
+        cfg = out.settings.configs.get("gopher_quality")
+        if cfg is None:
             return None
-        m = gopher.quality_measures(out.text)
+        m = gopher.quality_measures(out.text, out.settings.stop_words, out.settings.split)
         out.measures.update(m)
-        hit = first_failure(GOPHER_QUALITY, m, self.rules.gopher_quality)
-        return _failure(*hit, self.rules.gopher_quality) if hit else None
+        hit = first_failure(GOPHER_QUALITY, m, cfg)
+        return _failure(*hit, cfg) if hit else None
 
     def _c4(self, doc: dict, out: Outcome) -> Failure | None:
-        if not self.rules.c4.enabled:
+        cfg = out.settings.configs.get("c4")
+        if cfg is None:
             return None
-        text, m, rule, drops = c4.clean(out.text, self.rules.c4, self.c4_bad_words)
+        key = (cfg.bad_words, cfg.bad_words_file)  # a language's own list is read once, like the source's
+        if key not in self._bad_words:
+            self._bad_words[key] = c4.bad_words(cfg)
+        text, m, rule, drops = c4.clean(out.text, cfg, self._bad_words[key])
         out.measures.update(m)
         out.line_drops = drops
         out.text = text
@@ -119,10 +147,10 @@ class Chain:
         return None
 
     def _fineweb(self, doc: dict, out: Outcome) -> Failure | None:
-        cfg = self.rules.fineweb
-        if not cfg.enabled:
+        cfg = out.settings.configs.get("fineweb")
+        if cfg is None:
             return None
-        m = fineweb.measures(out.text, cfg.short_line_length)
+        m = fineweb.measures(out.text, cfg.short_line_length, out.settings.split)
         out.measures.update(m)
         hit = first_failure(FINEWEB, m, cfg)
         return _failure(*hit, cfg) if hit else None

@@ -5,11 +5,24 @@ of ``null`` for one rule. Defaults are the published ones (Gopher: Rae et al. 20
 2020; FineWeb: Penedo et al. 2024). ``sources:`` holds per-source overrides keyed by source name: an
 override names only what differs, and everything it leaves out comes from the global settings.
 
+The Gopher, C4 and FineWeb rules apply per language (`datakit.quality.language_rules`): a document gets
+the rules of the language language ID gave it (``language`` when language ID is off or finds no
+letters), with that language's word splitting, stop words and built-in thresholds
+(`datakit.quality.languages`: FineWeb-2's where it gives them) in place of the defaults. What the
+manifest sets wins over the built-in values: a key written in a group applies to every language, and
+``languages: {<code>: {...}}`` sets keys for one language. A group without settings for a language is
+skipped for its documents (counted ``skipped/<group>/<code>``), unless ``apply_to_unlisted: true`` (the
+default thresholds, split at whitespace, the group's ``stop_words`` or else English's) or a
+``languages:`` entry for that language names the group.
+
     quality:
       annotate_only: false          # true: keep every document, only write the measures
       langid: {languages: [en], min_score: 0.65}
       gopher_quality: {min_stop_words: 2}
       c4: {enabled: false}
+      languages:
+        pl: {gopher_quality: {min_stop_words: 1}}
+        la: {gopher_quality: {stop_words: [et, in, est, non, ad, cum, ut, de]}}   # a language without a list
       sources:
         python-stdlib: {enabled: false}          # code: no prose rules at all
         licenses: {gopher_repetition: {enabled: false}, fineweb: {enabled: false}}
@@ -21,14 +34,27 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from datakit.quality.langcodes import check_languages
+from datakit.quality import languages as builtin
+from datakit.quality.langcodes import LID176_CODES, check_languages
 
 _GIVEN = {"internal": "given", "identity": False}
 _FRACTION = {"min": 0, "max": 1}
+# The keys a rule group's manifest entry wrote decide which built-in per-language values they replace, so
+# they are part of the step's identity (writing a default value explicitly changes what other languages get).
+_GIVEN_KEPT = {"internal": "given"}
 
 
 def _given() -> Any:
     return field(default=frozenset(), compare=False, repr=False, metadata=_GIVEN)
+
+
+def _given_kept() -> Any:
+    return field(default=frozenset(), compare=False, repr=False, metadata=_GIVEN_KEPT)
+
+
+def check_language(value: str) -> str | None:
+    """The manifest check of one language code (``quality.language``)."""
+    return check_languages((value,))
 
 
 @dataclass(frozen=True)
@@ -73,7 +99,9 @@ class GopherQualityConfig:
     max_ellipsis_lines_ratio: float | None = field(default=0.3, metadata=_FRACTION)
     min_alpha_words_ratio: float | None = field(default=0.8, metadata=_FRACTION)
     min_stop_words: int | None = field(default=2, metadata={"min": 0})
-    given: frozenset = _given()
+    stop_words: tuple[str, ...] | None = None  # None: the language's built-in list
+    apply_to_unlisted: bool = False  # true: languages without settings get the defaults (not skipped)
+    given: frozenset = _given_kept()
 
 
 @dataclass(frozen=True)
@@ -92,7 +120,8 @@ class GopherRepetitionConfig:
     dup_8_gram_frac: float | None = field(default=0.12, metadata=_FRACTION)
     dup_9_gram_frac: float | None = field(default=0.11, metadata=_FRACTION)
     dup_10_gram_frac: float | None = field(default=0.10, metadata=_FRACTION)
-    given: frozenset = _given()
+    apply_to_unlisted: bool = False  # true: languages without settings get the defaults (not skipped)
+    given: frozenset = _given_kept()
 
 
 @dataclass(frozen=True)
@@ -111,7 +140,8 @@ class C4Config:
     min_sentences: int | None = field(default=5, metadata={"min": 0})
     bad_words: tuple[str, ...] = ()
     bad_words_file: str | None = field(default=None, metadata={"path": True})
-    given: frozenset = _given()
+    apply_to_unlisted: bool = False  # true: languages without settings get the defaults (not skipped)
+    given: frozenset = _given_kept()
 
 
 @dataclass(frozen=True)
@@ -123,7 +153,21 @@ class FineWebConfig:
     short_line_length: int = field(default=30, metadata={"min": 0})
     max_char_dup_ratio: float | None = field(default=0.01, metadata=_FRACTION)
     max_list_ratio: float | None = field(default=0.3, metadata={"min": 0})
-    given: frozenset = _given()
+    apply_to_unlisted: bool = False  # true: languages without settings get the defaults (not skipped)
+    given: frozenset = _given_kept()
+
+
+@dataclass(frozen=True)
+class LanguageRules:
+    """``quality.languages.<code>``: the rule groups' keys for documents in one language, laid over that
+    language's built-in settings and the manifest's keys for every language. Naming a group here also
+    makes it apply to a language it has no built-in settings for."""
+
+    gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
+    gopher_quality: GopherQualityConfig = GopherQualityConfig()
+    c4: C4Config = C4Config()
+    fineweb: FineWebConfig = FineWebConfig()
+    given: frozenset = _given_kept()
 
 
 @dataclass(frozen=True)
@@ -135,11 +179,30 @@ class QualityRules:
     annotate_only: bool = False
     url: UrlConfig = UrlConfig()
     langid: LangIdConfig = LangIdConfig()
+    language: str = field(default="en", metadata={"check": check_language})  # when langid is off / finds none
     gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
     gopher_quality: GopherQualityConfig = GopherQualityConfig()
     c4: C4Config = C4Config()
     fineweb: FineWebConfig = FineWebConfig()
+    languages: dict[str, LanguageRules] = field(default_factory=dict, hash=False)
     given: frozenset = _given()
+
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[Any, str]]:
+        """Every ``languages`` key is a code language ID predicts ("polish": did you mean 'pl'?), and a
+        Gopher quality entry for a language without a built-in stop-word list gives one (or switches the
+        stop-word rule off): otherwise English's words would be counted in another language."""
+        out: list[tuple[Any, str]] = []
+        for code, over in self.languages.items():
+            if code not in LID176_CODES:
+                out.append((("languages", code), check_languages((code,)) or ""))
+                continue
+            gq = over.gopher_quality
+            if ("gopher_quality" in over.given and not builtin.stop_words(code) and gq.stop_words is None
+                    and gq.min_stop_words is not None and gq.enabled):
+                out.append((("languages", code, "gopher_quality"),
+                            f"no built-in stop words for {code!r}: give stop_words (its most frequent "
+                            "function words, about 8) or set min_stop_words: null"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -157,12 +220,17 @@ class QualityConfig(QualityRules):
 
 
 def overlay(base: Any, over: Any) -> Any:
-    """``base`` with the fields ``over`` was given in the manifest (nested sections merged the same way)."""
-    changes = {}
+    """``base`` with the fields ``over`` was given in the manifest (nested sections merged the same way, a
+    mapping of sections key by key); the result's ``given`` holds the keys either one was given, so a
+    later overlay still knows what the manifest wrote."""
+    changes: dict[str, Any] = {"given": base.given | over.given}
     for name in over.given:
         value = getattr(over, name)
+        mine = getattr(base, name)
         if dataclasses.is_dataclass(value) and hasattr(value, "given"):
-            value = overlay(getattr(base, name), value)
+            value = overlay(mine, value)
+        elif isinstance(value, dict) and isinstance(mine, dict):
+            value = {**mine, **{k: overlay(mine[k], v) if k in mine else v for k, v in value.items()}}
         changes[name] = value
     return dataclasses.replace(base, **changes)
 

@@ -4,7 +4,8 @@
     fineweb_short_line_ratio   share of non-blank lines of at most ``short_line_length`` characters
     fineweb_char_dup_ratio     characters in non-blank lines that repeat an earlier line, per character
                                of the text without newlines
-    fineweb_list_ratio         newlines per word (lists and menus have many short lines)
+    fineweb_list_ratio         newlines per word (lists and menus have many short lines; words split the
+                               way of the document's language, `datakit.quality.text`)
 
 The rules (datakit.quality.rules) drop a document when the first is below 0.12, the second above
 0.67, the third above 0.01 or the fourth above 0.3. Terminal punctuation is the reference
@@ -19,7 +20,7 @@ from .text import TERMINAL_PUNCTUATION, nonblank_lines, tokens
 TERMINAL = tuple(sorted(TERMINAL_PUNCTUATION))
 
 
-def measures(text: str, short_line_length: int = 30) -> dict[str, float]:
+def measures(text: str, short_line_length: int = 30, split: str = "spacy_en") -> dict[str, float]:
     """The FineWeb measures of ``text`` (an empty text measures 0 everywhere; its line rules then fire)."""
     lines = nonblank_lines(text)
     if not lines:
@@ -33,7 +34,7 @@ def measures(text: str, short_line_length: int = 30) -> dict[str, float]:
         else:
             seen.add(line)
     n_chars = len(text.replace("\n", "")) or 1
-    n_words = len(tokens(text)) or 1
+    n_words = len(tokens(text, split)) or 1
     return {
         "fineweb_line_punct_ratio": sum(line.endswith(TERMINAL) for line in lines) / len(lines),
         "fineweb_short_line_ratio": sum(len(line) <= short_line_length for line in lines) / len(lines),

@@ -1,7 +1,9 @@
 """Gopher quality and repetition measures (Rae et al. 2021, "Scaling Language Models", appendix A).
 
 Pure functions of one text returning named measures; `datakit.quality.rules` compares them with the
-thresholds. Every measure is defined so that an empty text gives finite values (0 or 1).
+thresholds. Every measure is defined so that an empty text gives finite values (0 or 1). Words are split
+the way of the document's language (``split``: `datakit.quality.text`) and stop words are that language's
+(`datakit.quality.languages`); the defaults are English's, as the Gopher paper and FineWeb measured them.
 
 Quality (per document):
     gopher_words            content words (tokens with a character other than punctuation; words are
@@ -12,8 +14,9 @@ Quality (per document):
     gopher_bullet_lines     share of lines starting with a bullet ('•' or '-')
     gopher_ellipsis_lines   share of lines ending with an ellipsis
     gopher_alpha_words      share of tokens holding an alphabetic character
-    gopher_stop_words       how many distinct English stop words occur (the, be, to, of, and, that,
-                            have, with), case-insensitively
+    gopher_stop_words       how many distinct stop words occur, case-insensitively (English: the, be,
+                            to, of, and, that, have, with); in a language split by character, a stop
+                            word occurs when the text holds it (it may be several characters long)
 
 Repetition:
     rep_dup_para_frac / rep_dup_para_char_frac   paragraphs (split on blank lines) that repeat an earlier
@@ -43,13 +46,22 @@ _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAKS = re.compile(r"\n+")
 
 
-def quality_measures(text: str) -> dict[str, float]:
+def count_stop_words(text: str, words: list[str], stop_words: frozenset[str], split: str) -> int:
+    """How many distinct ``stop_words`` occur: among the lowercased words, or, for a text split by
+    character (whose words are single characters), anywhere in the text."""
+    if split == "chars":
+        low = text.lower()
+        return sum(1 for w in stop_words if w in low)
+    longest = max(map(len, stop_words), default=0)
+    return len(stop_words & {w.lower() for w in words if len(w) <= longest})
+
+
+def quality_measures(text: str, stop_words: frozenset[str] = STOP_WORDS, split: str = "spacy_en") -> dict[str, float]:
     """The Gopher quality measures of ``text`` (see the module docstring)."""
-    toks, words = split_tokens(text)
+    toks, words = split_tokens(text, split)
     n_tok = len(toks)
     lines = text.splitlines() or [""]
     stripped = [line.strip() for line in lines]
-    lowered = {w.lower() for w in words if len(w) <= 4}
     return {
         "gopher_words": float(len(words)),
         "gopher_avg_word_length": sum(map(len, words)) / len(words) if words else 0.0,
@@ -58,7 +70,7 @@ def quality_measures(text: str) -> dict[str, float]:
         "gopher_bullet_lines": sum(s.startswith(BULLETS) for s in stripped) / len(lines),
         "gopher_ellipsis_lines": sum(s.endswith(ELLIPSES) for s in stripped) / len(lines),
         "gopher_alpha_words": sum(any(c.isalpha() for c in t) for t in toks) / n_tok if n_tok else 0.0,
-        "gopher_stop_words": float(len(STOP_WORDS & lowered)),
+        "gopher_stop_words": float(count_stop_words(text, words, stop_words, split)),
     }
 
 
@@ -101,8 +113,8 @@ def dup_ngram_chars(toks: list[str], n: int) -> int:
     return chars
 
 
-def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS,
-                        dup: tuple[int, ...] = DUP_NGRAMS) -> dict[str, float]:
+def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
+                        split: str = "spacy_en") -> dict[str, float]:
     """The Gopher repetition measures of ``text`` (see the module docstring) for the given n."""
     n_chars = len(text) or 1
     paras = _PARAGRAPH_BREAK.split(text.strip())
@@ -115,7 +127,7 @@ def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS,
         "rep_dup_line_frac": l_count / len(lines),
         "rep_dup_line_char_frac": l_chars / n_chars,
     }
-    toks = tokens(text)
+    toks = tokens(text, split)
     if len(toks) < SMALL:
         tops = {n: top_ngram_chars(toks, n) for n in top}
         dups = {n: dup_ngram_chars(toks, n) for n in dup}

@@ -13,11 +13,27 @@ on the same words as the published FineWeb pipeline measured it.
 
 *Content words* are the tokens holding a character other than punctuation (datatrove's set below): the
 Gopher paper's "words", without symbol tokens.
+
+Other languages are split by their script (`datakit.quality.languages` says which way each language is):
+
+- ``spaces`` (languages written with spaces between words: Latin, Cyrillic, Greek, Arabic, Hebrew, Indic,
+  Hangul...): the text is split at whitespace, and each piece loses its leading and trailing punctuation
+  and symbols (Unicode categories P* and S*, but not the hyphen "-"), one token per character (a run of
+  periods is one token); what is left is one word, inner apostrophes and hyphens included ("l'homme",
+  "e-mail", "--help"). Combining marks stay inside their word (a Devanagari vowel sign is no word
+  boundary).
+- ``chars`` (scripts written without spaces: Chinese, Japanese kana and kanji, Thai, Lao, Khmer,
+  Myanmar): every character of those scripts is one token (with the combining marks after it); runs of
+  other characters in the same piece (Latin words, numbers) are split as ``spaces`` splits them. This is
+  by character, not a dictionary segmenter: word counts are character counts, so a language split this
+  way has no average-word-length rule, and its n-gram rules count characters.
+- ``spacy_en``: spaCy's English rules above (English only, so English measures are exactly datatrove's).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from . import _en_tokenizer_rules as _R
 
@@ -58,7 +74,18 @@ _SUFFIX_WINDOW = 24
 _SUFFIX_LAST = frozenset(chr(c) for a, b in _R.SUFFIX_LAST for c in range(a, b + 1))
 _CACHE: dict[str, tuple[str, ...]] = {}
 _CACHE_MAX = 500_000
-_last: tuple[str | None, list[str]] = (None, [])
+_last: tuple[str | None, str, list[str]] = (None, "", [])
+
+WORD_SPLITS = ("spacy_en", "spaces", "chars")
+# Scripts written without spaces between words (split by character), and the combining marks that stay
+# with the character before them (Thai/Lao vowel and tone marks, Myanmar and Khmer signs, kana voicing).
+_DENSE = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
+          "\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f")
+_MARKS = ("\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec8-\u0ecd\u102b-\u103e"
+          "\u17b6-\u17d3\u3099\u309a")
+_DENSE_CHAR = re.compile(f"([{_DENSE}][{_MARKS}]*)")
+_HAS_DENSE = re.compile(f"[{_DENSE}]").search
+_CACHES: dict[str, dict[str, tuple[str, ...]]] = {"spacy_en": _CACHE, "spaces": {}, "chars": {}}
 
 
 def _suffix_len(s: str) -> int:
@@ -170,32 +197,93 @@ def _merge_specials(out: list[str]) -> None:
         i += 1
 
 
-def tokens(text: str) -> list[str]:
-    """Every token (content words and symbols), in order (see the module docstring). The last text's
-    tokens are kept, so the rules that measure the same text tokenize it once."""
-    global _last
-    if text is _last[0]:
-        return _last[1]
+def _is_symbol(c: str) -> bool:
+    return c != "-" and unicodedata.category(c)[0] in "PS"
+
+
+def _edge_tokens(edge: str) -> list[str]:
+    """Peeled punctuation as tokens: one per character, but a run of periods is one token ("...")."""
     out: list[str] = []
-    cache = _CACHE
+    for c in edge:
+        if c == "." and out and out[-1][-1] == ".":
+            out[-1] += c
+        else:
+            out.append(c)
+    return out
+
+
+def _peel(c: str) -> tuple[str, ...]:
+    """``spaces`` splitting of one whitespace-free piece: leading and trailing punctuation and symbols off
+    (a run of periods is one token, the others one token per character); the rest is one word. A hyphen
+    stays with its word, as spaCy keeps it ("-v", "--help", "e-"), so options and compounds are words."""
+    i, j = 0, len(c)
+    while i < j and _is_symbol(c[i]):
+        i += 1
+    while j > i and _is_symbol(c[j - 1]):
+        j -= 1
+    if i == j:
+        return tuple(_edge_tokens(c))
+    return (*_edge_tokens(c[:i]), c[i:j], *_edge_tokens(c[j:]))
+
+
+def _by_char(c: str) -> tuple[str, ...]:
+    """``chars`` splitting of one piece: each character of a script written without spaces is a token;
+    the runs between them are split as ``spaces`` splits them."""
+    if not _HAS_DENSE(c):
+        return _peel(c)
+    out: list[str] = []
+    for i, part in enumerate(_DENSE_CHAR.split(c)):
+        if i % 2:
+            out.append(part)
+        elif part:
+            out.extend(_peel(part))
+    return tuple(out)
+
+
+def _plain_en(c: str) -> bool:
+    return c not in _SPECIAL
+
+
+def _plain_spaces(c: str) -> bool:
+    return True
+
+
+def _plain_chars(c: str) -> bool:
+    return not _HAS_DENSE(c)
+
+
+# Per way of splitting: how a piece is split, and which alphanumeric pieces are one word as they are.
+_SPLIT_PIECE = {"spacy_en": _piece, "spaces": _peel, "chars": _by_char}
+_PLAIN = {"spacy_en": _plain_en, "spaces": _plain_spaces, "chars": _plain_chars}
+
+
+def tokens(text: str, split: str = "spacy_en") -> list[str]:
+    """Every token (content words and symbols), in order, split the ``split`` way (see the module
+    docstring). The last text's tokens are kept, so the rules that measure the same text tokenize it once."""
+    global _last
+    if text is _last[0] and split == _last[1]:
+        return _last[2]
+    out: list[str] = []
+    cache = _CACHES[split]
+    piece, plain = _SPLIT_PIECE[split], _PLAIN[split]
     for c in text.split():
-        if c.isalnum() and c not in _SPECIAL:
+        if c.isalnum() and plain(c):
             out.append(c)
             continue
         hit = cache.get(c)
         if hit is None:
-            hit = _piece(c)
+            hit = piece(c)
             if len(cache) >= _CACHE_MAX:
                 cache.clear()
             cache[c] = hit
         out.extend(hit)
-    _last = (text, out)
+    _last = (text, split, out)
     return out
 
 
-def split_tokens(text: str) -> tuple[list[str], list[str]]:
+def split_tokens(text: str, split: str = "spacy_en") -> tuple[list[str], list[str]]:
     """(all tokens, content words)."""
-    toks = tokens(text)
+    toks = tokens(text, split)
     return toks, [t for t in toks if not PUNCTUATION.issuperset(t)]
 
 

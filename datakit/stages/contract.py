@@ -184,6 +184,8 @@ def _identity_value(value: Any) -> Any:
         return step_identity(value)
     if isinstance(value, (list, tuple)):
         return [_identity_value(v) for v in value]
+    if isinstance(value, frozenset):  # a set of keys (a config's `given`, where it decides the output)
+        return sorted(value)
     if isinstance(value, dict):
         return {k: _identity_value(v) for k, v in value.items()}
     return value

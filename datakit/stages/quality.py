@@ -13,7 +13,9 @@ out, nothing runs). It writes a documents dir with the input's file names:
   (the measured value that crossed the threshold).
 
 Counters: docs_in, docs_out, removed, changed (C4 cleaned the text), ``removed/<rule>`` per rule,
-``c4_lines/<why>`` per dropped-line reason, ``lang/<code>`` per detected language.
+``c4_lines/<why>`` per dropped-line reason, ``lang/<code>`` per detected language, and
+``skipped/<group>/<code>``: documents in language <code> (past language ID) that rule group <group> has
+no settings for, so it did not judge them (`datakit.quality.language_rules`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
 from .transform import documents_result, run_per_file, sort_unique
 
-VERSION = "1"
+VERSION = "2"
 _chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
 
 
@@ -69,6 +71,8 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
             _bump(stats, f"c4_lines/{why}", n)
         if out.measures.get("lang") is not None:
             _bump(stats, f"lang/{out.measures['lang'] or 'none'}")
+        for group in out.skipped:
+            _bump(stats, f"skipped/{group}/{out.settings.code}")
         if out.failure is not None and not rules.annotate_only:
             removed.append((doc["id"], out.failure.rule, out.failure.detail, out.failure.value))
             _bump(stats, f"removed/{out.failure.rule}")
