@@ -119,7 +119,7 @@ def test_full_manifest_typed_values(corpus: Path):
     # 'defaults' (an anchor holder) is not a manifest key; "x-" keys are free for anchors.
     assert messages(errors) == [
         f"{path}:4:1: defaults: unknown key 'defaults' (allowed: backend, decontaminate, dedup, export, "
-        "line_dedup, mirror, mixture, normalize, pii, prefix, quality, quality_classifier, sources, stages, tokenize, "
+        "line_dedup, mirror, mixture, normalize, pii, prefix, quality, quality_classifier, sources, stages, takedown, tokenize, "
         "train, workers)"
     ]
     path.write_text(path.read_text().replace("defaults: &common", "x-common: &common"))
@@ -885,6 +885,7 @@ def test_sections_are_the_stage_configs():
     from datakit.normalize.config import NormalizeConfig
     from datakit.classify.config import ClassifierConfig
     from datakit.quality.config import LineDedupConfig, PiiConfig, QualityConfig
+    from datakit.quality.takedown import TakedownConfig
     from datakit.stages.registry import sections
     from datakit.tokenize.config import TokenizeConfig
     from datakit.train.config import TrainConfig
@@ -893,7 +894,8 @@ def test_sections_are_the_stage_configs():
     assert {s.key: s.config for s in sections()} == {
         "normalize": NormalizeConfig, "dedup": DedupConfig, "decontaminate": DecontamConfig,
         "tokenize": TokenizeConfig, "train": TrainConfig, "quality": QualityConfig, "line_dedup": LineDedupConfig,
-        "pii": PiiConfig, "mixture": MixtureConfig, "quality_classifier": ClassifierConfig, "export": ExportConfig}
+        "pii": PiiConfig, "mixture": MixtureConfig, "quality_classifier": ClassifierConfig, "export": ExportConfig,
+        "takedown": TakedownConfig}
     for s in sections():
         assert type(m.sections[s.key]) is s.config
     m.train.validate()

@@ -283,3 +283,26 @@ def check_pii(ctx: RunContext, ref: PlanStep, src: str) -> None:
     got, dep = step
     ctx.check(name, "ids_kept", lambda: _ids_kept(ctx, dep, got["main"]), (dep,))
     ctx.check(name, "planted", lambda: _planted_pii(ctx, name, src, dep, got["main"]), (dep,))
+
+
+def _removed_only_listed(ctx: RunContext, main: list[str], removed: list[str]) -> str:
+    """Every removed row says which entry matched, and no kept document carries a removed id."""
+    bad = ctx.q("select count(*) from read_parquet(?) where reason <> 'takedown' or detail is null", [removed])[0][0]
+    if bad:
+        raise CheckFailed(f"{bad} removed rows without reason 'takedown' and the matching entry")
+    n = ctx.q("select count(*) from read_parquet(?)", [removed])[0][0]
+    if n:
+        back = ctx.q("select count(*) from read_parquet(?) where id in (select id from read_parquet(?))",
+                     [main, removed])[0][0]
+        if back:
+            raise CheckFailed(f"{back} taken-down ids are still in the kept documents")
+    return f"{n} documents taken down, none of them kept"
+
+
+@with_outputs_check
+def check_takedown(ctx: RunContext, ref: PlanStep, src: str) -> None:
+    step = _documents_step(ctx, ref, src)
+    if step is None:
+        return
+    got, dep = step
+    ctx.check(ref.name, "listed", lambda: _removed_only_listed(ctx, got["main"], got["removed"]), (dep,))

@@ -26,7 +26,7 @@ from datakit.steps import StepContext
 
 from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
-from .transform import documents_result, run_per_file
+from .transform import FileKey, documents_result, run_per_file
 
 VERSION = "1"
 
@@ -50,7 +50,7 @@ def redact_file(name: str, table: pa.Table, rules: PiiRules) -> tuple[pa.Table, 
 
 def _run(ctx: StepContext, source: str, documents: str, rules: PiiRules) -> dict:
     names, totals = run_per_file(ctx, documents, partial(redact_file, rules=rules), f"pii-{source}",
-                                 reuse_key=())
+                                 reuse_key=FileKey())
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
     return documents_result(names, totals, stage=STAGE.name, source=source)

@@ -31,7 +31,7 @@ from datakit.steps import StepContext
 
 from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
-from .transform import documents_result, run_per_file, sort_unique
+from .transform import FileKey, documents_result, run_per_file, sort_unique
 
 VERSION = "2"
 _chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
@@ -94,7 +94,7 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
 
 def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> dict:
     names, totals = run_per_file(ctx, documents, partial(filter_file, rules=rules), f"quality-{source}",
-                                 with_value=True, reuse_key=())
+                                 with_value=True, reuse_key=FileKey())
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
     return documents_result(names, totals, stage=STAGE.name, source=source, annotate_only=rules.annotate_only)

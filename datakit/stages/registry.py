@@ -9,12 +9,13 @@ from __future__ import annotations
 from datakit.manifest import Section
 
 from . import (consolidate, decontaminate, download, exact, export, fuzzy, linededup, mixture, normalize, pii,
-               quality, quality_classifier, tokenize, tokenizer, train, user)
+               quality, quality_classifier, takedown, tokenize, tokenizer, train, user)
 from .contract import Stage
 
 STAGES: tuple[Stage, ...] = (
     download.STAGE,
     normalize.STAGE,
+    takedown.STAGE,
     user.AFTER_NORMALIZE,
     quality.STAGE,
     exact.STAGE,

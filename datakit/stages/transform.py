@@ -9,6 +9,7 @@ and re-sorts the file; two documents made identical keep one, the other is remov
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import posixpath
 from dataclasses import dataclass
@@ -78,12 +79,15 @@ class _Job:
     dst_removed: str
     key: str | None = None
     earlier: reuse.Earlier | None = None
+    key_fn: Callable[[str], Any] | None = None
 
 
 def _apply(job: _Job, file_fn: FileFn, with_value: bool, output: str
            ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
     """One file through ``file_fn``, or its earlier result taken whole: (key, the two files relative to
     the step dir, stats, whether it was taken)."""
+    if job.key is not None and job.key_fn is not None:
+        job = dataclasses.replace(job, key=reuse.content_key(job.key, job.key_fn(job.src)))
     unit = reuse.take(job.earlier, job.key, output) if job.key is not None else None
     if unit is not None:
         stats = unit.stats
@@ -105,35 +109,45 @@ def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsD
     return src, names
 
 
-def _jobs(ctx: StepContext, documents: str, names: list[str], src: DocumentsDir,
-          reuse_key: tuple | None) -> list[_Job]:
+@dataclass(frozen=True)
+class FileKey:
+    """How a per-file step keys its files for reuse (steps/reuse.py): ``settings``, what besides the
+    file its output depends on (None: the step's whole config), and ``per_file``, a function of the
+    input file's path giving what of the file and the settings decides its output, when that is less
+    than the settings (a takedown list: only the entries found in that file), read in the file's task."""
+
+    settings: Any = None
+    per_file: Callable[[str], Any] | None = None
+
+
+def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: FileKey | None) -> list[_Job]:
     dst = DocumentsDir(ctx.output)
     if reuse_key is None:
         return [_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
     hashes = reuse.output_hashes(src.root)
     earlier = reuse.load(ctx.earlier)
+    settings = ctx.step.config if reuse_key.settings is None else reuse_key.settings
     jobs = []
     for n in names:
         digest = hashes.get(f"{DocumentsDir.MAIN}/{n}")
-        key = None if digest is None else reuse.content_key(
-            ctx.step.name, ctx.step.version, ctx.step.config, reuse_key, n, digest)
-        jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier))
+        key = None if digest is None else reuse.content_key(ctx.step.name, ctx.step.version, settings, n, digest)
+        jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier,
+                         reuse_key.per_file))
     return jobs
 
 
 def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
-                 with_value: bool = False, reuse_key: tuple | None = None) -> tuple[list[str], dict[str, int]]:
+                 with_value: bool = False, reuse_key: FileKey | None = None) -> tuple[list[str], dict[str, int]]:
     """Every documents file of step ``documents`` through ``file_fn`` on the engine, one task per file:
     (the file names, the summed stats).
 
-    ``reuse_key``: None when a file's output depends on more than that file and the step's settings;
-    otherwise the content of whatever else it depends on (a model's hash; ``()`` for nothing else).
-    Then each file's output is keyed by (step name, version, settings, ``reuse_key``, the input file's
-    name and recorded xxh3) and taken from the earlier build of this step when its key is there
-    (steps/reuse.py): an edit to one input file recomputes that file only. The counts of taken and
-    computed files are the step's ``files/reused`` and ``files/computed`` counters."""
+    ``reuse_key``: None when a file's output depends on more than that file and the step's settings.
+    Otherwise each file's output is keyed by (step name, version, the key's settings, the input file's
+    name and recorded xxh3, and its ``per_file`` part) and taken from the earlier build of this step
+    when its key is there (steps/reuse.py): an edit to one input file recomputes that file only. The
+    counts of taken and computed files are the step's ``files/reused`` and ``files/computed`` counters."""
     src, names = input_names(ctx, documents, what)
-    jobs = _jobs(ctx, documents, names, src, reuse_key)
+    jobs = _jobs(ctx, names, src, reuse_key)
     done = (Dataset.from_items(jobs, num_shards=len(jobs))
             .map(partial(_apply, file_fn=file_fn, with_value=with_value, output=ctx.output))
             .collect(ctx.exec_config))

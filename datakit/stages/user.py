@@ -34,7 +34,7 @@ from datakit.steps.identity import ConfigError
 
 from .code_fingerprint import call_fingerprint, callable_fingerprint
 from .contract import DOCUMENTS, Graph, Stage, step_identity
-from .transform import REMOVED_SCHEMA, documents_result, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
+from .transform import FileKey, REMOVED_SCHEMA, documents_result, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
 VERSION = "1"
 _PROTECTED = ("id", "text")
@@ -158,7 +158,7 @@ def _run(ctx: StepContext, spec: UserStageSpec, documents: str, search_dir: str 
     try:
         names, totals = run_per_file(ctx, documents, partial(transform_file, spec=spec, search_dir=search_dir,
                                                               code=code), f"stage {spec.name}",
-                                     reuse_key=())
+                                     reuse_key=FileKey())
     except ValueError as e:
         raise UserStageError(str(e)) from None
     totals = {k: totals.get(k, 0) for k in ("docs_in", "docs_out", "removed", "changed")}

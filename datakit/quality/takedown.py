@@ -1,0 +1,96 @@
+"""Takedowns: documents a publisher, a court or a licence says must go, listed by id, URL or domain.
+
+The `takedown:` manifest section lists them inline or in a file (one per line, ``id <value>``,
+``url <value>`` or ``domain <value>``; ``#`` starts a comment), and the takedown stage removes every
+matching document from every source right after normalize, so nothing downstream (dedup, the token
+caches, training) ever sees it. An id matches a document's content id (``id``) or the id it had in its
+input (``source_id``); a URL matches the document's URL column exactly (after trimming); a domain
+matches every URL whose registered domain (public suffix list bundled with tldextract, as the URL
+filter's) is that domain.
+
+Why a stage of its own rather than a quality rule: a takedown must hold whatever the quality settings
+are (and with the quality layer off), and its list changes on its own schedule. With per-file reuse
+(steps/reuse.py) a new takedown rewrites only the files that hold a listed document, and every step
+downstream recomputes only those files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from datakit.core.fsio import read_bytes
+
+from .urls import registered_domain
+
+KINDS = ("id", "url", "domain")
+
+
+@dataclass(frozen=True)
+class TakedownConfig:
+    """The `takedown:` section: what to remove, inline or in ``file`` (see the module docstring)."""
+
+    ids: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    file: str | None = field(default=None, metadata={"path": True})
+    url_column: str = "url"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.ids or self.urls or self.domains or self.file)
+
+
+class TakedownFileError(ValueError):
+    """A takedown file line that is not ``<kind> <value>``: refused, never guessed."""
+
+
+def parse_file(data: bytes, path: str) -> dict[str, set[str]]:
+    """The entries of a takedown file, by kind; a malformed line fails naming file and line."""
+    out: dict[str, set[str]] = {k: set() for k in KINDS}
+    for number, raw in enumerate(data.decode("utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        kind, _, value = line.partition(" ")
+        if kind not in KINDS or not value.strip():
+            raise TakedownFileError(f"{path}:{number}: expected '<kind> <value>' with kind one of "
+                                    f"{', '.join(KINDS)} (e.g. 'domain example.com'), got {raw.strip()!r}")
+        out[kind].add(value.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class Takedowns:
+    """Every entry of one `takedown:` section, loaded once per task."""
+
+    ids: frozenset[str]
+    urls: frozenset[str]
+    domains: frozenset[str]
+    url_column: str
+
+    @classmethod
+    def of(cls, cfg: TakedownConfig) -> "Takedowns":
+        entries = {"id": set(cfg.ids), "url": set(cfg.urls), "domain": set(cfg.domains)}
+        if cfg.file:
+            for kind, values in parse_file(read_bytes(cfg.file), cfg.file).items():
+                entries[kind] |= values
+        domains = {registered_domain(d) or d.lower() for d in entries["domain"]}
+        return cls(frozenset(entries["id"]), frozenset(u.strip() for u in entries["url"]), frozenset(domains),
+                   cfg.url_column)
+
+    def match(self, doc: dict) -> str | None:
+        """Why ``doc`` is taken down (``id <x>``, ``url <x>``, ``domain <x>``), or None."""
+        for key in ("id", "source_id"):
+            value = doc.get(key)
+            if value is not None and str(value) in self.ids:
+                return f"id {value}"
+        url = doc.get(self.url_column)
+        if not isinstance(url, str) or not url:
+            return None
+        if url.strip() in self.urls:
+            return f"url {url.strip()}"
+        if self.domains:
+            domain = registered_domain(url)
+            if domain in self.domains:
+                return f"domain {domain}"
+        return None

@@ -1,0 +1,81 @@
+"""The takedown stage: documents listed in the manifest's `takedown:` section (ids, URLs, domains, or a
+file of them; `datakit.quality.takedown`) are removed from every source right after normalize, so no
+later step, token cache or model sees them. One step `takedown-<source>` per source, a per-file
+transform with per-file reuse: a new entry rewrites only the files holding a listed document, and each
+removed document is listed in outputs/removed/ with the entry that matched (reason ``takedown``)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pyarrow as pa
+
+from datakit.core.fsio import read_parquet_metadata, read_table
+
+from datakit.manifest import Section
+from datakit.quality.takedown import TakedownConfig, Takedowns
+from datakit.steps import Step, StepContext
+
+from .contract import DOCUMENTS, Graph, Stage, step_identity
+from .transform import FileKey, documents_result, run_per_file
+
+VERSION = "1"
+REASON = "takedown"
+
+
+def _matches(table: pa.Table, cfg: TakedownConfig) -> list[tuple[int, str, str]]:
+    """(row, id, the entry that matched) of every listed document of one file."""
+    lists = Takedowns.of(cfg)
+    out = []
+    for i, doc in enumerate(table.select([c for c in ("id", "source_id", cfg.url_column)
+                                          if c in table.column_names]).to_pylist()):
+        why = lists.match(doc)
+        if why is not None:
+            out.append((i, doc["id"], why))
+    return out
+
+
+def file_matches(path: str, cfg: TakedownConfig) -> list[tuple[int, str, str]]:
+    """The per-file part of a file's reuse key: the listed documents it holds. A new entry therefore
+    rewrites only the files holding a document it lists (the list itself is not in the key)."""
+    names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
+    return _matches(read_table(path, columns=[c for c in ("id", "source_id", cfg.url_column) if c in names]), cfg)
+
+
+def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.Table, list, dict[str, int]]:
+    """One documents file without its listed documents (id order and every column kept)."""
+    matches = _matches(table, cfg)
+    removed = [(doc_id, REASON, why) for _row, doc_id, why in matches]
+    drop = {row for row, _id, _why in matches}
+    kept = table.take(pa.array([i for i in range(table.num_rows) if i not in drop], pa.int64())) if drop else table
+    stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows, "removed": len(removed),
+             f"removed/{REASON}": len(removed)}
+    return kept, removed, stats
+
+
+def _run(ctx: StepContext, source: str, documents: str, cfg: TakedownConfig) -> dict:
+    key = FileKey(settings=cfg.url_column, per_file=partial(file_matches, cfg=cfg))
+    names, totals = run_per_file(ctx, documents, partial(takedown_file, cfg=cfg), f"takedown-{source}",
+                                 reuse_key=key)
+    for k in ("docs_in", "docs_out", "removed", f"removed/{REASON}"):
+        totals.setdefault(k, 0)
+    return documents_result(names, totals, stage=STAGE.name, source=source)
+
+
+def build(graph: Graph) -> None:
+    cfg: TakedownConfig | None = graph.config(STAGE)
+    if cfg is None or not cfg.enabled:
+        return
+    for n in graph.source_names:
+        docs = graph.documents[n]
+        step = Step(f"takedown-{n}", partial(_run, source=n, documents=docs.name, cfg=cfg),
+                    {"takedown": step_identity(cfg)}, deps=(docs,), version=VERSION, stage=STAGE.name, source=n)
+        graph.advance(n, step)
+
+
+STAGE = Stage(name="takedown", version=VERSION, build=build,
+              section=Section("takedown", TakedownConfig, optional=True),
+              consumes=(DOCUMENTS,), produces=(DOCUMENTS,),
+              code=("datakit.quality.takedown", "datakit.quality.urls", "datakit.stages.takedown",
+                    "datakit.stages.transform"),
+              ferry_check="datakit.ferry.checks_quality:check_takedown", reasons=(REASON,))

@@ -1,0 +1,115 @@
+"""Takedowns on real text: documents listed by id, URL or domain (inline or in a file) are removed from
+every source right after normalize; a new takedown on a built prefix rewrites only the files holding a
+listed document and equals a from-scratch build with the takedown; a malformed takedown file fails naming
+its line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import duckdb
+import pytest
+
+from datakit import pipeline
+from datakit.quality.takedown import TakedownFileError, parse_file
+
+LICENSES = ("Apache-2.0", "GPL-3", "LGPL-2.1", "MPL-2.0", "Artistic", "GPL-2")
+
+
+def _web(tmp_path) -> str:
+    """Paragraphs of Debian's license texts as web pages of several sites, over three files."""
+    d = tmp_path / "web"
+    d.mkdir()
+    docs = []
+    for name in LICENSES:
+        with open(f"/usr/share/common-licenses/{name}", encoding="utf-8") as f:
+            paras = [" ".join(p.split()) for p in f.read().split("\n\n") if len(p.split()) > 12]
+        site = {"Apache-2.0": "apache.org", "MPL-2.0": "www.mozilla.org", "Artistic": "perl.example.co.uk"}.get(
+            name, "www.gnu.org")
+        docs += [{"id": f"{name}-{i}", "text": p, "url": f"https://{site}/{name}/{i}"} for i, p in enumerate(paras)]
+    for k in range(3):
+        (d / f"part{k}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in docs[k::3]))
+    return str(d)
+
+
+def _manifest(tmp_path, prefix: str, takedown: dict | None) -> object:
+    data = {"prefix": str(tmp_path / prefix),
+            "sources": [{"name": "web", "uri": _web(tmp_path) if not (tmp_path / "web").exists() else
+                         str(tmp_path / "web"), "format": "jsonl", "id_field": "id"}],
+            "normalize": {"target_shard_bytes": 8_000}, "dedup": {"fuzzy": False}, "pii": {},
+            "tokenize": {"vocab_size": 300}}
+    if takedown is not None:
+        data["takedown"] = takedown
+    return pipeline.manifest_from_dict(data)
+
+
+def _until_tokenize(m) -> list[str]:
+    return [s.name for s in pipeline.build_steps(m) if s.stage not in ("tokenizer", "tokenize", "train")]
+
+
+def _step(summary, name: str) -> dict:
+    return next(s for s in summary.to_dict()["steps"] if s["name"] == name)
+
+
+def _files(summary, name: str) -> dict[str, str]:
+    d = _step(summary, name)["output"]
+    out = {}
+    for root, _dirs, names in os.walk(os.path.join(d, "outputs")):
+        for n in names:
+            with open(os.path.join(root, n), "rb") as f:
+                out[os.path.relpath(os.path.join(root, n), d)] = hashlib.sha256(f.read()).hexdigest()
+    assert out
+    return out
+
+
+def test_a_new_takedown_rewrites_only_the_files_holding_it_and_equals_a_rebuild(tmp_path):
+    before = _manifest(tmp_path, "inc", {"ids": ["GPL-3-5"]})
+    assert pipeline.run(before, workers=2, only=_until_tokenize(before)).ok
+    listing = tmp_path / "takedowns.txt"
+    listing.write_text("# requests of 2026-11\nurl https://apache.org/Apache-2.0/3\n"
+                       "id GPL-3-5   # by the id the page had in its input\n")
+    after = _manifest(tmp_path, "inc", {"file": str(listing)})
+    s = pipeline.run(after, workers=2, only=_until_tokenize(after))
+    assert s.ok
+    take = _step(s, "takedown-web")
+    removed = duckdb.execute("select detail from read_parquet(?)",
+                             [os.path.join(take["output"], "outputs/removed/*.parquet")]).fetchall()
+    assert sorted(r[0] for r in removed)[1] == "url https://apache.org/Apache-2.0/3"
+    assert sorted(r[0] for r in removed)[0].startswith("id GPL-3-5") and len(removed) == 2
+    # One more listed document: its file is rewritten, here and in every step after; the rest are taken.
+    for name in ("takedown-web", "consolidate-web", "pii-web"):
+        c = _step(s, name)["counters"]
+        assert c["files/computed"] == 1 and c["files/reused"] > 3, (name, c)
+    kept = duckdb.execute("select count(*) from read_parquet(?) where url = 'https://apache.org/Apache-2.0/3' "
+                          "or source_id = 'GPL-3-5'",
+                          [os.path.join(_step(s, "pii-web")["output"], "outputs/main/*.parquet")]).fetchone()[0]
+    assert kept == 0
+    fresh = _manifest(tmp_path, "fresh", {"file": str(listing)})
+    f = pipeline.run(fresh, workers=1, only=_until_tokenize(fresh))
+    assert f.ok
+    for name in ("takedown-web", "consolidate-web", "pii-web"):
+        assert _files(s, name) == _files(f, name), name
+
+
+def test_domains_and_the_summary_reason(tmp_path):
+    m = _manifest(tmp_path, "p", {"domains": ["mozilla.org", "https://perl.example.co.uk/x"], "ids": ["Apache-2.0-0"]})
+    s = pipeline.run(m, workers=1, only=_until_tokenize(m))
+    assert s.ok
+    c = _step(s, "takedown-web")["counters"]
+    assert c["docs_in"] == c["docs_out"] + c["removed/takedown"]
+    details = [r[0] for r in duckdb.execute("select detail from read_parquet(?)", [os.path.join(
+        _step(s, "takedown-web")["output"], "outputs/removed/*.parquet")]).fetchall()]
+    mozilla, perl = (sum(d == f"domain {x}" for d in details) for x in ("mozilla.org", "example.co.uk"))
+    assert mozilla > 5 and perl > 5 and len(details) == mozilla + perl + 1
+    data = s.data_summary() if hasattr(s, "data_summary") else None
+    assert data is None or "takedown" in json.dumps(data)
+
+
+def test_a_malformed_takedown_file_fails_naming_its_line(tmp_path):
+    with pytest.raises(TakedownFileError, match=r"t\.txt:2: expected '<kind> <value>'"):
+        parse_file(b"domain example.com\nexample.org\n", "t.txt")
+    with pytest.raises(TakedownFileError, match="t.txt:1"):
+        parse_file(b"host example.com\n", "t.txt")
+    assert parse_file(b"# c\n\nurl https://a.b/c # x\n", "t.txt")["url"] == {"https://a.b/c"}
