@@ -469,13 +469,15 @@ def test_reason_input_files_changed(tmp_path):
     (src / "c.txt").write_text("sea\n")
     # the digest in config changed too, but that change IS the input files: they are named instead
     assert dry_reasons([step()], prefix) == {
-        "norm": "input files changed: a.py (changed), b.txt (removed), c.txt (added)"}
+        "norm": "input files changed (incremental: 1 new, 1 changed, 1 removed of 3): a.py (changed), b.txt (removed), "
+                "c.txt (added)"}
     # a real config change is reported (first kind that applies) without the digest noise
     assert dry_reasons([step({"lang": "de"})], prefix) == {"norm": 'config changed: lang (unset) -> "de"'}
     for i in range(7):
         (src / f"new{i}.txt").write_text(str(i))
     assert dry_reasons([step()], prefix)["norm"] == (
-        "input files changed: a.py (changed), b.txt (removed), c.txt (added), new0.txt (added), "
+        "input files changed (incremental: 8 new, 1 changed, 1 removed of 10): a.py (changed), b.txt (removed), "
+        "c.txt (added), new0.txt (added), "
         "new1.txt (added) and 5 more")
 
 

@@ -86,6 +86,11 @@ def test_a_new_takedown_rewrites_only_the_files_holding_it_and_equals_a_rebuild(
                           "or source_id = 'GPL-3-5'",
                           [os.path.join(_step(s, "pii-web")["output"], "outputs/main/*.parquet")]).fetchone()[0]
     assert kept == 0
+    from datakit.report.text import format_summary
+
+    text = format_summary(s.to_dict(), str(tmp_path / "inc"))
+    assert "48 of 51 files from their earlier builds; computed: takedown-web 1/17, consolidate-web" in " ".join(text.split()), text
+    assert s.to_dict()["data"]["reuse"]["pii-web"]["computed"] == 1
     fresh = _manifest(tmp_path, "fresh", {"file": str(listing)})
     f = pipeline.run(fresh, workers=1, only=_until_tokenize(fresh))
     assert f.ok
@@ -103,8 +108,7 @@ def test_domains_and_the_summary_reason(tmp_path):
         _step(s, "takedown-web")["output"], "outputs/removed/*.parquet")]).fetchall()]
     mozilla, perl = (sum(d == f"domain {x}" for d in details) for x in ("mozilla.org", "example.co.uk"))
     assert mozilla > 5 and perl > 5 and len(details) == mozilla + perl + 1
-    data = s.data_summary() if hasattr(s, "data_summary") else None
-    assert data is None or "takedown" in json.dumps(data)
+    assert s.to_dict()["data"]["sources"]["web"]["removed"]["takedown"] == c["removed/takedown"]
 
 
 def test_a_malformed_takedown_file_fails_naming_its_line(tmp_path):

@@ -46,6 +46,8 @@ class DataSummary:
     reason_stages: dict[str, str] = field(default_factory=dict)  # removal label -> the stage that removed
     notes: list[str] = field(default_factory=list)         # their lines, in plan order
     warnings: list[str] = field(default_factory=list)
+    # Per-file reuse in the steps this run built (steps/reuse.py): step -> {"reused": n, "computed": m}.
+    reuse: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -63,6 +65,7 @@ class StepView:
     result: dict | None
     output: str | None
     kind: str | None = None   # the kind of data the plan says it produces
+    status: str | None = None  # what this run did with it (succeeded: built now; skipped: reused whole)
 
 
 def emptied_warning(step: StepView) -> str | None:
@@ -222,6 +225,24 @@ def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None
             out.warnings.append(f"source {name}: no training tokens; training skipped it (weight ignored)")
 
 
+def _add_reuse(out: DataSummary, step: StepView) -> None:
+    """A step built in this run that took files from its earlier build: how many, and how many it computed."""
+    c = step.counters
+    if step.status == "succeeded" and "files/reused" in c:
+        out.reuse[step.name] = {"reused": int(c["files/reused"]), "computed": int(c.get("files/computed", 0))}
+
+
+def reuse_note(reuse: dict[str, dict[str, int]]) -> str | None:
+    """One line on per-file reuse, when this run rebuilt steps that took files from their earlier builds."""
+    reused = sum(r["reused"] for r in reuse.values())
+    if not reused:
+        return None
+    total = reused + sum(r["computed"] for r in reuse.values())
+    computed = [f"{name} {r['computed']}/{r['reused'] + r['computed']}" for name, r in reuse.items() if r["computed"]]
+    return (f"incremental: {len(reuse)} rebuilt steps took {reused:,} of {total:,} files from their earlier builds"
+            + (f"; computed: {', '.join(computed)}" if computed else "; computed none"))
+
+
 def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSummary:
     """The data summary of the built steps, in plan order (module docstring)."""
     out = DataSummary()
@@ -230,6 +251,7 @@ def data_summary(steps: Iterable[StepView], plan: Plan, prefix: str) -> DataSumm
             continue
         _add_step(out, step, plan, prefix)
         _stage_summary(out, step)
+        _add_reuse(out, step)
     warning = no_validation_warning(out.sources, plan.weights())
     if warning:
         out.warnings.append(warning)
@@ -244,5 +266,5 @@ def views(summary: Any, plan: Plan) -> list[StepView]:
         rec = summary.records.get(entry["name"])
         out.append(StepView(entry["name"], step.stage if step else "", step.source if step else None,
                             dict(entry.get("counters") or {}), rec.result if rec else None, entry.get("output"),
-                            step.kind if step else None))
+                            step.kind if step else None, entry.get("status")))
     return out

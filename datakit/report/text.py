@@ -13,7 +13,7 @@ import textwrap
 from collections import defaultdict
 from typing import Any
 
-from .summary import relative, removal_labels
+from .summary import relative, removal_labels, reuse_note
 
 WIDTH = 100  # the summary's tables fit a terminal of this many columns unless asked for the wide form
 
@@ -135,6 +135,9 @@ def format_summary(d: dict, prefix: str, wide: bool = False) -> str:
     if funnel:
         lines += [""] + funnel
     lines += list(data.get("notes") or [])  # the stages' own lines (their summarize hooks)
+    note = reuse_note(data.get("reuse") or {})
+    if note:
+        lines += wrapped(note)
     if (data.get("tokenizer") or {}).get("vocab_size"):
         lines.append(f"tokenizer: vocabulary {data['tokenizer']['vocab_size']:,}")
     lines += train_lines(data.get("train") or {})

@@ -239,16 +239,20 @@ def _recorded_inputs(old: dict) -> dict[str, str]:
 
 
 def _inputs_reason(step: Step, old: dict) -> str | None:
+    """Which input files differ from the earlier build's, counted (what an incremental build recomputes
+    at most: the rest of its per-file work is taken from that build) and named."""
     before, after = _recorded_inputs(old), step.inputs
-    changes = []
+    changes, counts = [], {"added": 0, "changed": 0, "removed": 0}
     for name in sorted(set(before) | set(after)):
-        if name not in before:
-            changes.append(f"{name} (added)")
-        elif name not in after:
-            changes.append(f"{name} (removed)")
-        elif before[name] != after[name]:
-            changes.append(f"{name} (changed)")
-    return f"input files changed: {_listed(changes)}" if changes else None
+        kind = ("added" if name not in before else "removed" if name not in after
+                else "changed" if before[name] != after[name] else None)
+        if kind:
+            changes.append(f"{name} ({kind})")
+            counts[kind] += 1
+    if not changes:
+        return None
+    return (f"input files changed (incremental: {counts['added']} new, {counts['changed']} changed, "
+            f"{counts['removed']} removed of {len(after)}): {_listed(changes)}")
 
 
 def _deps_reason(step: Step, old: dict) -> str | None:
