@@ -346,7 +346,7 @@ def test_smoke_quality_layer_planted_items(smoke_run) -> None:
     assert {f"{st}-{src}" for st in ("linededup", "pii") for src in ("licenses", "debian-copyright", "web")} <= names
     for src in ("licenses", "debian-copyright"):  # language ID only: no prose rule ran, none removed
         c = _artifact(run, f"quality-{src}")["counters"]
-        assert c["lang/en"] == c["docs_in"] and not [k for k in c if k.startswith("removed/")]
+        assert c["lang_in/en"] == c["docs_in"] and not [k for k in c if k.startswith("removed/")]
     v = validate_run(str(run), Envelopes())
     assert v.ok, [str(c) for c in v.failures]
     planted = v.summary["planted"]["quality"]

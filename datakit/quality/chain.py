@@ -98,8 +98,9 @@ class Chain:
         out.measures.update(lang=lang, lang_score=score)
         if cfg.languages and lang not in cfg.languages:
             return Failure("langid.languages", score, f"lang = {lang} (score {score:.4f}), allowed {list(cfg.languages)}")
-        if cfg.min_score is not None and score < cfg.min_score:
-            return Failure("langid.min_score", score, f"lang = {lang}, score {score:.4f} < {cfg.min_score}")
+        least = cfg.threshold(lang)
+        if least is not None and score < least:
+            return Failure("langid.min_score", score, f"lang = {lang}, score {score:.4f} < {least}")
         return None
 
     def _language(self, doc: dict, out: Outcome) -> None:

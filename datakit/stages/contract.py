@@ -92,6 +92,8 @@ class Graph:
     weights: the training mixture's components (a source, or a part of one such as a quality tier) and
              their manifest weights. Starts as the sources' `weight:`; a stage that splits a source into
              components replaces its entry here and in `documents`, so tokenize and train follow.
+    warn_removed_share: documents step -> the share of its input it may remove before the run summary
+             warns, for a step whose stage has a setting for it (others: plan.WARN_REMOVED_SHARE).
     """
 
     manifest: Manifest
@@ -107,6 +109,7 @@ class Graph:
     mixture: Step | None = None
     weights: dict[str, float] = field(default_factory=dict)
     chains: dict[str, list[Step]] = field(default_factory=dict)
+    warn_removed_share: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.weights:
@@ -141,6 +144,14 @@ class Graph:
     @property
     def source_names(self) -> list[str]:
         return [s.name for s in self.manifest.sources]
+
+
+# Per-language counters a document step may add to the schema below (the quality stage does, from its
+# language ID): documents in and kept per language code, and removed per language and reason
+# (``removed_lang/de/gopher_quality.min_stop_words``). Each document counts once in ``lang_in``, and in
+# ``lang_out`` or under one ``removed_lang`` reason, so per language in = out + removed, as per step.
+LANG_IN, LANG_OUT, REMOVED_LANG = "lang_in/", "lang_out/", "removed_lang/"
+UNDETERMINED = "und"  # ISO 639's code for a document whose language was not determined
 
 
 def document_counters(docs_in: int, docs_out: int, removed: dict[str, int]) -> dict[str, int]:

@@ -26,6 +26,7 @@ from datakit.steps import Step
 from .contract import ATTRIBUTES, DOCUMENTS, FILES, MIXTURE, MODEL, TOKENIZER, TOKENS, Graph
 
 FORMAT = 1
+WARN_REMOVED_SHARE = 0.8  # a documents step removing more of a source's documents is warned about
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Plan:
     model: str | None = None
     reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> its removal reasons, in order
     manifest: str | None = None  # the manifest file it was built from (None: built from a dict)
+    warn_removed_share: dict[str, float] = field(default_factory=dict)  # step -> its limit, when not the default
     runnable: tuple[Step, ...] = field(default=(), compare=False, repr=False)
 
     def step(self, name: str) -> PlanStep | None:
@@ -103,6 +105,11 @@ class Plan:
         chain = self.chain(source)
         return next((n for n in reversed(chain) if n in readers), chain[-1] if chain else None)
 
+    def removed_share_limit(self, name: str) -> float:
+        """The share of its input documents step ``name`` may remove before the summary warns: its
+        stage's setting from the manifest (``quality.warn_removed_share``), else WARN_REMOVED_SHARE."""
+        return self.warn_removed_share.get(name, WARN_REMOVED_SHARE)
+
     def weights(self) -> dict[str, float]:
         return {c.name: c.weight for c in self.components}
 
@@ -114,7 +121,8 @@ class Plan:
                 "components": [{"name": c.name, "weight": c.weight, "tokens": c.tokens} for c in self.components],
                 "files": dict(self.files), "attributes": list(self.attributes), "tokenizer": self.tokenizer,
                 "tokens": dict(self.tokens), "mixture": self.mixture, "model": self.model,
-                "reasons": {k: list(v) for k, v in self.reasons.items()}, "manifest": self.manifest}
+                "reasons": {k: list(v) for k, v in self.reasons.items()}, "manifest": self.manifest,
+                "warn_removed_share": dict(self.warn_removed_share)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = PLAN_FILE) -> "Plan":
@@ -131,7 +139,7 @@ class Plan:
                 files=dict(d.get("files") or {}), attributes=tuple(d.get("attributes", ())),
                 tokenizer=d.get("tokenizer"), tokens=dict(d.get("tokens") or {}), mixture=d.get("mixture"),
                 model=d.get("model"), reasons={k: tuple(v) for k, v in (d.get("reasons") or {}).items()},
-                manifest=d.get("manifest"))
+                manifest=d.get("manifest"), warn_removed_share=dict(d.get("warn_removed_share") or {}))
         except (KeyError, TypeError) as e:
             raise ValueError(f"{where}: malformed plan ({type(e).__name__}: {e})") from None
 
@@ -164,7 +172,8 @@ def plan_of(graph: Graph, reasons: dict[str, tuple[str, ...]] | None = None) -> 
                 files={k: s.name for k, s in graph.files.items()}, attributes=tuple(s.name for s in graph.attributes),
                 tokenizer=_name(graph.tokenizer), tokens={k: s.name for k, s in graph.tokens.items()},
                 mixture=_name(graph.mixture), model=_name(graph.model), reasons=dict(reasons or {}),
-                manifest=graph.manifest.path, runnable=tuple(graph.steps))
+                manifest=graph.manifest.path, warn_removed_share=dict(graph.warn_removed_share),
+                runnable=tuple(graph.steps))
 
 
 def plan_path(prefix: str) -> str:

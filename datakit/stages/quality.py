@@ -10,12 +10,16 @@ out, nothing runs). It writes a documents dir with the input's file names:
   not a separate attribute set: C4's line cleaning changes text and so ids, and the measures then
   travel with their documents through every later stage without a join;
 - ``outputs/removed/``: id, reason (the rule, e.g. ``gopher_quality.min_stop_words``), detail, value
-  (the measured value that crossed the threshold).
+  (the measured value that crossed the threshold), and ``lang``, ``lang_score`` (null when a URL rule
+  removed the document before language ID ran, or language ID is off).
 
 Counters: docs_in, docs_out, removed, changed (C4 cleaned the text), ``removed/<rule>`` per rule,
-``c4_lines/<why>`` per dropped-line reason, ``lang/<code>`` per detected language, and
-``skipped/<group>/<code>``: documents in language <code> (past language ID) that rule group <group> has
-no settings for, so it did not judge them (`datakit.quality.language_rules`).
+``c4_lines/<why>`` per dropped-line reason, ``skipped/<group>/<code>``: documents in language <code>
+(past language ID) that rule group <group> has no settings for, so it did not judge them
+(`datakit.quality.language_rules`), and with language ID on, per language (contract.LANG_IN...):
+``lang_in/<code>``, ``lang_out/<code>``, ``removed_lang/<code>/<rule>`` (``und``: not determined).
+The run summary turns these into its per-language table, and warns when a source loses more than
+``warn_removed_share`` of its documents here.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS, Chain
 from datakit.quality.config import QualityConfig, QualityRules
 from datakit.steps import StepContext
 
-from .contract import DOCUMENTS, Graph, Stage
+from .contract import DOCUMENTS, LANG_IN, LANG_OUT, REMOVED_LANG, UNDETERMINED, Graph, Stage
 from .quality_common import add_source_steps
-from .transform import FileKey, documents_result, run_per_file, sort_unique
+from .transform import REMOVED_VALUE_SCHEMA, FileKey, documents_result, run_per_file, sort_unique
 
 VERSION = "2"
+# removed/ rows: the transform's columns and value, then the language ID's label and score
+REMOVED_SCHEMA = REMOVED_VALUE_SCHEMA.append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float64()))
 _chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
 
 
@@ -57,8 +63,23 @@ def _bump(stats: dict[str, int], key: str, n: int = 1) -> None:
     stats[key] = stats.get(key, 0) + n
 
 
+def _lang_key(rules: QualityRules, lang: str | None) -> str | None:
+    """A document's language in the counters: lid.176's code, ``und`` when the text had no words or the
+    chain stopped before language ID (a URL rule); None when language ID is off for the source."""
+    return (lang or UNDETERMINED) if rules.langid.enabled else None
+
+
+def _count(stats: dict[str, int], lang: str | None, rule: str | None = None) -> None:
+    """One document counted: removed by ``rule`` (None: kept), per language too when it has one."""
+    if rule is not None:
+        _bump(stats, f"removed/{rule}")
+    if lang is not None:
+        _bump(stats, f"{LANG_OUT}{lang}" if rule is None else f"{REMOVED_LANG}{lang}/{rule}")
+
+
 def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Table, list[tuple], dict[str, int]]:
-    """One documents file through the chain: (kept table with measures, removed rows, stats)."""
+    """One documents file through the chain: (kept table with measures, removed rows, stats). Removed
+    rows carry the language ID's columns too, so the removed documents of a language can be found."""
     from datakit.core.documents import content_id
 
     chain = _chain(rules)
@@ -67,34 +88,39 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
     stats = {"docs_in": table.num_rows, "changed": 0}
     for doc in table.to_pylist():
         out = chain.run(doc)
+        lang = _lang_key(rules, out.measures.get("lang"))
         for why, n in out.line_drops.items():
             _bump(stats, f"c4_lines/{why}", n)
-        if out.measures.get("lang") is not None:
-            _bump(stats, f"lang/{out.measures['lang'] or 'none'}")
+        if lang is not None:
+            _bump(stats, f"{LANG_IN}{lang}")
         for group in out.skipped:
             _bump(stats, f"skipped/{group}/{out.settings.code}")
-        if out.failure is not None and not rules.annotate_only:
-            removed.append((doc["id"], out.failure.rule, out.failure.detail, out.failure.value))
-            _bump(stats, f"removed/{out.failure.rule}")
+        f = out.failure
+        if f is not None and not rules.annotate_only:
+            removed.append((doc["id"], f.rule, f.detail, f.value, *(out.measures.get(c) for c in LANG_COLUMNS)))
+            _count(stats, lang, f.rule)
             continue
-        if out.failure is not None:
-            _bump(stats, f"would_remove/{out.failure.rule}")
+        if f is not None:
+            _bump(stats, f"would_remove/{f.rule}")
         row = {**doc, **{c: out.measures.get(c) for c in (*LANG_COLUMNS, *MEASURE_COLUMNS)}}
         if out.text != doc["text"]:
             stats["changed"] += 1
             row["text"], row["id"] = out.text, content_id(out.text)
         kept.append(row)
     kept, dups = sort_unique(kept, "quality.duplicate", "identical to another document after C4 cleaning")
+    lang_of = {d["id"]: (d["lang"], d["lang_score"]) for d in kept}  # a duplicate has its twin's text
     for d in dups:
-        _bump(stats, "removed/quality.duplicate")
-    removed += [(*d, None) for d in dups]
+        _count(stats, _lang_key(rules, lang_of[d[0]][0]), d[1])
+    for d in kept:
+        _count(stats, _lang_key(rules, d["lang"]))
+    removed += [(*d, None, *lang_of[d[0]]) for d in dups]
     stats.update(docs_out=len(kept), removed=len(removed))
     return pa.Table.from_pylist(kept, schema=schema), removed, stats
 
 
 def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> dict:
     names, totals = run_per_file(ctx, documents, partial(filter_file, rules=rules), f"quality-{source}",
-                                 with_value=True, reuse_key=FileKey())
+                                 removed_schema=REMOVED_SCHEMA, reuse_key=FileKey())
     for k in ("docs_in", "docs_out", "removed", "changed"):
         totals.setdefault(k, 0)
     return documents_result(names, totals, stage=STAGE.name, source=source, annotate_only=rules.annotate_only)
@@ -102,8 +128,12 @@ def _run(ctx: StepContext, rules: QualityRules, documents: str, source: str) -> 
 
 def build(graph: Graph) -> None:
     cfg: QualityConfig | None = graph.config(STAGE)
-    if cfg is not None:
-        add_source_steps(graph, STAGE, cfg, _run)
+    if cfg is None:
+        return
+    for source, step in add_source_steps(graph, STAGE, cfg, _run).items():
+        share = cfg.for_source(source).warn_removed_share
+        if share is not None:  # the run summary's guardrail for this source (QualityRules)
+            graph.warn_removed_share[step.name] = share
 
 
 STAGE = Stage(name="quality", version=VERSION, build=build, section=Section("quality", QualityConfig, optional=True),

@@ -42,7 +42,7 @@ from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
-from .transform import documents_result, input_names, run_per_file
+from .transform import REMOVED_VALUE_SCHEMA, documents_result, input_names, run_per_file
 
 VERSION = "2"
 TRAIN_STEP = "quality-classifier-train"
@@ -173,7 +173,7 @@ def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig
     cut = _cut(ctx, documents, cfg)[0] if cfg.select == "top_fraction" else None
     lowest = cfg.select != "tiers" or tier == cfg.tiers[-1].name
     fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest, source=source)
-    names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", with_value=True)
+    names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", removed_schema=REMOVED_VALUE_SCHEMA)
     totals.setdefault(f"removed/{sel.REASON}", 0)
     spec = next((t for t in cfg.tiers if t.name == tier), None)
     kept_if = {"kept_if": f"scored ≥ {spec.min_score:g}"} if spec is not None else {}

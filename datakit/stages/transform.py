@@ -1,7 +1,8 @@
 """The per-file document transform that stages rewriting documents share (user stages, quality, line
 dedup, PII): each documents file of the input step becomes a file of the same name in the step's
 ``outputs/main/`` (what is kept, sorted by id) and ``outputs/removed/`` (id, reason, detail, and for
-the built-in stages the measured value that removed it), one engine task per file.
+the built-in stages the measured value that removed it and what else they record of a removed row:
+its language for the quality stage), one engine task per file.
 
 A transform that changes a document's text gives it the new text's content id (ids are content hashes)
 and re-sorts the file; two documents made identical keep one, the other is removed as a duplicate.
@@ -29,7 +30,8 @@ from datakit.steps import StepContext, reuse
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
 REMOVED_VALUE_SCHEMA = REMOVED_SCHEMA.append(pa.field("value", pa.float64()))
 # A per-file function: (file name, its table) -> (kept table, removed rows, stats); removed rows are
-# (id, reason, detail) or (id, reason, detail, value). The transform reads the file (through the store
+# tuples in the order of the step's removed schema (id, reason, detail, then the stage's own columns;
+# missing trailing values are null). The transform reads the file (through the store
 # module) and writes the results, so stage code never opens a file.
 FileFn = Callable[[str, pa.Table], tuple[pa.Table, list[tuple], dict[str, int]]]
 
@@ -40,9 +42,8 @@ def table_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def removed_table(removed: list[tuple], with_value: bool = False) -> pa.Table:
-    """The removed rows as a table sorted by id (with a float ``value`` column when asked)."""
-    schema = REMOVED_VALUE_SCHEMA if with_value else REMOVED_SCHEMA
+def removed_table(removed: list[tuple], schema: pa.Schema = REMOVED_SCHEMA) -> pa.Table:
+    """The removed rows as a table of ``schema`` (REMOVED_SCHEMA's columns first), sorted by id."""
     cols = {}
     for i, f in enumerate(schema):
         cols[f.name] = pa.array([r[i] if i < len(r) else None for r in removed], f.type)
@@ -64,9 +65,9 @@ def sort_unique(docs: list[dict], reason: str, detail: str) -> tuple[list[dict],
     return unique, removed
 
 
-def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tuple], with_value: bool) -> None:
+def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tuple], schema: pa.Schema) -> None:
     atomic_write_bytes(dst_main, table_bytes(kept))
-    atomic_write_bytes(dst_removed, table_bytes(removed_table(removed, with_value)))
+    atomic_write_bytes(dst_removed, table_bytes(removed_table(removed, schema)))
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class _Job:
     key_fn: Callable[[str], Any] | None = None
 
 
-def _apply(job: _Job, file_fn: FileFn, with_value: bool, output: str
+def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str
            ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
     """One file through ``file_fn``, or its earlier result taken whole: (key, the two files relative to
     the step dir, stats, whether it was taken)."""
@@ -93,7 +94,7 @@ def _apply(job: _Job, file_fn: FileFn, with_value: bool, output: str
         stats = unit.stats
     else:
         kept, removed, stats = file_fn(job.src.rstrip("/").rsplit("/", 1)[-1], read_table(job.src))
-        write_file(job.dst_main, job.dst_removed, kept, removed, with_value)
+        write_file(job.dst_main, job.dst_removed, kept, removed, removed_schema)
     for k, v in stats.items():
         counters.increment(k, v)
     rel = (f"{DocumentsDir.MAIN}/{posixpath.basename(job.dst_main)}",
@@ -137,9 +138,10 @@ def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: File
 
 
 def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
-                 with_value: bool = False, reuse_key: FileKey | None = None) -> tuple[list[str], dict[str, int]]:
+                 removed_schema: pa.Schema = REMOVED_SCHEMA, reuse_key: FileKey | None = None
+                 ) -> tuple[list[str], dict[str, int]]:
     """Every documents file of step ``documents`` through ``file_fn`` on the engine, one task per file:
-    (the file names, the summed stats).
+    (the file names, the summed stats); removed rows are written with ``removed_schema``.
 
     ``reuse_key``: None when a file's output depends on more than that file and the step's settings.
     Otherwise each file's output is keyed by (step name, version, the key's settings, the input file's
@@ -149,7 +151,7 @@ def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
     src, names = input_names(ctx, documents, what)
     jobs = _jobs(ctx, names, src, reuse_key)
     done = (Dataset.from_items(jobs, num_shards=len(jobs))
-            .map(partial(_apply, file_fn=file_fn, with_value=with_value, output=ctx.output))
+            .map(partial(_apply, file_fn=file_fn, removed_schema=removed_schema, output=ctx.output))
             .collect(ctx.exec_config))
     totals: dict[str, int] = {}
     units: dict[str, reuse.Unit] = {}
