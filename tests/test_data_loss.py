@@ -445,7 +445,7 @@ def _rerun(m, prefix: Path) -> dict[str, dict]:
 @pytest.mark.slow
 def test_truncated_parquet_part_is_rebuilt_with_everything_downstream(built, tmp_path: Path):
     prefix, m = _copy_prefix(built, tmp_path)
-    part = next(prefix.glob("normalize-docs-*/outputs/main/part-00000-of-*.parquet"))
+    part = max(prefix.glob("normalize-docs-*/outputs/main/unit-*.parquet"), key=lambda p: (p.stat().st_size, p.name))
     size = part.stat().st_size
     part.write_bytes(part.read_bytes()[: size // 2])
     rel = part.relative_to(next(prefix.glob("normalize-docs-*")))
@@ -557,7 +557,7 @@ def test_token_id_overwritten_same_size_is_found_by_verify_and_rebuilt_by_run(bu
 @pytest.mark.slow
 def test_parquet_byte_flipped_same_size_is_found_by_verify_and_rebuilt_with_downstream(built, tmp_path: Path):
     prefix, _ = _copy_prefix(built, tmp_path)
-    part = next(prefix.glob("normalize-docs-*/outputs/main/part-00000-of-*.parquet"))
+    part = max(prefix.glob("normalize-docs-*/outputs/main/unit-*.parquet"), key=lambda p: (p.stat().st_size, p.name))
     data = bytearray(part.read_bytes())
     assert len(data) > QUICK_HASH_BYTES  # a file --fast checks by size only
     data[len(data) // 2] ^= 0x20

@@ -24,9 +24,11 @@ from datakit.core.layout import (
     join,
     parquet_names,
     parse_part_name,
+    parse_unit_part_name,
     parse_work_part_name,
     part_name,
     part_names,
+    unit_part_name,
     work_part_name,
 )
 
@@ -66,10 +68,20 @@ def test_work_part_names():
     assert parse_part_name(work_part_name(3)) is None  # the two conventions never match each other
 
 
+def test_unit_part_names():
+    assert unit_part_name("0123456789abcdef") == "unit-0123456789abcdef.parquet"
+    assert parse_unit_part_name("s3://b/run/outputs/main/unit-0123456789abcdef.parquet") == "0123456789abcdef"
+    for other in (part_name(3, 4), work_part_name(3), "unit-0123.parquet", "unit-0123456789ABCDEF.parquet"):
+        assert parse_unit_part_name(other) is None
+    assert parse_part_name(unit_part_name("1" * 16)) is None and parse_work_part_name(unit_part_name("1" * 16)) is None
+    with pytest.raises(ValueError):
+        unit_part_name("xyz")
+
+
 def test_documents_dir_names():
     assert (DocumentsDir.MAIN, DocumentsDir.DUPS, DocumentsDir.REJECTS, DocumentsDir.REMOVED) == (
         "outputs/main", "outputs/dups", "outputs/rejects", "outputs/removed")
-    assert DocumentsDir.REJECTS_STAGING == "outputs/rejects/.staging"
+    assert DocumentsDir.UNITS == "units"
     docs = DocumentsDir("/runs/normalize-web-1a2b/")
     assert docs.outputs == "/runs/normalize-web-1a2b/outputs"
     assert docs.main == "/runs/normalize-web-1a2b/outputs/main"
@@ -78,8 +90,11 @@ def test_documents_dir_names():
     assert docs.removed == "/runs/normalize-web-1a2b/outputs/removed"
     assert docs.dir("removed") == docs.removed
     assert docs.part("rejects", 0, 1) == "/runs/normalize-web-1a2b/outputs/rejects/part-00000-of-00001.parquet"
-    assert docs.rejects_staging("abc") == "/runs/normalize-web-1a2b/outputs/rejects/.staging/abc"
-    assert docs.rejects_staging() == "/runs/normalize-web-1a2b/outputs/rejects/.staging"
+    name = unit_part_name("00000000000000aa")
+    assert DocumentsDir.rel_file("dups", name) == "outputs/dups/unit-00000000000000aa.parquet"
+    assert docs.file("main", name) == "/runs/normalize-web-1a2b/outputs/main/unit-00000000000000aa.parquet"
+    assert DocumentsDir.rel_unit("rejects", name) == "units/rejects/unit-00000000000000aa.parquet"
+    assert docs.unit("main", name) == "/runs/normalize-web-1a2b/units/main/unit-00000000000000aa.parquet"
     assert DocumentsDir.rel_parts("dups", 2) == ["outputs/dups/part-00000-of-00002.parquet",
                                                  "outputs/dups/part-00001-of-00002.parquet"]
     with pytest.raises(ValueError, match="unknown document kind"):

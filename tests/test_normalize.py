@@ -2,8 +2,8 @@
 
 Every format round-trips real content generated here (jsonl/.jsonl.zst, parquet, stdlib sources as text,
 HTML pages, .warc.gz). Outputs are checked as a downstream reader would: every file sorted by id, ids
-are the hash of the text, main and dups co-partitioned, counts add up, and the bytes do not depend on
-the number of workers.
+are the hash of the text, one main and one dups part per unit of input, no id kept twice, counts add
+up, and the bytes do not depend on the number of workers.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ from datakit.normalize import (
 from datakit.core.documents import content_id
 from datakit.core.listing import common_root
 from datakit.manifest import SourceSpec
-from datakit.normalize.pipeline import file_refs, output_shards, pack_shards
-from datakit.shuffle import ExecConfig, FileInfo, list_files, route, encode_key
+from datakit.core.layout import parse_unit_part_name
+from datakit.normalize.plan import file_refs, pack_shards
+from datakit.normalize.units import Piece, estimated_text, plan_units
+from datakit.shuffle import ExecConfig, FileInfo, list_files
 from datakit.sources.readers import RawRecord, Reject
 
 from test_readers import PAGE, sample_warc_records
@@ -64,10 +66,15 @@ def digest_tree(root: Path) -> dict[str, str]:
 def check_invariants(out: Path, res: NormalizeResult) -> None:
     c = res.counters
     assert c["records_in"] == c["records_out"] + c["dups"] + c["empty_dropped"] + c["rejects"]
-    assert res.main_files == [f"outputs/main/part-{i:05d}-of-{res.num_shards:05d}.parquet"
-                              for i in range(res.num_shards)]
+    names = [Path(m).name for m in res.main_files]
+    assert len(names) == res.num_shards and names == sorted(names)
+    assert all(parse_unit_part_name(n) for n in names)
+    assert res.main_files == [f"outputs/main/{n}" for n in names]
+    assert res.dups_files == [f"outputs/dups/{n}" for n in names]
+    assert sorted(p.name for p in (out / "outputs" / "main").iterdir()) == names
     n_main = n_dups = 0
-    for i, (m, d) in enumerate(zip(res.main_files, res.dups_files)):
+    kept: set[str] = set()
+    for m, d in zip(res.main_files, res.dups_files):
         for rel in (m, d):
             pf = pq.ParquetFile(out / rel)
             assert list(pf.schema_arrow.names) == list(res.columns)
@@ -77,14 +84,15 @@ def check_invariants(out: Path, res: NormalizeResult) -> None:
             ids = t.column("id").to_pylist()
             assert ids == sorted(ids), f"{rel} is not sorted by id"
             assert all(content_id(x) == i_ for x, i_ in zip(t.column("text").to_pylist(), ids))
-            # co-partitioned: every id lives in the shard its key routes to
-            assert all(route(x, encode_key(x), res.num_shards) == i for x in ids)
         main_ids = pq.read_table(out / m, columns=["id"]).column("id").to_pylist()
         dup_ids = pq.read_table(out / d, columns=["id"]).column("id").to_pylist()
         assert len(set(main_ids)) == len(main_ids)
-        assert set(dup_ids) <= set(main_ids)
+        assert not kept & set(main_ids), f"{m} keeps an id another part keeps"
+        kept |= set(main_ids)
         n_main += len(main_ids)
         n_dups += len(dup_ids)
+    # every copy in dups is of an id some part keeps (the first copy by file order and position)
+    assert {i for d in res.dups_files for i in pq.read_table(out / d, columns=["id"]).column("id").to_pylist()} <= kept
     assert (n_main, n_dups) == (c["records_out"], c["dups"])
     rejects = pq.read_table(out / res.rejects_files[0])
     assert rejects.num_rows == c["rejects"]
@@ -178,16 +186,42 @@ def test_planning_helpers():
     assert hidden == 2
     with pytest.raises(ValueError, match="not under the source root"):
         file_refs(files, root="/elsewhere")
-    # output shards: one per target of estimated text; compressed files count 4x their size, and
-    # the count never depends on the worker count (outputs are the same on every machine)
+    # estimated text: compressed files count 4x their size (the units' byte target); never the worker count
     mib = 2**20
-    plain = file_refs([FileInfo("/d/a.jsonl", 150 * mib, "a.jsonl")])[0]
-    zst = file_refs([FileInfo("/d/a.jsonl.zst", 40 * mib, "a.jsonl.zst")])[0]
-    assert output_shards(plain, 64 * mib) == 3 and output_shards(zst, 64 * mib) == 3
-    assert output_shards(file_refs([FileInfo("/d/x.txt", 10, "x.txt")])[0], 64 * mib) == 1
+    assert estimated_text("/d/a.jsonl", 150 * mib) == 150 * mib
+    assert estimated_text("/d/a.jsonl.zst", 40 * mib) == 160 * mib
     units = [(r, s) for r, s in zip(range(6), [10, 10, 10, 50, 1, 1])]
     assert pack_shards(units, 25, 100) == [[0, 1], [2], [3], [4, 5]]
     assert pack_shards(units, 1000, 2) == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_units_are_stable_when_files_come_and_go():
+    """The unit rule (units.py): a file added, removed or resized within its power of two changes its
+    own unit only (and, through the byte cap, the ones up to the next boundary chosen by name); the
+    other units keep their members and their names."""
+    refs = file_refs([FileInfo(f"/d/f{i:04d}.txt", 1000 + 37 * (i % 11), f"f{i:04d}.txt") for i in range(600)])[0]
+    target = 40_000
+
+    def units(rs):
+        return {u.name: tuple(r.rel for r in u.refs) for u in plan_units([Piece(r, r.size) for r in rs], target)}
+
+    before = units(refs)
+    assert 15 < len(before) < 100  # about target / 2 to target of text per unit
+    assert all(len(m) for m in before.values())
+    for change in ("add", "remove", "resize"):
+        rs = list(refs)
+        if change == "add":
+            rs.insert(300, FileInfo("/d/f0299b.txt", 1500, "f0299b.txt"))
+            rs = file_refs([FileInfo(r.path, r.size, r.rel) for r in rs])[0]
+        elif change == "remove":
+            rs = file_refs([FileInfo(r.path, r.size, r.rel) for r in rs if r.rel != "f0300.txt"])[0]
+        else:
+            rs = file_refs([FileInfo(r.path, r.size + (3 if r.rel == "f0300.txt" else 0), r.rel) for r in rs])[0]
+        after = units(rs)
+        changed = [n for n in after if before.get(n) != after[n]]
+        # a file added or removed changes its unit's members; an edit changes its content only
+        assert (1 if change != "resize" else 0) <= len(changed) <= 3, (change, changed)
+        assert len(set(before) - set(after)) <= 3
 
 
 # ------------------------------------------------------------------------------------------------ jsonl end to end
@@ -241,7 +275,7 @@ def test_jsonl_end_to_end(tmp_path):
     assert [(r["file"], r["line"], r["reason"]) for r in rejects] == [
         ("a.jsonl", 307, "malformed_json"), ("a.jsonl", 308, "wrong_type")]
     assert rejects[0]["excerpt"] == '{"text": "broken'
-    assert not (out / "outputs" / "rejects" / ".staging").exists()
+    assert sorted(p.name for p in (out / "outputs" / "rejects").iterdir()) == ["part-00000-of-00001.parquet"]
     # JSON round trip of the typed result
     again = NormalizeResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert again == res
@@ -325,7 +359,7 @@ def test_all_dropped_suggests_the_text_field(tmp_path):
 def test_type_conflict_names_both_files_and_column(tmp_path):
     write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": f"a {i}", "year": 2000 + i} for i in range(5)])
     write_jsonl(tmp_path / "in" / "b.jsonl", [{"text": f"b {i}", "year": "MMXX"} for i in range(5)])
-    for shards in (1, 64):  # conflict inside one output shard, and across shards
+    for shards in (1, 64):  # conflict inside one unit, and across units
         with pytest.raises(SchemaConflictError) as info:
             normalize_source(src("drift"), files=list_files(str(tmp_path / "in")),
                              out_dir=str(tmp_path / "out"), exec_config=LOCAL2,
@@ -552,18 +586,18 @@ def test_shard_writer_widens_schema_within_a_shard(tmp_path):
     assert not (tmp_path / "q.parquet").exists()
 
 
-def test_clear_outputs_keeps_only_the_current_staging_dir(tmp_path):
+def test_clear_outputs_removes_earlier_outputs_and_unit_records_only(tmp_path):
     from datakit.normalize.pipeline import _clear_outputs
 
     out = tmp_path / "step"
-    for rel in ("outputs/main/part-00000-of-00002.parquet", "outputs/dups/part-00001-of-00002.parquet",
-                "outputs/rejects/part-00000-of-00001.parquet", "outputs/rejects/.staging/old/part-00003.parquet",
-                "outputs/rejects/.staging/cur/part-00000.parquet", "keep-me.json"):
+    for rel in ("outputs/main/unit-00000000000000aa.parquet", "outputs/dups/unit-00000000000000aa.parquet",
+                "outputs/rejects/part-00000-of-00001.parquet", "units/main/unit-00000000000000bb.parquet",
+                "units/rejects/unit-00000000000000bb.parquet", "keep-me.json"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text("x")
-    _clear_outputs(str(out), keep=str(out / "outputs/rejects/.staging/cur"))
+    _clear_outputs(str(out))
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert left == ["keep-me.json", "outputs/rejects/.staging/cur/part-00000.parquet"]
+    assert left == ["keep-me.json"]
 
 
 def test_byte_level_suspect_check_equals_the_character_regex():

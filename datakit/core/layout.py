@@ -38,9 +38,11 @@ __all__ = [
     "join",
     "parquet_names",
     "parse_part_name",
+    "parse_unit_part_name",
     "parse_work_part_name",
     "part_name",
     "part_names",
+    "unit_part_name",
     "work_part_name",
 ]
 
@@ -58,6 +60,7 @@ TOKENIZER_FILE = "tokenizer.json"
 
 _PART_RE = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 _WORK_PART_RE = re.compile(r"^part-(\d{5,})\.parquet$")
+_UNIT_PART_RE = re.compile(r"^unit-([0-9a-f]{16})\.parquet$")
 
 
 # ------------------------------------------------------------------------------------------ names
@@ -82,6 +85,24 @@ def parse_part_name(name: str) -> tuple[int, int] | None:
 def part_names(total: int) -> list[str]:
     """The names of a complete set of ``total`` shards, in order."""
     return [part_name(i, total) for i in range(total)]
+
+
+def unit_part_name(digest: str) -> str:
+    """File name of the part one *input unit* produced: ``unit-<16 hex>.parquet``.
+
+    Why not an index: normalize writes one part per unit of input files, and the digest names the unit
+    by its first member (see ``datakit.normalize.units``), so an unchanged unit keeps its name when
+    another unit is inserted before it, and a rebuild can reuse it (and every later step its file of
+    the same name). Sorting the names does not sort the units; no reader needs that."""
+    if not re.fullmatch(r"[0-9a-f]{16}", digest):
+        raise ValueError(f"unit part digest {digest!r} is not 16 lowercase hex digits")
+    return f"unit-{digest}.parquet"
+
+
+def parse_unit_part_name(name: str) -> str | None:
+    """The digest of a :func:`unit_part_name` (a base name or a path ending in one); None otherwise."""
+    m = _UNIT_PART_RE.match(name.rstrip("/").rsplit("/", 1)[-1])
+    return m.group(1) if m else None
 
 
 def work_part_name(index: int) -> str:
@@ -124,10 +145,14 @@ class DocumentsDir(_Dir):
     """The documents a step wrote under its output dir ``root``, by kind.
 
     main     the records that go on (normalize: first copy of each id; consolidate: what survived),
-             ``part-NNNNN-of-MMMMM.parquet``, each file sorted by id;
-    dups     normalize's non-first copies, partitioned like main;
+             each file sorted by id; normalize writes one ``unit-<16 hex>.parquet`` per unit of input
+             files (older builds and test fixtures: ``part-NNNNN-of-MMMMM.parquet``);
+    dups     normalize's non-first copies, same file names as main;
     rejects  normalize's unreadable/invalid records, one file (``part-00000-of-00001.parquet``);
-    removed  consolidate's dropped ids with the reason, same file names as main.
+    removed  consolidate's dropped ids with the reason, same file names as main;
+    units    normalize's per-unit records kept for reuse by the next build (``units/<kind>/<part>``):
+             a unit's rejects, and its parts as read when cross-unit dedup or the source-wide
+             schema changed them (never listed as documents).
 
     Consolidate keeps normalize's file names, so every later step can pair files by name."""
 
@@ -136,7 +161,7 @@ class DocumentsDir(_Dir):
     DUPS: ClassVar[str] = "outputs/dups"
     REJECTS: ClassVar[str] = "outputs/rejects"
     REMOVED: ClassVar[str] = "outputs/removed"
-    REJECTS_STAGING: ClassVar[str] = "outputs/rejects/.staging"
+    UNITS: ClassVar[str] = "units"
     KINDS: ClassVar[dict[str, str]] = {"main": MAIN, "dups": DUPS, "rejects": REJECTS, "removed": REMOVED}
 
     @classmethod
@@ -183,11 +208,22 @@ class DocumentsDir(_Dir):
     def part(self, kind: str, index: int, total: int) -> str:
         return join(self.root, self.rel_part(kind, index, total))
 
-    def rejects_staging(self, token: str = "") -> str:
-        """Where normalize's read tasks stage their rejects for one read plan (``token``; without one:
-        the directory of all plans) before they are concatenated into the single rejects file; a
-        dot-directory, so no listing mistakes it for output."""
-        return join(self.root, self.REJECTS_STAGING, token)
+    @classmethod
+    def rel_file(cls, kind: str, name: str) -> str:
+        """``outputs/<kind>/<name>``: a part named by its unit, relative to the output dir."""
+        return f"{cls.rel_dir(kind)}/{name}"
+
+    def file(self, kind: str, name: str) -> str:
+        return join(self.root, self.rel_file(kind, name))
+
+    @classmethod
+    def rel_unit(cls, kind: str, name: str) -> str:
+        """``units/<kind>/<name>``: normalize's kept per-unit record of ``kind`` (main, dups, rejects)."""
+        cls.rel_dir(kind)
+        return f"{cls.UNITS}/{kind}/{name}"
+
+    def unit(self, kind: str, name: str) -> str:
+        return join(self.root, self.rel_unit(kind, name))
 
     def parquet_names(self, kind: str) -> list[str]:
         """Base names of the parquet files in the kind's directory, sorted (strays included)."""

@@ -1,7 +1,7 @@
 """Dedup and decontamination: global exact dedup, MinHash fuzzy dedup with connected components on the
 engine, benchmark decontamination, and consolidation of all their marks into the final shards.
 
-Every step reads normalized sources (`<dir>/outputs/main/part-*.parquet`, sorted by id) and writes
+Every step reads normalized sources (`<dir>/outputs/main/*.parquet`, each sorted by id) and writes
 attribute files co-partitioned with them (same file names, same id order, marked ids only), plus an
 `attrs.json` recording the parameters, so consolidation is a per-file streaming merge and attribute
 sets made differently are never mixed.

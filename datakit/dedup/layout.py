@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, FileInfo, list_files
 from datakit.core.fsio import atomic_write_bytes, exists, makedirs, open_read, remove
-from datakit.core.layout import AttributesDir, DocumentsDir, parse_part_name
+from datakit.core.layout import AttributesDir, DocumentsDir, parse_part_name, parse_unit_part_name
+from datakit.steps.verify import read_manifest
 
 ATTRS_META = AttributesDir.META
 ATTRS_SCHEMA_VERSION = 1
@@ -67,18 +68,26 @@ def as_sources(items: Iterable[Any]) -> list[SourceRef]:
 
 
 def main_files(normalized_dir: str) -> list[FileInfo]:
-    """The source's main files, checked complete: shards 0..M-1 of M (`part_name`), nothing else."""
+    """The source's main files, checked complete. Two naming conventions, never mixed: normalize's one
+    part per input unit (`unit_part_name`), complete when they are exactly the main files the step's
+    outputs manifest recorded (a step without a manifest: as listed); or a numbered set (`part_name`,
+    older builds and fixtures), complete when it holds shards 0..M-1 of M and nothing else."""
     try:
         files = list_files(DocumentsDir(normalized_dir).main + "/*.parquet")
     except FileNotFoundError:
         files = []
     if not files:
         raise DedupInputError(f"normalized source {normalized_dir}: no parquet files under {DocumentsDir.MAIN}/")
+    keyed = [f for f in files if parse_unit_part_name(f.path) is not None]
+    if keyed:
+        _check_keyed(normalized_dir, files, keyed)
+        return files
     totals, indexes = set(), []
     for f in files:
         parsed = parse_part_name(f.path)
         if parsed is None:
-            raise DedupInputError(f"{f.path}: unexpected file name (want part-NNNNN-of-MMMMM.parquet)")
+            raise DedupInputError(f"{f.path}: unexpected file name (want part-NNNNN-of-MMMMM.parquet "
+                                  "or unit-<16 hex>.parquet)")
         indexes.append(parsed[0])
         totals.add(parsed[1])
     if len(totals) != 1:
@@ -91,6 +100,25 @@ def main_files(normalized_dir: str) -> list[FileInfo]:
             f"{', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}"
         )
     return files
+
+
+def _check_keyed(normalized_dir: str, files: list[FileInfo], keyed: list[FileInfo]) -> None:
+    """Unit-named main files: no other name among them, and exactly the set the step recorded."""
+    other = [f.path for f in files if parse_unit_part_name(f.path) is None]
+    if other:
+        raise DedupInputError(f"{other[0]}: unexpected file name among unit parts (want unit-<16 hex>.parquet)")
+    recorded = read_manifest(normalized_dir)
+    if recorded is None:
+        return
+    prefix = DocumentsDir.MAIN + "/"
+    want = sorted(f.path[len(prefix):] for f in recorded if f.path.startswith(prefix) and "/" not in f.path[len(prefix):])
+    have = sorted(basename(f.path) for f in keyed)
+    if have != want:
+        missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        raise DedupInputError(
+            f"normalized source {normalized_dir}: its main files are not those its outputs manifest recorded"
+            + (f"; missing {', '.join(missing[:5])}" if missing else "")
+            + (f"; not recorded {', '.join(extra[:5])}" if extra else ""))
 
 
 def basename(path: str) -> str:

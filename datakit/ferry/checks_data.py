@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from datakit.core.layout import DocumentsDir, parquet_names, part_names
+from datakit.core.layout import DocumentsDir, parquet_names, parse_unit_part_name
 from datakit.core.results import AttributesResult, DocumentsResult
 
 from .checking import CheckFailed, RunContext, eq, fmt_range, frac
@@ -56,8 +56,12 @@ def check_normalize(ctx: RunContext, ref: PlanStep, src: str) -> None:
         if not main:
             raise CheckFailed("the result lists no main_files")
         eq(len(main), n, "main_files listed vs num_shards")
-        want = part_names(n)
-        eq(main, DocumentsDir.rel_parts("main", n), "main files")
+        want = sorted(os.path.basename(r) for r in main)
+        bad = [w for w in want if parse_unit_part_name(w) is None]
+        if bad:
+            raise CheckFailed(f"main file {bad[0]} is not named by its unit (unit-<16 hex>.parquet)")
+        eq(main, [DocumentsDir.rel_file("main", w) for w in want], "main files (sorted, in outputs/main)")
+        eq(res.get("dups_files") or [], [DocumentsDir.rel_file("dups", w) for w in want], "dups files")
         declared = main + (res.get("dups_files") or []) + (res.get("rejects_files") or [])
         missing = [r for r in declared if not os.path.exists(ctx.path(name, r))]
         if missing:

@@ -4,9 +4,10 @@
     result = normalize_source(spec, files=list_files(spec.uri), out_dir="runs/normalize-wiki-1a2b",
                               cfg=NormalizeConfig())
 
-Output under `out_dir`: `outputs/main/part-00000-of-000NN.parquet` (zstd, each file sorted by `id`),
-`outputs/dups/` (the non-first copies, same partitioning) and `outputs/rejects/part-00000-of-00001.parquet`
-(file, line, offset, reason, detail, excerpt of every bad record).
+Output under `out_dir`: `outputs/main/unit-<16 hex>.parquet`, one part per unit of input files (see
+`units.py`; zstd, each file sorted by `id`), `outputs/dups/` (the non-first copies, same file names),
+`outputs/rejects/part-00000-of-00001.parquet` (file, line, offset, reason, detail, excerpt of every bad
+record) and `units/` (per-unit records kept for the next build's reuse, see `incremental.py`).
 """
 
 from datakit.core.lazy import lazy_exports

@@ -19,9 +19,10 @@ class NormalizeConfig:
 
     `max_record_chars` caps a record's text; raw units (a jsonl line, a file, a WARC payload) above
     `raw_bytes_per_char * max_record_chars` bytes are rejected before parsing, to bound memory.
+    `target_shard_bytes` sizes the units of input files, one output part each (`units.py`).
     `input_shard_bytes`/`max_files_per_input_shard` size the *read* tasks (many small files are packed
-    into one task, big parquet files split by row groups); they never change the outputs, so they stay
-    out of the step identity (``identity: False``).
+    into one task); they never change the outputs, so they stay out of the step identity
+    (``identity: False``).
     """
 
     max_whitespace_run: int = field(default=128, metadata={"min": 1})
@@ -29,8 +30,9 @@ class NormalizeConfig:
     reject_fraction: float = field(default=0.01, metadata={"min": 0, "max": 1})
     strict: bool = False
     html_main_content: bool = True
-    # Estimated text per output shard (compressed inputs count several times their size, see
-    # pipeline.output_shards): small enough that a few hundred MB feed every worker downstream.
+    # The most estimated text per unit of input, i.e. per output part (compressed inputs count several
+    # times their size; units.py: units hold about half of it to all of it): small enough that a few
+    # hundred MB feed every worker downstream.
     target_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1})
     input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
     max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})

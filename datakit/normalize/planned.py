@@ -35,10 +35,28 @@ def _key(path: str) -> str:
     return os.path.abspath(local_path(path)) if is_local(path) else path
 
 
+def planned_digests(refs: list[FileRef], planned: Sequence[PlannedFile]) -> dict[int, str | None]:
+    """Each ref's planned sha256, by file index (what per-unit reuse keys a unit's members by)."""
+    plan = {_key(p.path): p for p in planned}
+    return {ref.index: getattr(plan.get(_key(ref.path)), "sha256", None) for ref in refs}
+
+
+def check_parquet_hashes(name: str, refs: Sequence[FileRef], planned: Sequence[PlannedFile]) -> None:
+    """Parquet is read by random access, so its bytes cannot be hashed while read: the files about to
+    be read are hashed here against the plan (files of units taken from an earlier build are not read,
+    so not hashed). Raises NormalizeError naming the first that changed."""
+    plan = {_key(p.path): p for p in planned}
+    for ref in {r.path: r for r in refs}.values():
+        p = plan.get(_key(ref.path))
+        if p is not None and p.sha256 and sha256_file(ref.path) != p.sha256:
+            raise NormalizeError(f"normalize {name!r}: planned input {ref.rel} changed after planning (same size, "
+                                 f"different sha256); {_RESTORE}")
+
+
 def check_planned(name: str, fmt: str, refs: list[FileRef], planned: Sequence[PlannedFile]) -> list[FileRef]:
     """Refs carrying their plan (size, sha256), after checking every planned file is still there with
-    its planned size (parquet: and its planned sha256). Raises NormalizeError naming the first file
-    that is missing or changed."""
+    its planned size (parquet's sha256: `check_parquet_hashes`, for the files read). Raises
+    NormalizeError naming the first file that is missing or changed."""
     plan = {_key(p.path): p for p in planned}
     out = []
     for ref in refs:
@@ -52,9 +70,6 @@ def check_planned(name: str, fmt: str, refs: list[FileRef], planned: Sequence[Pl
         if size != p.size:
             raise NormalizeError(f"normalize {name!r}: planned input {ref.rel} changed after planning: {size} "
                                  f"bytes now, {p.size} planned; {_RESTORE}")
-        if fmt == "parquet" and p.sha256 and sha256_file(ref.path) != p.sha256:
-            raise NormalizeError(f"normalize {name!r}: planned input {ref.rel} changed after planning (same size, "
-                                 f"different sha256); {_RESTORE}")
         out.append(dataclasses.replace(ref, planned_size=p.size, sha256=p.sha256) if fmt != "parquet" else ref)
     return out
 
@@ -73,4 +88,4 @@ def planned_error(name: str, failures: list[str]) -> str:
     return f"normalize {name!r}: planned inputs changed while being read: {shown}; {_RESTORE}"
 
 
-__all__ = ["check_planned", "planned_failures", "planned_error"]
+__all__ = ["check_parquet_hashes", "check_planned", "planned_digests", "planned_failures", "planned_error"]

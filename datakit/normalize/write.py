@@ -1,4 +1,4 @@
-"""Writing normalized shards: main + dups parquet per output shard, rejects, schema fix-ups.
+"""Writing normalized parts: main + dups parquet per unit of input, its rejects, schema fix-ups.
 
 A shard is streamed in row groups (memory bounded by one batch), so its schema must be fixed when the
 writer opens. With inferred schemas (jsonl) a later batch may widen a column (null -> string, int ->
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datakit.shuffle import counters, current_shard
+from datakit.shuffle import current_shard
 from datakit.core.documents import CORE_SCHEMA
 from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 from datakit.core.layout import DocumentsDir
@@ -35,7 +35,7 @@ REJECTS_SCHEMA = pa.schema([
 ])
 
 
-def _writer(f, schema: pa.Schema) -> pq.ParquetWriter:
+def part_writer(f, schema: pa.Schema) -> pq.ParquetWriter:
     # No dictionary/statistics for the big unique columns: dictionary attempts on text are wasted work
     # and min/max statistics of whole documents bloat the footer.
     small = [n for n in schema.names if n not in ("text",)]
@@ -57,7 +57,7 @@ class ShardParquet:
 
     def _open(self, schema: pa.Schema) -> None:
         self._f, self._tmp = open_atomic(self.path)
-        self._w = _writer(self._f, schema)
+        self._w = part_writer(self._f, schema)
 
     def write(self, rows: list[dict], prov: list[tuple[int, int]]) -> None:
         table = build_table(rows, prov, self.fixed, self.stats)
@@ -114,7 +114,7 @@ def rewrite_with_schema(path: str, schema: pa.Schema) -> str:
         if pf.schema_arrow == schema:
             return path
         with atomic_output(path) as out:
-            w = _writer(out, schema)
+            w = part_writer(out, schema)
             for i in range(pf.num_row_groups):
                 t = pf.read_row_group(i)
                 w.write_table(conform(t, schema), row_group_size=max(1, t.num_rows))
@@ -122,105 +122,140 @@ def rewrite_with_schema(path: str, schema: pa.Schema) -> str:
     return path
 
 
-def collect_group(key: str, items: Iterable[Any]) -> list:
-    """group_by reducer: all copies of one id, already in (file index, position) order."""
-    return list(items)
-
-
-def item_id(item) -> str:
-    return item[0]
-
-
+# What flows through the shuffle: (unit, kind, file index, position, payload), routed by unit (an int
+# below the shard count goes to that shard unchanged) and sorted by `item_sort` within the unit. kind is
+# a document's id (payload: the row), REJECT (payload: the reject's row) or STATS (payload: a read
+# task's counts for this unit).
+STATS = ""
+REJECT = "!"
 _POS_BITS = 36  # positions (line numbers, WARC offsets) below 64 Gi; file indexes below 64 Mi
 
 
-def item_order(item) -> int:
-    """(file index, position) packed into one int: ints take the engine's fast key-encoding path."""
-    fi, pos = item[1], item[2]
-    if pos >> _POS_BITS or fi >> (62 - _POS_BITS):
-        raise ValueError(f"position {pos} in file #{fi} is beyond what normalize orders (2**{_POS_BITS} "
+def item_unit(item) -> int:
+    return item[0]
+
+
+def _order(fi: int, pos: int) -> int:
+    """(file index, position + 1) packed into one int (a planned file's reject has position -1)."""
+    pos += 1
+    if pos >> _POS_BITS or pos < 0 or fi >> (62 - _POS_BITS):
+        raise ValueError(f"position {pos - 1} in file #{fi} is beyond what normalize orders (2**{_POS_BITS} "
                          f"positions, 2**{62 - _POS_BITS} files per source); split the source")
     return (fi << _POS_BITS) | pos
 
 
-def write_stage(groups: Iterable[list], *, out_dir: str, dedup: str, fixed: pa.Schema | None,
-                batch_rows: int = BATCH_ROWS, batch_text_bytes: int = BATCH_TEXT_BYTES) -> Iterator[dict]:
-    """map_shard over one output shard's groups (ascending id): write main + dups, yield one summary.
+def item_sort(item) -> str:
+    """A unit's items in order: its counts first, then its rejects by (file, position), then its
+    documents by (id, file, position), so the first copy of an id is the first by file order. Ids are
+    32 hex digits, which sort after REJECT; the packed order is fixed-width hex, so strings sort right."""
+    kind = item[1]
+    if kind == STATS:
+        return STATS
+    return f"{kind}{_order(item[2], item[3]):016x}"
 
-    The first copy of an id (lowest file index, then position) goes to main, the others to dups; with
-    dedup="none" every copy goes to main. A type conflict is returned in the summary rather than
-    raised, so the driver reports it once with file names instead of the engine retrying it.
-    """
-    shard = current_shard()
-    i, n = shard.index, shard.total
+
+def stream_unit(key: int, items: Iterable[Any]) -> Iterable[Any]:
+    """group_by reducer: a unit's items as one stream (never held in memory: the merge feeds it)."""
+    return items
+
+
+class _Batched:
+    """One part file fed in batches cut by content (rows and text bytes in id order), never by timing,
+    so the file is byte-identical whatever the worker count."""
+
+    def __init__(self, sink: ShardParquet, batch_rows: int, batch_text_bytes: int) -> None:
+        self.sink, self.batch_rows, self.batch_text_bytes = sink, batch_rows, batch_text_bytes
+        self.rows: list[dict] = []
+        self.prov: list[tuple[int, int]] = []
+        self.size = 0
+
+    def add(self, item) -> None:
+        self.rows.append(item[4])
+        self.prov.append((item[2], item[3]))
+        self.size += len(item[4]["text"])
+        if len(self.rows) >= self.batch_rows or self.size >= self.batch_text_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.sink.write(self.rows, self.prov)
+            self.rows, self.prov, self.size = [], [], 0
+
+
+def _route(items: Iterable[Any], main: _Batched, dups: _Batched, rejects: "RejectSink", keep_all: bool
+           ) -> Counter:
+    """A unit's sorted items to their files: the first copy of an id to main, the others to dups (all to
+    main with dedup "none"), rejects to the unit's rejects; returns the read tasks' summed counts."""
+    stats: Counter = Counter()
+    prev = None
+    for item in items:
+        kind = item[1]
+        if kind == STATS:
+            stats.update(item[4])
+        elif kind == REJECT:
+            rejects.add(item[4])
+        elif keep_all or kind != prev:
+            main.add(item)
+            prev = kind
+        else:
+            dups.add(item)
+    return stats
+
+
+def write_unit(groups: Iterable[Iterable[Any]], *, out_dir: str, names: list[str], fixed: list[pa.Schema | None],
+               dedup: str, batch_rows: int = BATCH_ROWS, batch_text_bytes: int = BATCH_TEXT_BYTES) -> Iterator[dict]:
+    """map_shard over one unit's stream (shard i is unit ``names[i]``): write its main and dups parts
+    and its rejects, and yield one summary. A unit with no records still gets its (empty) parts.
+
+    A type conflict is returned in the summary rather than raised, so the driver reports it once with
+    file names instead of the engine retrying it."""
+    i = current_shard().index
+    name = names[i]
     docs = DocumentsDir(out_dir)
-    makedirs(docs.main)
-    makedirs(docs.dups)
+    for d in (docs.main, docs.dups):
+        makedirs(d)
     examples: Examples = {}
-    main = ShardParquet(docs.part("main", i, n), fixed, examples)
-    dups = ShardParquet(docs.part("dups", i, n), fixed, examples)
-    buf = {"main": ([], [], [0]), "dups": ([], [], [0])}
-    sinks = {"main": main, "dups": dups}
-    keep_all = dedup == "none"
-
-    def add(which: str, item) -> None:
-        rows, prov, size = buf[which]
-        rows.append(item[3])
-        prov.append((item[1], item[2]))
-        size[0] += len(item[3]["text"])
-        if len(rows) >= batch_rows or size[0] >= batch_text_bytes:
-            flush(which)
-
-    def flush(which: str) -> None:
-        rows, prov, size = buf[which]
-        if rows:
-            sinks[which].write(rows, prov)
-            rows.clear()
-            prov.clear()
-            size[0] = 0
-
+    main = ShardParquet(docs.file("main", name), fixed[i], examples)
+    dups = ShardParquet(docs.file("dups", name), fixed[i], examples)
+    rejects = RejectSink(docs.unit("rejects", name))
     try:
+        bm, bd = _Batched(main, batch_rows, batch_text_bytes), _Batched(dups, batch_rows, batch_text_bytes)
+        stats = Counter()
         for group in groups:
-            if keep_all:
-                for item in group:
-                    add("main", item)
-            else:
-                add("main", group[0])
-                for item in group[1:]:
-                    add("dups", item)
-        flush("main")
-        flush("dups")
-        main_schema = main.close()
-        dups_schema = dups.close()
+            stats += _route(group, bm, bd, rejects, dedup == "none")
+        bm.flush()
+        bd.flush()
+        main_schema, dups_schema = main.close(), dups.close()
+        rejects.close()
     except ConflictFound as e:
-        main.abort()
-        dups.abort()
-        yield {"shard": i, "conflict": e.conflict, "examples": examples}
+        for sink in (main, dups, rejects):
+            sink.abort()
+        yield {"index": i, "name": name, "conflict": e.conflict, "examples": examples}
         return
     except BaseException:
-        main.abort()
-        dups.abort()
+        for sink in (main, dups, rejects):
+            sink.abort()
         raise
-    counters.increment("records_out", main.rows)
-    counters.increment("dups", dups.rows)
-    stats_to_counters(main.stats + dups.stats)
-    yield {"shard": i, "conflict": None, "examples": examples, "main_schema": main_schema,
-           "dups_schema": dups_schema, "main_rows": main.rows, "dup_rows": dups.rows}
+    stats.update(main.stats + dups.stats)
+    stats.update({"records_out": main.rows, "dups": dups.rows})
+    yield {"index": i, "name": name, "conflict": None, "examples": examples, "main_schema": main_schema,
+           "dups_schema": dups_schema, "stats": {k: int(v) for k, v in stats.items() if v},
+           "rejects": rejects.count}
 
 
 class RejectSink:
-    """Rejects of one read task, streamed to a staging parquet file (created only if needed)."""
+    """Rejects of one unit (rows of REJECTS_SCHEMA), streamed to a parquet file created only if needed."""
 
-    def __init__(self, path: str, source: str) -> None:
-        self.path, self.source = path, source
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.rows: list[dict] = []
         self.count = 0
         self._f = None
         self._tmp = None
         self._w = None
 
-    def add(self, reject) -> None:
-        self.rows.append(reject.to_row(self.source))
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
         self.count += 1
         if len(self.rows) >= REJECT_ROW_GROUP:
             self._flush()
@@ -250,8 +285,8 @@ class RejectSink:
 
 
 def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
-    """Concatenate the read tasks' reject files (in input order) into one file with fixed-size row
-    groups, so its bytes do not depend on how the input was split into tasks."""
+    """Concatenate the units' reject files (in unit order) into one file with fixed-size row groups, so
+    its bytes do not depend on how the input was split into units."""
     total = 0
     with atomic_output(final_path) as out:
         w = pq.ParquetWriter(out, REJECTS_SCHEMA, compression="zstd")
@@ -275,13 +310,7 @@ def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
     return total
 
 
-def stats_to_counters(stats: Counter) -> None:
-    for k, v in stats.items():
-        if v:
-            counters.increment(k, v)
-
-
 __all__ = [
-    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "write_stage", "collect_group", "item_id",
-    "item_order", "rewrite_with_schema", "consolidate_rejects", "canonical_schema",
+    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "REJECT", "STATS", "write_unit", "stream_unit", "item_unit",
+    "item_sort", "rewrite_with_schema", "consolidate_rejects", "canonical_schema",
 ]

@@ -1,4 +1,6 @@
-"""The normalize stage: every source's files -> one clean, id-sorted, exactly deduplicated documents dir.
+"""The normalize stage: every source's files -> one clean, id-sorted, exactly deduplicated documents dir,
+one part per stable unit of input files (`datakit/normalize/units.py`), each unit taken from the
+earlier build when its files and settings are unchanged (`datakit/normalize/incremental.py`).
 
 Local inputs enter the identity as a fingerprint of their *content* (relative names and sha256, cached
 per path/size/mtime under the prefix), so a `touch` or a copy of unchanged data rebuilds nothing, and a
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 # The removal reasons of the run summary, per normalize counter, in the order normalize applies them.
 _REASONS = {"rejects": "rejects", "dups": "in-source dups", "empty_dropped": "empty"}
 
-VERSION = "3"
+VERSION = "4"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
 
@@ -59,14 +61,19 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     """Read exactly the planned files (never a fresh listing: a file gone since planning must fail the
     step, naming it, not vanish from the output). ``links``: the symlinks the plan's listing skipped,
     recorded in the counters (loops and broken ones also by path) for the run summary."""
+    from datakit.normalize.incremental import UnitReuse
     from datakit.normalize.pipeline import normalize_source
+    from datakit.steps import reuse
 
     plan = _downloaded_plan(ctx, download) if download else planned
     files = list(plan) if plan else source_listing(spec).files
     if links is not None and links.skipped_links():
         log.warning("source %s: %s", spec.name, links.skipped_links())
+    # A unit's part depends on its own files and these settings, never on the rest of the file list (the
+    # step config's "input"): so an edited file re-reads its unit only.
+    settings = (VERSION, ctx.step.config["source"], ctx.step.config["normalize"])
     result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
-                              planned=plan)
+                              planned=plan, reuse_from=UnitReuse(settings, reuse.load(ctx.earlier)))
     out = counters_only(result.to_dict())
     c = out["counters"]
     if links is not None and links.skipped_links():

@@ -165,7 +165,7 @@ def find_source_files(input_dir: str) -> list[str]:
         if found:
             return [join(base, n) for n in found]
     raise FileNotFoundError(
-        f"no parquet files in source {input_dir!r}: expected {DocumentsDir(input_dir).main}/part-*.parquet"
+        f"no parquet files in source {input_dir!r}: expected {DocumentsDir(input_dir).main}/*.parquet"
     )
 
 
