@@ -43,7 +43,7 @@ def test_each_stage_declares_code_and_checks_that_exist():
         assert f"datakit.stages.{stage.name}" in stage.code or "datakit.stages.user" in stage.code
         module, _, attr = stage.ferry_check.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), stage.name
-    assert [s.key for s in sections()] == ["normalize", "takedown", "quality", "dedup", "decontaminate", "line_dedup", "pii",
+    assert [s.key for s in sections()] == ["normalize", "quality", "dedup", "decontaminate", "line_dedup", "pii", "takedown",
                                            "quality_classifier", "tokenize", "export", "mixture", "train"]
 
 

@@ -2,16 +2,15 @@
 
 The `takedown:` manifest section lists them inline or in a file (one per line, ``id <value>``,
 ``url <value>`` or ``domain <value>``; ``#`` starts a comment), and the takedown stage removes every
-matching document from every source right after normalize, so nothing downstream (dedup, the token
-caches, training) ever sees it. An id matches a document's content id (``id``) or the id it had in its
+matching document from every source's final documents (datakit/stages/takedown.py says where and why),
+so the token caches and the model never see it. An id matches a document's content id (``id``) or the id it had in its
 input (``source_id``); a URL matches the document's URL column exactly (after trimming); a domain
 matches every URL whose registered domain (public suffix list bundled with tldextract, as the URL
 filter's) is that domain.
 
 Why a stage of its own rather than a quality rule: a takedown must hold whatever the quality settings
 are (and with the quality layer off), and its list changes on its own schedule. With per-file reuse
-(steps/reuse.py) a new takedown rewrites only the files that hold a listed document, and every step
-downstream recomputes only those files.
+(steps/reuse.py) a new takedown rewrites only the files that hold a listed document.
 """
 
 from __future__ import annotations

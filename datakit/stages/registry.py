@@ -15,7 +15,6 @@ from .contract import Stage
 STAGES: tuple[Stage, ...] = (
     download.STAGE,
     normalize.STAGE,
-    takedown.STAGE,
     user.AFTER_NORMALIZE,
     quality.STAGE,
     exact.STAGE,
@@ -25,6 +24,7 @@ STAGES: tuple[Stage, ...] = (
     user.AFTER_CONSOLIDATE,
     linededup.STAGE,
     pii.STAGE,
+    takedown.STAGE,
     quality_classifier.STAGE,
     tokenizer.STAGE,
     tokenize.STAGE,

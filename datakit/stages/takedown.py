@@ -1,8 +1,14 @@
 """The takedown stage: documents listed in the manifest's `takedown:` section (ids, URLs, domains, or a
-file of them; `datakit.quality.takedown`) are removed from every source right after normalize, so no
-later step, token cache or model sees them. One step `takedown-<source>` per source, a per-file
-transform with per-file reuse: a new entry rewrites only the files holding a listed document, and each
-removed document is listed in outputs/removed/ with the entry that matched (reason ``takedown``)."""
+file of them; `datakit.quality.takedown`) are removed from every source's final documents, after PII
+redaction and before the quality classifier, the tokenizer and the token caches, so no model sees them.
+
+Why that late: a taken-down document still takes part in deduplication, so its copies elsewhere (exact
+or near duplicates removed because it was kept) do not come back when it goes; and a new takedown
+leaves every step before it as it was (normalize, dedup, consolidate are reused whole). One step
+`takedown-<source>` per source, a per-file transform with per-file reuse: a file holding no listed
+document passes through as it is (linked), a new entry rewrites only the files holding a listed
+document, and each removed document is listed in outputs/removed/ with the entry that matched (reason
+``takedown``). Ids match the document's current id or the id it had in its input (``source_id``)."""
 
 from __future__ import annotations
 
@@ -35,11 +41,22 @@ def _matches(table: pa.Table, cfg: TakedownConfig) -> list[tuple[int, str, str]]
     return out
 
 
-def file_matches(path: str, cfg: TakedownConfig) -> list[tuple[int, str, str]]:
-    """The per-file part of a file's reuse key: the listed documents it holds. A new entry therefore
-    rewrites only the files holding a document it lists (the list itself is not in the key)."""
+def file_matches(path: str, cfg: TakedownConfig) -> dict:
+    """The per-file part of a file's reuse key: its rows and the listed documents it holds (read from
+    the id and URL columns only). A new entry therefore rewrites only the files holding a document it
+    lists (the list itself is not in the key)."""
     names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
-    return _matches(read_table(path, columns=[c for c in ("id", "source_id", cfg.url_column) if c in names]), cfg)
+    table = read_table(path, columns=[c for c in ("id", "source_id", cfg.url_column) if c in names])
+    return {"rows": table.num_rows, "matches": _matches(table, cfg)}
+
+
+def untouched(part: dict) -> dict[str, int] | None:
+    """A file holding no listed document passes through as it is (linked, not re-encoded, so every later
+    step still knows it by the same content): its stats; None when it holds one."""
+    if part["matches"]:
+        return None
+    n = part["rows"]
+    return {"docs_in": n, "docs_out": n, "removed": 0, f"removed/{REASON}": 0}
 
 
 def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.Table, list, dict[str, int]]:
@@ -54,7 +71,7 @@ def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.T
 
 
 def _run(ctx: StepContext, source: str, documents: str, cfg: TakedownConfig) -> dict:
-    key = FileKey(settings=cfg.url_column, per_file=partial(file_matches, cfg=cfg))
+    key = FileKey(settings=cfg.url_column, per_file=partial(file_matches, cfg=cfg), unchanged=untouched)
     names, totals = run_per_file(ctx, documents, partial(takedown_file, cfg=cfg), f"takedown-{source}",
                                  reuse_key=key)
     for k in ("docs_in", "docs_out", "removed", f"removed/{REASON}"):

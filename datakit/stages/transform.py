@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_write_bytes, read_table
+from datakit.core.fsio import atomic_write_bytes, link_or_copy, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
 from datakit.shuffle import Dataset, counters
@@ -81,6 +81,8 @@ class _Job:
     key: str | None = None
     earlier: reuse.Earlier | None = None
     key_fn: Callable[[str], Any] | None = None
+    is_unchanged: Callable[[Any], dict[str, int] | None] | None = None
+    unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
 
 
 def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str
@@ -88,10 +90,16 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str
     """One file through ``file_fn``, or its earlier result taken whole: (key, the two files relative to
     the step dir, stats, whether it was taken)."""
     if job.key is not None and job.key_fn is not None:
-        job = dataclasses.replace(job, key=reuse.content_key(job.key, job.key_fn(job.src)))
+        part = job.key_fn(job.src)
+        job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
+                                  unchanged=job.is_unchanged(part) if job.is_unchanged else None)
     unit = reuse.take(job.earlier, job.key, output) if job.key is not None else None
     if unit is not None:
         stats = unit.stats
+    elif job.unchanged is not None:  # nothing to do to this file: its bytes, and an empty removed file
+        link_or_copy(job.src, job.dst_main)
+        atomic_write_bytes(job.dst_removed, table_bytes(removed_table([], removed_schema)))
+        stats = job.unchanged
     else:
         kept, removed, stats = file_fn(job.src.rstrip("/").rsplit("/", 1)[-1], read_table(job.src))
         write_file(job.dst_main, job.dst_removed, kept, removed, removed_schema)
@@ -119,6 +127,9 @@ class FileKey:
 
     settings: Any = None
     per_file: Callable[[str], Any] | None = None
+    # Given the per-file part: the file's stats when the step leaves the file exactly as it is (then its
+    # bytes are linked, not re-encoded: a later step's key for it is unchanged too), else None.
+    unchanged: Callable[[Any], dict[str, int] | None] | None = None
 
 
 def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: FileKey | None) -> list[_Job]:
@@ -133,7 +144,7 @@ def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: File
         digest = hashes.get(f"{DocumentsDir.MAIN}/{n}")
         key = None if digest is None else reuse.content_key(ctx.step.name, ctx.step.version, settings, n, digest)
         jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier,
-                         reuse_key.per_file))
+                         reuse_key.per_file, reuse_key.unchanged))
     return jobs
 
 

@@ -1,0 +1,203 @@
+"""What a change costs: incremental runs side by side with a full rebuild of the same final inputs.
+
+    .venv/bin/python -m benchmarks.incremental [--mb 400] [--files 64] [--work /tmp/dk-incr]
+
+The corpus is benchmarks/pipeline.py's (real text of this machine with planted exact and near duplicates,
+``--files`` jsonl.zst files) and so is the pipeline: normalize -> exact -> MinHash -> fuzzy -> consolidate
+-> tokenize with a ready tokenizer.json (no training, no quality layer), 2 workers. The last tenth of the
+files is held back as a second source. After a full build of the first nine tenths, three changes, each
+applied to a copy of that built prefix (hard links: nothing datakit wrote is changed in place) and each
+measured beside a fresh build of the same final inputs in a new prefix:
+
+  add      the held-back tenth as a new source
+  edit     one document of one file changed (a word substituted)
+  takedown 1% of the documents listed by id in a `takedown:` file
+
+For each: CPU-seconds of the whole `datakit run` process tree (interpreter start, planning and the
+content check of every built step included) and wall time, both sides; the incremental run's share of the
+rebuild's CPU; and whether every data file of every step of the final plan is byte-identical between the
+two prefixes (scripts/compare_outputs.py's rule: markers, timings and reuse records are not data).
+``normalize.target_shard_bytes`` is 8 MB here (a unit of input files is what an edit recomputes; the
+default 64 MB makes units, and so the cost of an edit, eight times larger).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import zstandard
+
+from benchmarks import _pipeline_measure as measure
+from benchmarks.common import REPO
+from benchmarks.pipeline import BANDS, NGRAM, ROWS, prepare, warm
+
+sys.path.insert(0, str(REPO / "scripts"))
+import compare_outputs  # noqa: E402  (scripts/ is not a package)
+
+TARGET_SHARD_BYTES = 8 << 20
+TAKEDOWN_FRACTION = 0.01
+
+
+def manifest(prefix: Path, sources: dict[str, list[Path]], tokenizer: Path, workers: int,
+             takedown: Path | None = None) -> dict:
+    m = {"prefix": str(prefix), "backend": "local", "workers": workers,
+         "sources": [{"name": name, "uri": [str(p) for p in files], "format": "jsonl", "text_field": "text",
+                      "id_field": "id"} for name, files in sources.items()],
+         "normalize": {"target_shard_bytes": TARGET_SHARD_BYTES},
+         "dedup": {"exact": True, "fuzzy": True, "ngram": NGRAM, "ngram_unit": "word", "num_perms": BANDS * ROWS,
+                   "bands": BANDS, "rows": ROWS},
+         "tokenize": {"tokenizer": str(tokenizer)}}
+    if takedown is not None:
+        m["takedown"] = {"file": str(takedown)}
+    return m
+
+
+def run(m: dict, work: Path, name: str, timeout: float) -> dict:
+    """One `datakit run` of manifest ``m``, its process tree sampled: CPU-seconds, wall, peak RSS."""
+    path = work / f"{name}.yaml"
+    path.write_text(json.dumps(m, indent=1))  # JSON is YAML
+    dk = str(Path(sys.executable).with_name("datakit"))
+    tl = measure.run_sampled([dk, "run", str(path), "--json"], dict(os.environ), str(REPO), timeout)
+    if tl.returncode != 0:
+        raise SystemExit(f"{name}: datakit run exited {tl.returncode}: {tl.stderr[-3000:]}{tl.stdout[-2000:]}")
+    whole = measure.window(tl, tl.start, tl.end)
+    summary = json.loads(tl.stdout.strip().splitlines()[-1])
+    built = [s["name"] for s in summary["steps"] if s.get("status") == "succeeded"]
+    return {"cpu_s": round(whole["cpu_s"], 2), "wall_s": round(tl.end - tl.start, 2),
+            "peak_rss_mb": round(whole.get("peak_rss", 0) / 2**20, 1), "steps_built": len(built),
+            "reuse": (summary.get("data") or {}).get("reuse") or {}}
+
+
+def copy_prefix(src: Path, dst: Path) -> None:
+    """A copy of a built prefix that shares its data files (hard links) but owns every file a run appends
+    to or rewrites in place (events.jsonl; plan.json and the fingerprint cache are replaced, not edited,
+    but are copied too so that nothing of the original can change)."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, copy_function=os.link)
+    for rel in ("events.jsonl", "plan.json"):
+        if (dst / rel).exists():
+            (dst / rel).unlink()
+            shutil.copy2(src / rel, dst / rel)
+
+
+def same_outputs(a: Path, b: Path) -> dict:
+    """Every data file of every step of ``b``'s plan equal in ``a`` (by sha256)."""
+    plan = json.loads((b / "plan.json").read_text())
+    steps = [s for s in plan["plan"]["steps"]] if "plan" in plan else plan["steps"]
+    differ, files = [], 0
+    for s in steps:
+        d = f"{s['name']}-{s['identity']}"
+        if not (b / d).exists():
+            continue
+        fa, _ = compare_outputs.data_files(str(a / d)) if (a / d).exists() else ({}, [])
+        fb, _ = compare_outputs.data_files(str(b / d))
+        files += len(fb)
+        if fa != fb:
+            differ.append(s["name"])
+    return {"identical": not differ, "steps_differing": differ, "files_compared": files}
+
+
+def edited_copy(files: list[Path], out: Path, seed: int) -> list[Path]:
+    """The files again (hard links), one of them rewritten with one document's text changed (a word
+    substituted near its middle)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    rng = random.Random(seed)
+    victim = rng.choice(files)
+    result = []
+    for f in files:
+        dst = out / f.name
+        if f != victim:
+            os.link(f, dst)
+        else:
+            lines = zstandard.ZstdDecompressor().decompress(f.read_bytes(), max_output_size=1 << 31).splitlines()
+            i = rng.randrange(len(lines))
+            doc = json.loads(lines[i])
+            words = doc["text"].split(" ")
+            words[len(words) // 2] = "incrementally"
+            doc["text"] = " ".join(words)
+            lines[i] = json.dumps(doc).encode()
+            dst.write_bytes(zstandard.ZstdCompressor(level=3).compress(b"\n".join(lines) + b"\n"))
+        result.append(dst)
+    return result
+
+
+def takedown_file(files: list[Path], out: Path, seed: int) -> tuple[Path, int]:
+    """A takedown file listing ``TAKEDOWN_FRACTION`` of the documents by the id they have in the input."""
+    ids = []
+    for f in files:
+        for line in zstandard.ZstdDecompressor().decompress(f.read_bytes(), max_output_size=1 << 31).splitlines():
+            ids.append(json.loads(line)["id"])
+    chosen = sorted(random.Random(seed).sample(ids, max(1, int(len(ids) * TAKEDOWN_FRACTION))))
+    out.write_text("".join(f"id {i}\n" for i in chosen))
+    return out, len(chosen)
+
+
+def scenario(name: str, base: Path, work: Path, final: dict, timeout: float) -> dict:
+    """The change ``final`` applied to a copy of the built ``base`` prefix, and a fresh build of it."""
+    inc, fresh = work / f"{name}-incremental", work / f"{name}-fresh"
+    copy_prefix(base, inc)
+    shutil.rmtree(fresh, ignore_errors=True)
+    ours = run({**final, "prefix": str(inc)}, work, f"{name}-incremental", timeout)
+    full = run({**final, "prefix": str(fresh)}, work, f"{name}-fresh", timeout)
+    out = {"incremental": ours, "rebuild": full, "cpu_share": round(ours["cpu_s"] / full["cpu_s"], 4),
+           "wall_share": round(ours["wall_s"] / full["wall_s"], 4), "outputs": same_outputs(inc, fresh)}
+    print(f"{name}: incremental {ours['cpu_s']} CPU-s ({ours['wall_s']} s) vs rebuild {full['cpu_s']} CPU-s "
+          f"({full['wall_s']} s): {out['cpu_share']:.1%} of the CPU; outputs identical: "
+          f"{out['outputs']['identical']}", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=400)
+    ap.add_argument("--files", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--work", default="/tmp/dk-incr")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--out", help="write the JSON here too")
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus_dir, info, tok = prepare(work, args.mb, args.files, args.seed, args.vocab)
+    files = sorted(corpus_dir.glob("*.jsonl.zst"))
+    held = max(1, len(files) // 10)
+    main_files, extra = files[:-held], files[-held:]
+    warm(sys.executable, "import datakit.pipeline, datakit.dedup, datakit.tokenize.tokenize_step", corpus_dir)
+    load0 = os.getloadavg()[0]
+    base = work / "base"
+    shutil.rmtree(base, ignore_errors=True)
+    t = time.perf_counter()
+    first = run(manifest(base, {"corpus": main_files}, tok, args.workers), work, "base", args.timeout)
+    both = manifest(base, {"corpus": main_files, "extra": extra}, tok, args.workers)
+    results = {"base_build": first,
+               "add": scenario("add", base, work, both, args.timeout)}
+    # the later changes start from the built two-source prefix (the add scenario's fresh build)
+    built = work / "add-fresh"
+    edited = edited_copy(main_files, work / "edited", args.seed)
+    results["edit"] = scenario("edit", built, work, manifest(built, {"corpus": edited, "extra": extra}, tok,
+                                                               args.workers), args.timeout)
+    listing, n = takedown_file(main_files + extra, work / "takedown.txt", args.seed)
+    results["takedown"] = scenario("takedown", built, work, manifest(built, {"corpus": main_files, "extra": extra},
+                                                                       tok, args.workers, listing), args.timeout)
+    results["takedown"]["documents_listed"] = n
+    report = {"benchmark": "incremental", "mb": info.mb, "documents": info.docs, "files": len(files),
+              "workers": args.workers, "target_shard_bytes": TARGET_SHARD_BYTES, "cpu_count": os.cpu_count(),
+              "load_avg_at_start": load0, "total_s": round(time.perf_counter() - t, 1), **results}
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
