@@ -106,7 +106,7 @@ def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsD
 
 
 def _jobs(ctx: StepContext, documents: str, names: list[str], src: DocumentsDir,
-          reuse_key: tuple | None) -> list[_Job]:
+          reuse_key: tuple | Callable[[str], Any] | None) -> list[_Job]:
     dst = DocumentsDir(ctx.output)
     if reuse_key is None:
         return [_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n)) for n in names]
@@ -115,19 +115,22 @@ def _jobs(ctx: StepContext, documents: str, names: list[str], src: DocumentsDir,
     jobs = []
     for n in names:
         digest = hashes.get(f"{DocumentsDir.MAIN}/{n}")
+        extra = reuse_key(n) if callable(reuse_key) else reuse_key
         key = None if digest is None else reuse.content_key(
-            ctx.step.name, ctx.step.version, ctx.step.config, reuse_key, n, digest)
+            ctx.step.name, ctx.step.version, ctx.step.config, extra, n, digest)
         jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier))
     return jobs
 
 
 def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
-                 with_value: bool = False, reuse_key: tuple | None = None) -> tuple[list[str], dict[str, int]]:
+                 with_value: bool = False, reuse_key: tuple | Callable[[str], Any] | None = None
+                 ) -> tuple[list[str], dict[str, int]]:
     """Every documents file of step ``documents`` through ``file_fn`` on the engine, one task per file:
     (the file names, the summed stats).
 
     ``reuse_key``: None when a file's output depends on more than that file and the step's settings;
-    otherwise the content of whatever else it depends on (a model's hash; ``()`` for nothing else).
+    otherwise the content of whatever else it depends on (a model's hash; ``()`` for nothing else), or a
+    function of the file's name giving that per file (line dedup: the digest of the file's removals).
     Then each file's output is keyed by (step name, version, settings, ``reuse_key``, the input file's
     name and recorded xxh3) and taken from the earlier build of this step when its key is there
     (steps/reuse.py): an edit to one input file recomputes that file only. The counts of taken and
