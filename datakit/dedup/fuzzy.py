@@ -14,7 +14,9 @@
    verification keeps what the LSH was built to find. Texts are streamed from each file by row group,
    only for documents in some candidate pair; each verification partition gets a document's set once,
    however many of its pairs it is in, and merges a bounded chunk of pairs at a time: memory follows
-   the documents in pairs, not the file sizes or the number of pairs.
+   the documents in pairs, not the file sizes or the number of pairs. Ids are content hashes, so a
+   pair's Jaccard is a function of its two ids: each pair is first looked up in the earlier build's
+   verified-pair cache (pair_cache.py) and only the pairs it lacks are verified.
 3. Connected components of the (verified) pair graph, on the engine (components.py).
 4. Canonical per cluster: the member from the highest-priority source, then the lowest id. It does not
    depend on worker counts or partitioning. Every member of a non-singleton cluster gets a row in its
