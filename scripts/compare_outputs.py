@@ -24,6 +24,7 @@ _STEP_DIR = re.compile(r"^(?P<name>.+)-(?P<identity>[0-9a-f]{10})$")
 _SKIP_NAMES = {".status", "artifact.json", "error.txt", "events.jsonl", "metrics.jsonl", "result.json", "loss.png",
                "outputs.manifest.json",  # the step's record of its outputs (sizes, hashes), not data
                "reuse.json"}  # per-file reuse keys (steps/reuse.py): bookkeeping, not data
+_SKIP_DIR = "reuse"  # content-addressed units kept for the next build (segment keys, n-gram hits, pairs)
 
 
 def step_dirs(prefix: str) -> dict[str, str]:
@@ -44,7 +45,7 @@ def data_files(step_dir: str) -> tuple[dict[str, str], list[str]]:
     for root, _, names in os.walk(step_dir):
         for n in names:
             rel = os.path.relpath(os.path.join(root, n), step_dir)
-            if n in _SKIP_NAMES or n.startswith(".lease"):
+            if n in _SKIP_NAMES or n.startswith(".lease") or rel.split(os.sep, 1)[0] == _SKIP_DIR:
                 skipped.append(rel)
                 continue
             files[rel] = _digest(os.path.join(root, n))

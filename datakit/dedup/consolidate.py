@@ -43,6 +43,7 @@ from datakit.core.layout import AttributesDir, DocumentsDir, join
 from datakit.steps import reuse
 
 from .hashing import ids_to_u64
+from .keyed import Reuse
 from .layout import (
     AttributeMismatch,
     DedupInputError,
@@ -309,15 +310,6 @@ def _check_sorted(hi, lo, last, src: str, row0: int, ids) -> None:
                 f"{src}: row {row0 + i}: ids are not sorted and unique ({ids[i].as_py()}); normalized files "
                 "must be sorted by id"
             )
-
-
-@dataclass(frozen=True)
-class Reuse:
-    """Per-file reuse for one consolidate run (steps/reuse.py): ``settings`` is what besides its inputs
-    a file's output depends on (the step's name, version and config); ``earlier`` the earlier build."""
-
-    settings: tuple
-    earlier: reuse.Earlier | None
 
 
 def _keyed_file(job: tuple, out_dir: str) -> dict:

@@ -50,12 +50,14 @@ import io
 import json
 import math
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from datakit.core.documents import content_id
 from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove
@@ -67,7 +69,9 @@ from datakit.shuffle import ExecConfig, counters
 from datakit.shuffle.io import open_decompressed
 
 from .consolidate import cut_text
+from . import keyed
 from .hashing import U64
+from .keyed import Reuse
 from .layout import (
     DedupInputError,
     FileEntry,
@@ -102,6 +106,7 @@ _MAX_EXAMPLES = 10
 _MAX_REPORT_FLAGS = 1000
 _EXCERPT_CHARS = 240
 BATCH_ROWS = 2048
+SCAN_DIR = "reuse/scan"  # pass 1's per-file scans, named by their content key (kept for the next build)
 
 # Very common words: an n-gram made only of these, digits and single characters says nothing about
 # which text it came from. English function words plus the keywords and builtins every Python file uses.
@@ -504,9 +509,10 @@ def _long_docs(tok: Tokens, n: int) -> Tokens:
     return Tokens(tok.values[keep], offs)
 
 
-def _scan_file(job: tuple[FileEntry, str], table_path: str, ngram: int) -> dict:
-    """One file's hits (row, n-gram uid, token position) to a work file; its per-n-gram document counts
-    (for the boilerplate measure) back to the coordinator."""
+def _scan_file(job: tuple[FileEntry, str], table_path: str, ngram: int) -> dict[str, int]:
+    """One file's hits (row, n-gram uid, token position) and its per-n-gram document counts (for the
+    boilerplate measure) to its scan file; its document count. The scan depends on the file's text and
+    the table's n-gram hashes only, so it is a unit later builds reuse (keyed.py)."""
     entry, hits_path = job
     hashes = BenchmarkTable.load(table_path).hashes
     rows, uids, poss = [], [], []
@@ -524,15 +530,54 @@ def _scan_file(job: tuple[FileEntry, str], table_path: str, ngram: int) -> dict:
             uids.append(pos[idx])
             poss.append(idx - grams.offsets[doc])
         row0 += len(texts)
-    counters.increment(f"docs/{entry.source}", row0)
     cat = (lambda xs: np.concatenate(xs).astype(np.int64) if xs else np.empty(0, np.int64))
     r, u, p = cat(rows), cat(uids), cat(poss)
-    buf = io.BytesIO()
-    np.savez(buf, rows=r, uids=u, pos=p)
-    atomic_write_bytes(hits_path, buf.getvalue())
     doc_uid = np.unique(r * max(len(hashes), 1) + u) % max(len(hashes), 1)
     df_uid, df_n = np.unique(doc_uid, return_counts=True)
-    return {"gidx": entry.gidx, "docs": row0, "df_uid": df_uid.tolist(), "df_n": df_n.tolist()}
+    buf = io.BytesIO()
+    np.savez(buf, rows=r, uids=u, pos=p, df_uid=df_uid.astype(np.int64), df_n=df_n.astype(np.int64))
+    atomic_write_bytes(hits_path, buf.getvalue())
+    return {"docs": row0}
+
+
+def _scan_jobs(srcs: Sequence[SourceRef], entries: Sequence[FileEntry], table: BenchmarkTable, ngram: int,
+               out_dir: str, reuse_from: Reuse | None) -> tuple[list[str], list[keyed.Job]]:
+    """(each entry's scan file, the unique keyed scan jobs). A scan's key: the n-gram size, the table's
+    hashes (uids index them), the formats and the file's recorded content; its file is named by the
+    key, so identical files share one scan and a later build finds it whatever the file is called."""
+    settings = reuse_from.settings if reuse_from is not None else ()
+    earlier = reuse_from.earlier if reuse_from is not None else None
+    recorded = keyed.recorded_hashes([s.dir for s in srcs]) if reuse_from is not None else {}
+    table_digest = xxhash.xxh3_128_hexdigest(np.ascontiguousarray(table.hashes).tobytes())
+    formats = (DECON_FORMAT, SHINGLE_FORMAT, unicodedata.unidata_version, ngram, table_digest)
+    paths, jobs, seen = [], [], set()
+    for e in entries:
+        key = keyed.key_of(settings, formats, recorded.get(e.path)) if reuse_from is not None else None
+        rel = f"{SCAN_DIR}/{key or f'{e.source}-{e.gidx:06d}'}.npz"
+        paths.append(f"{out_dir.rstrip('/')}/{rel}")
+        if rel not in seen:
+            seen.add(rel)
+            jobs.append(keyed.Job(key, (rel,), (e, paths[-1]), earlier))
+    return paths, jobs
+
+
+def _scan(srcs: Sequence[SourceRef], entries: Sequence[FileEntry], table: BenchmarkTable, table_path: str,
+          ngram: int, out_dir: str, reuse_from: Reuse | None, exec_config: ExecConfig | None
+          ) -> tuple[list[str], dict[str, int]]:
+    """Pass 1 over every file (taking unchanged files' scans from the earlier build): each entry's scan
+    file, and the counters (documents per source; files reused and computed)."""
+    paths, jobs = _scan_jobs(srcs, entries, table, ngram, out_dir, reuse_from)
+    compute = partial(_scan_file, table_path=table_path, ngram=ngram)
+    done = per_file_tasks(jobs, [j.job[0].path for j in jobs]).map(partial(
+        keyed.run, step_dir=out_dir, compute=compute)).run(exec_config).items
+    docs = {d.files[0]: d.stats["docs"] for d in done}
+    c: dict[str, int] = {}
+    for e, path in zip(entries, paths):
+        rel = path[len(out_dir.rstrip("/")) + 1:]
+        c[f"docs/{e.source}"] = c.get(f"docs/{e.source}", 0) + docs[rel]
+    if reuse_from is not None:
+        c.update(keyed.record(out_dir, done))
+    return paths, c
 
 
 # ---------------------------------------------------------------- between the passes: boilerplate
@@ -782,14 +827,16 @@ def _params(cfg: DecontamConfig, specs: Sequence[BenchmarkSpec], bstats: dict) -
             "benchmarks": benches}
 
 
-def _corpus_counts(table: BenchmarkTable, items: list[dict]) -> tuple[np.ndarray, int]:
-    """Documents holding each item n-gram (all sources together), and the number of documents."""
+def _corpus_counts(table: BenchmarkTable, scans: list[str], scan_counters: dict[str, int]
+                   ) -> tuple[np.ndarray, int]:
+    """Documents holding each item n-gram (all sources together, summed from every file's scan: the
+    global counts are recomputed, never patched), and the number of documents."""
     df = np.zeros(len(table.hashes), dtype=np.int64)
-    total = 0
-    for it in items:
-        np.add.at(df, np.asarray(it["df_uid"], np.int64), np.asarray(it["df_n"], np.int64))
-        total += it["docs"]
-    return df, total
+    for path in scans:
+        with open_read(path) as f:
+            z = np.load(f)
+            np.add.at(df, z["df_uid"], z["df_n"])
+    return df, sum(v for k, v in scan_counters.items() if k.startswith("docs/"))
 
 
 def decontaminate(
@@ -798,8 +845,13 @@ def decontaminate(
     out_dir: str,
     cfg: DecontamConfig | None = None,
     exec_config: ExecConfig | None = None,
+    reuse_from: Reuse | None = None,
 ) -> DecontamResult:
-    """Flag documents of every source that hold a substantial part of a benchmark item (module docstring)."""
+    """Flag documents of every source that hold a substantial part of a benchmark item (module docstring).
+
+    ``reuse_from``: take each file's scan (pass 1, the part that reads every text) from the earlier
+    build when the file and the benchmark table are unchanged; the corpus counts and pass 2 are
+    recomputed from the scans (pass 2 reads texts of flagged documents only)."""
     cfg = cfg or DecontamConfig()
     specs = [b if isinstance(b, BenchmarkSpec) else BenchmarkSpec(**b) for b in benchmarks]
     names = [b.name for b in specs]
@@ -815,10 +867,9 @@ def decontaminate(
     table.save(paths["table.npz"])
     atomic_write_bytes(paths["labels.json"], json.dumps([labels, field_names]).encode())
     params = _params(cfg, specs, bstats)
-    hits = [f"{work}/hits/{e.gidx:06d}.npz" for e in entries]
-    run1 = per_file_tasks(list(zip(entries, hits)), [e.path for e in entries]).map(partial(
-        _scan_file, table_path=paths["table.npz"], ngram=cfg.ngram)).run(exec_config)
-    df, total_docs = _corpus_counts(table, run1.items)
+    hits, scan_counters = _scan(srcs, entries, table, paths["table.npz"], cfg.ngram, out_dir, reuse_from,
+                                exec_config)
+    df, total_docs = _corpus_counts(table, hits, scan_counters)
     counted, den, grams, boiler, threshold = _discount(table, df, total_docs, cfg)
     buf = io.BytesIO()
     np.savez(buf, counted=counted, den=den, grams=grams)
@@ -830,7 +881,7 @@ def decontaminate(
                {"item_base": item_base, "file_meta": {"kind": "decontaminate", "params": params}})
     jobs = [(e, h, AttributesDir.of(out_dir, e.source).file(e.name)) for e, h in zip(entries, hits)]
     run2 = per_file_tasks(jobs, [e.path for e in entries]).map(partial(_flag_file, k=k)).run(exec_config)
-    c = {**run1.counters, **run2.counters}
+    c = {**scan_counters, **run2.counters}
     boiler_stats = {"threshold_docs": threshold, "corpus_docs": total_docs}
     result = _result(out_dir, srcs, entries, specs, table, boiler, bstats, c, run2.items, params)
     report = {"ngram": cfg.ngram, "params": params, "boilerplate": boiler_stats, "benchmarks": result.benchmarks,

@@ -14,7 +14,9 @@
    verification keeps what the LSH was built to find. Texts are streamed from each file by row group,
    only for documents in some candidate pair; each verification partition gets a document's set once,
    however many of its pairs it is in, and merges a bounded chunk of pairs at a time: memory follows
-   the documents in pairs, not the file sizes or the number of pairs.
+   the documents in pairs, not the file sizes or the number of pairs. Ids are content hashes, so a
+   pair's Jaccard is a function of its two ids: each pair is first looked up in the earlier build's
+   verified-pair cache (pair_cache.py) and only the pairs it lacks are verified.
 3. Connected components of the (verified) pair graph, on the engine (components.py).
 4. Canonical per cluster: the member from the highest-priority source, then the lowest id. It does not
    depend on worker counts or partitioning. Every member of a non-singleton cluster gets a row in its
@@ -41,14 +43,15 @@ from datakit.core.fsio import remove
 from datakit.core.layout import AttributesDir, work_part_name
 from datakit.shuffle import Dataset, ExecConfig, counters
 
-from . import batches
+from datakit.steps import reuse
+
+from . import batches, pair_cache
 from .batches import Ragged
 from .components import connected_components, write_edges
 from .config import DedupConfig
 from .hashing import (
     U64,
     ids_to_u64,
-    mix64,
     node_file,
     node_rank,
     node_row,
@@ -78,6 +81,7 @@ from .layout import (
     write_meta,
     write_parquet_atomic,
 )
+from .keyed import Reuse
 from .largest import file_top, merge_tops, with_samples
 from .lsh_params import candidate_threshold
 from .minhash import shingles_of, text_batches
@@ -210,14 +214,14 @@ def _gidx(nodes: np.ndarray, bases: np.ndarray) -> np.ndarray:
 
 
 def _request_sides(item, bases: np.ndarray):
+    """Each pair to the files of both its nodes (with whatever else the pair carries: its ids)."""
     _, b = item
     u, v = b["u"], b["v"]
-    req = {"node": np.concatenate([u, v]), "u": np.concatenate([u, u]), "v": np.concatenate([v, v])}
+    req = {"node": np.concatenate([u, v]), **{k: np.concatenate([c, c]) for k, c in b.items()}}
     return batches.split(req, _gidx(req["node"], bases))
 
 
-def _edge_part(u: np.ndarray, v: np.ndarray, parts: int) -> np.ndarray:
-    return route_keys(mix64(u.astype(U64)) ^ v.astype(U64), parts)
+_edge_part = pair_cache.edge_part
 
 
 def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], minhash_params: dict, parts: int):
@@ -234,6 +238,7 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], mi
     keep = np.ones(len(node), dtype=bool)
     keep[1:] = (node[1:] != node[:-1]) | (u[1:] != u[:-1]) | (v[1:] != v[:-1])
     node, u, v = node[keep], u[keep], v[keep]
+    ids = {k: b[k][order][keep] for k in pair_cache.IDS}
     part = _edge_part(u, v, parts)
     by_part = np.lexsort((node, part))
     first = np.ones(len(by_part), dtype=bool)
@@ -245,6 +250,7 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], mi
     counters.increment("verify_sets_sent", len(set_node))
     is_u = node == u
     pair_u, pair_v, pair_part = u[is_u], v[is_u], part[is_u]
+    pair_ids = {k: np.concatenate([np.zeros(len(set_node), U64), c[is_u]]) for k, c in ids.items()}
     n_sets, n_pairs = len(set_node), len(pair_u)
     none = np.full(n_pairs, -1, dtype=np.int64)
     all_part = np.concatenate([set_part, pair_part])
@@ -254,7 +260,7 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], mi
     sh = Ragged(sh.values, np.concatenate([sh.offsets, sh.offsets[-1] + empty]))
     out = {"node": np.concatenate([set_node, none])[order], "u": np.concatenate([np.full(n_sets, -1, np.int64), pair_u])[order],
            "v": np.concatenate([np.full(n_sets, -1, np.int64), pair_v])[order],
-           "sh": batches.take_ragged(sh, order)}
+           "sh": batches.take_ragged(sh, order), **{k: c[order] for k, c in pair_ids.items()}}
     return batches.split_sorted(out, all_part[order])
 
 
@@ -329,8 +335,9 @@ def _explode(item):
 VERIFY_CHUNK_FINGERPRINTS = 1 << 23  # per merge step: 64 MB of uint64 keys, whatever the partition's size
 
 
-def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
-    """Exact Jaccard of every pair in this partition, vectorized, a bounded chunk of pairs at a time.
+def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str, pairs_dir: str) -> dict:
+    """Exact Jaccard of every pair in this partition, vectorized, a bounded chunk of pairs at a time;
+    the edges of the pairs at or above the threshold, and every pair with its Jaccard (for the cache).
 
     The partition holds one set row per node it needs and one row per pair (see _shingle_sides). For a
     chunk of pairs, keys (pair << 32 | fp) of all u sides form one sorted run, those of the v sides
@@ -345,6 +352,7 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
     u, v = b["u"][pair_rows], b["v"][pair_rows]
     order = np.lexsort((v, u))
     u, v = u[order], v[order]
+    ids = {k: b[k][pair_rows][order] for k in pair_cache.IDS}
     iu, iv = np.searchsorted(nodes, u), np.searchsorted(nodes, v)
     if (len(nodes) and len(np.unique(nodes)) != len(nodes)) or (len(u) and (
             iu.max() >= len(nodes) or iv.max() >= len(nodes)
@@ -361,13 +369,12 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str):
                                         batches.take_ragged(b["sh"], set_rows[iv[start:stop]]))
         start = stop
     ok = jac >= threshold
-    counters.increment("candidate_pairs", len(u))
+    counters.increment("pairs_verified_now", len(u))
     counters.increment("verified_pairs", int(ok.sum()))
     counters.increment("rejected_pairs", int(len(u) - ok.sum()))
-    u, v = u[ok], v[ok]
-    if not len(u):
-        return None
-    return write_edges(f"{out_dir}/{work_part_name(part)}", u, v)
+    name = work_part_name(part)
+    return {"edges": write_edges(f"{out_dir}/{name}", u[ok], v[ok]) if ok.any() else None,
+            "pairs": pair_cache.write_pairs(f"{pairs_dir}/{name}", ids, jac) if len(u) else None}
 
 
 def _pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
@@ -468,26 +475,80 @@ def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> 
     return check_same_params(metas, "minhash attribute sets"), mh_dirs
 
 
+@dataclass(frozen=True)
+class _Cache:
+    """Where this build writes its verified-pair cache (None: it keeps none), and the earlier build's
+    (None: none)."""
+
+    folder: str | None
+    earlier: pair_cache.EarlierPairs | None
+
+
+def _pair_cache(out_dir: str, mh_params: dict, reuse_from: Reuse | None) -> _Cache | None:
+    """The verified-pair cache of a build that keeps one (None: a build without reuse keeps none)."""
+    if reuse_from is None:
+        return None
+    rel = pair_cache.cache_dir(mh_params, reuse_from.settings)
+    reuse.write(out_dir, {})  # no per-file units: reuse.json only lets the next build load this one
+    return _Cache(f"{out_dir.rstrip('/')}/{rel}", pair_cache.earlier_pairs(reuse_from.earlier, rel))
+
+
 def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_params: dict,
-                     threshold: float | None, clique_max: int, parts: int, bases: np.ndarray, edges_dir: str,
-                     exec_config: ExecConfig | None) -> tuple[list[str], dict[str, int]]:
+                     threshold: float | None, clique_max: int, parts: int, bases: np.ndarray, work: str,
+                     exec_config: ExecConfig | None, cache: _Cache | None = None
+                     ) -> tuple[list[str], dict[str, int]]:
     """Steps 1 + 2: LSH candidate pairs, verified by exact shingle Jaccard >= threshold (None: not
-    verified) (one engine run, up to three shuffles); the edge files and the run's counters."""
-    file_parts = max(1, min(len(entries), parts))
+    verified): the edge files and the counters. With verification, each pair is first looked up in
+    the verified-pair cache (pair_cache.py) and only the pairs it lacks are verified."""
     jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
     ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
     clique_max = clique_max if threshold is not None else 1
     ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
     if threshold is None:
-        run = ds.map(partial(_write_candidates, out_dir=edges_dir)).run(exec_config)
+        run = ds.map(partial(_write_candidates, out_dir=f"{work}/edges")).run(exec_config)
         return sorted(run.items), run.counters
+    cache = cache or _Cache(None, None)
+    bits = pair_cache.cache_bits(parts)
+    file_parts = max(1, min(len(entries), parts))
+    dirs = pair_cache.LookupDirs(f"{work}/edges-cached", f"{work}/pairs-cached", f"{work}/pairs-unknown")
     ds = ds.flat_map(partial(_request_sides, bases=bases))
-    ds = batches.shuffle(ds, partial(_shingle_sides, entries=entries, minhash_params=mh_params, parts=parts),
-                         file_parts)
-    ds = ds.flat_map(_explode)
-    ds = batches.shuffle(ds, partial(_verify_pairs, threshold=threshold, out_dir=edges_dir), parts)
-    run = ds.run(exec_config)
-    return sorted(p for _, p in run.items if p), run.counters
+    ds = batches.shuffle(ds, partial(pair_cache.side_ids, paths=[e.path for e in entries], parts=parts), file_parts)
+    ds = batches.shuffle(ds.flat_map(_explode), partial(pair_cache.join_ids, bits=bits), parts)
+    ds = batches.shuffle(ds.flat_map(_explode), partial(pair_cache.lookup, bits=bits, earlier=cache.earlier,
+                                                        threshold=threshold, dirs=dirs), 1 << bits)
+    looked = ds.run(exec_config)
+    total = dict(looked.counters)
+    edges = [r["edges"] for _, r in looked.items if r["edges"]]
+    pairs = [r["known"] for _, r in looked.items if r["known"]]
+    unknown = sorted(r["unknown"] for _, r in looked.items if r["unknown"])
+    if unknown:
+        ds = Dataset.from_items(unknown, num_shards=len(unknown)).flat_map(pair_cache.read_unknown)
+        ds = batches.shuffle(ds.flat_map(partial(_request_sides, bases=bases)),
+                             partial(_shingle_sides, entries=entries, minhash_params=mh_params, parts=parts), file_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_verify_pairs, threshold=threshold, out_dir=f"{work}/edges",
+                                                            pairs_dir=f"{work}/pairs-verified"), parts)
+        run = ds.run(exec_config)
+        _add(total, run.counters)
+        edges += [r["edges"] for _, r in run.items if r["edges"]]
+        pairs += [r["pairs"] for _, r in run.items if r["pairs"]]
+    if cache.folder is not None:
+        _write_cache(sorted(pairs), cache.folder, bits, exec_config)
+    return sorted(edges), total
+
+
+def _write_cache(pairs: list[str], folder: str, bits: int, exec_config: ExecConfig | None) -> None:
+    """The new verified-pair cache: every candidate pair of this build with its Jaccard."""
+    if not pairs:
+        return
+    ds = Dataset.from_items(pairs, num_shards=len(pairs)).flat_map(partial(pair_cache.emit_pairs, bits=bits))
+    batches.shuffle(ds, partial(pair_cache.write_cache, folder=folder, bits=bits), 1 << bits).run(exec_config)
+
+
+def _file_meta(params: dict) -> dict:
+    """The metadata of each marks file: the parameters without the list of sources (attrs.json has it),
+    so a file whose marks did not change stays byte for byte the same when a source is added, and
+    consolidate takes its output from the earlier build."""
+    return {"kind": "fuzzy", "params": {k: v for k, v in params.items() if k != "sources"}}
 
 
 def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: str, names: Sequence[str],
@@ -502,7 +563,7 @@ def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: s
     counters: dict[str, int] = {}
     tops: list[dict] = []
     if cc_files:
-        meta_params = {"kind": "fuzzy", "params": params}
+        meta_params = _file_meta(params)
         ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=bases))
         mark_parts = min(file_parts, graph_parts)
         ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
@@ -519,7 +580,7 @@ def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: s
     for e in entries:
         if e.gidx not in written:
             write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
-                                 {"kind": "fuzzy", "params": params})
+                                 _file_meta(params))
     return counters, max_cluster, merge_tops(tops, names)
 
 
@@ -539,6 +600,14 @@ def _ranked(sources: Sequence[FuzzySource | tuple]) -> tuple[list[FuzzySource], 
     return [by_name[s.name] for s in ranked], ranked
 
 
+def _checked(cfg: DedupConfig, clique_max: int) -> DedupConfig:
+    if clique_max < 1:
+        raise ValueError(f"clique_max must be >= 1, got {clique_max}")
+    if cfg.verify_threshold is not None and not 0.0 <= cfg.verify_threshold <= 1.0:
+        raise ValueError(f"verify_threshold must be in [0, 1], got {cfg.verify_threshold}")
+    return cfg
+
+
 def fuzzy_dups(
     sources: Sequence[FuzzySource | tuple],
     out_dir: str,
@@ -548,6 +617,7 @@ def fuzzy_dups(
     clique_max: int = CLIQUE_MAX,
     num_partitions: int | None = None,
     max_rounds: int = MAX_ROUNDS,
+    reuse_from: Reuse | None = None,
 ) -> FuzzyResult:
     """Cluster near-duplicates across all given sources; write per-source co-partitioned marks.
 
@@ -558,15 +628,13 @@ def fuzzy_dups(
     contribute all their pairs; in larger ones each member is paired with the clique_max - 1 before it,
     so work per bucket stays linear in its size); num_partitions (reducers per internal shuffle,
     default: the number of input files, at most 512; it changes speed and memory, never the result);
-    max_rounds (connected-components rounds).
+    max_rounds (connected-components rounds); reuse_from: keep the verified-pair cache in out_dir and
+    read the earlier build's (pair_cache.py), so only pairs it lacks are verified (counters
+    ``pairs_cached`` and ``pairs_verified_now``).
     Output: `out_dir/attributes/<source>/` (same file names as the source, rows only for members of
     clusters of 2+ documents, sorted by id) and attrs.json with parameters and counters.
     """
-    cfg = cfg or DedupConfig()
-    if clique_max < 1:
-        raise ValueError(f"clique_max must be >= 1, got {clique_max}")
-    if cfg.verify_threshold is not None and not 0.0 <= cfg.verify_threshold <= 1.0:
-        raise ValueError(f"verify_threshold must be in [0, 1], got {cfg.verify_threshold}")
+    cfg = _checked(cfg or DedupConfig(), clique_max)
     srcs, ranked = _ranked(sources)
     names = [s.name for s in srcs]
     entries = file_table(ranked)
@@ -583,8 +651,9 @@ def fuzzy_dups(
 
     t0 = time.perf_counter()
     threshold = verify_threshold(cfg, mh_params) if cfg.verify else None
+    cache = _pair_cache(out_dir, mh_params, reuse_from) if threshold is not None else None
     edge_files, counters = _candidate_edges(entries, mh_dirs, mh_params, threshold, clique_max, parts, bases,
-                                            f"{work}/edges", exec_config)
+                                            work, exec_config, cache)
     _add(total, counters)
     timings["candidates"] = time.perf_counter() - t0
 

@@ -26,10 +26,12 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.core.layout import AttributesDir
-from datakit.shuffle import ExecConfig, counters
+from datakit.shuffle import ExecConfig
 
+from . import keyed
 from .config import DedupConfig
 from .hashing import U64, mix64, seeded_constants
+from .keyed import Reuse
 from .layout import (
     basename,
     invalidate,
@@ -181,8 +183,9 @@ def bucket_schema(bands: int) -> pa.Schema:
     return pa.schema([("id", pa.string()), ("buckets", pa.list_(pa.uint64(), bands))])
 
 
-def _minhash_file(job: tuple[str, str], params: dict) -> dict:
-    """One normalized file -> its co-partitioned {id, buckets} file (buckets null: no shingles)."""
+def _minhash_file(job: tuple[str, str], params: dict) -> dict[str, int]:
+    """One normalized file -> its co-partitioned {id, buckets} file (buckets null: no shingles); its
+    counts (a file's output depends on its content and ``params`` only: keyed.py can reuse it)."""
     src, dst = job
     max_chars, bands = params["max_text_chars"], params["bands"]
     ids, bucket_rows, valid = [], [], []
@@ -206,11 +209,26 @@ def _minhash_file(job: tuple[str, str], params: dict) -> dict:
     id_col = pa.chunked_array(ids, pa.string()) if ids else pa.chunked_array([], pa.string())
     table = pa.table({"id": id_col, "buckets": lists}, schema=bucket_schema(bands))
     write_parquet_atomic(table, dst, {"kind": "minhash", "params": params})
-    counters.increment("docs", rows)
-    counters.increment("no_shingles", no_shingles)
-    counters.increment("truncated", truncated)
-    counters.increment("null_text", null_text)
-    return {"file": basename(dst), "rows": rows}
+    return {"docs": rows, "no_shingles": no_shingles, "truncated": truncated, "null_text": null_text}
+
+
+COUNTS = ("docs", "no_shingles", "truncated", "null_text")
+
+
+def _jobs(name: str, normalized_dir: str, out_dir: str, params: dict, reuse_from: Reuse | None
+          ) -> list[keyed.Job]:
+    """One keyed job per normalized file: its key is the minhash parameters and the file's recorded
+    content (nothing else changes its signatures), None without reuse."""
+    files = main_files(normalized_dir)
+    adir = AttributesDir.of(out_dir, name)
+    hashes = keyed.recorded_hashes([normalized_dir]) if reuse_from is not None else {}
+    jobs = []
+    for f in files:
+        rel = f"{AttributesDir.rel(name)}/{basename(f.path)}"
+        key = None if reuse_from is None else keyed.key_of(reuse_from.settings, params, rel, hashes.get(f.path))
+        jobs.append(keyed.Job(key, (rel,), (f.path, adir.file(f.path)),
+                              reuse_from.earlier if reuse_from is not None else None))
+    return jobs
 
 
 def minhash_source(
@@ -219,24 +237,30 @@ def minhash_source(
     out_dir: str,
     cfg: DedupConfig | None = None,
     exec_config: ExecConfig | None = None,
+    reuse_from: Reuse | None = None,
 ) -> MinHashResult:
     """The minhash step for one source: `out_dir/attributes/<name>/` co-partitioned `{id, buckets}` files.
 
     `cfg` is the `dedup:` section (default: its defaults). One engine task per normalized file. The
     parameters (`minhash_params`, format versions included) go into attrs.json and every file's parquet
-    metadata; fuzzy_dups refuses to combine sources whose parameters differ.
+    metadata; fuzzy_dups refuses to combine sources whose parameters differ. ``reuse_from``: take each
+    file's signatures from the earlier build when the file is unchanged (counters ``files/reused`` and
+    ``files/computed``).
     """
     params = minhash_params(cfg or DedupConfig())
-    files = main_files(normalized_dir)
+    jobs = _jobs(name, normalized_dir, out_dir, params, reuse_from)
     adir = AttributesDir.of(out_dir, name)
     invalidate(adir.root)
-    jobs = [(f.path, adir.file(f.path)) for f in files]
-    run = per_file_tasks(jobs, [f.path for f in files]).map(partial(_minhash_file, params=params)).run(exec_config)
-    per_file = sorted(run.items, key=lambda r: r["file"])
-    c = {k: int(run.counters.get(k, 0)) for k in ("docs", "no_shingles", "truncated", "null_text")}
+    compute = partial(_minhash_file, params=params)
+    run = per_file_tasks(jobs, [j.job[0] for j in jobs]).map(partial(keyed.run, step_dir=out_dir, compute=compute)
+                                                           ).run(exec_config)
+    per_file = sorted(run.items, key=lambda d: d.files[0])
+    c = {k: sum(d.stats[k] for d in per_file) for k in COUNTS}
     write_meta(adir.root, {
-        "kind": "minhash", "source": name, "params": params, "files": [r["file"] for r in per_file],
-        "rows": [r["rows"] for r in per_file], "counters": c,
+        "kind": "minhash", "source": name, "params": params, "files": [basename(d.files[0]) for d in per_file],
+        "rows": [d.stats["docs"] for d in per_file], "counters": c,
     })
-    return MinHashResult(source=name, attributes=AttributesDir.rel(name), num_files=len(files), counters=c,
+    if reuse_from is not None:
+        c.update(keyed.record(out_dir, per_file))
+    return MinHashResult(source=name, attributes=AttributesDir.rel(name), num_files=len(jobs), counters=c,
                          params=params)

@@ -22,8 +22,13 @@ VERSION = "2"
 def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[str, int],
                    cfg: DecontamConfig) -> dict:
     from datakit.dedup.decontaminate import decontaminate
+    from datakit.dedup.keyed import Reuse
+    from datakit.steps import reuse
 
-    res = decontaminate(document_refs(ctx, documents, priority), cfg.benchmarks, ctx.output, cfg, ctx.exec_config)
+    # A file's scan depends on its content and the benchmark table (which the room keys by its n-gram
+    # hashes), not on the other sources or the flagging knobs: its key holds only the stage's version.
+    res = decontaminate(document_refs(ctx, documents, priority), cfg.benchmarks, ctx.output, cfg, ctx.exec_config,
+                        reuse_from=Reuse(("decontaminate-scan", VERSION), reuse.load(ctx.earlier)))
     return AttributesResult.written(counters_only(res.to_dict()))
 
 
@@ -58,7 +63,7 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary:
 
 STAGE = Stage(name="decontaminate", version=VERSION, build=build, summarize=summarize,
               section=Section("decontaminate", DecontamConfig), consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
-              code=("datakit.dedup.decontaminate", "datakit.dedup.shingles", "datakit.dedup.layout",
+              code=("datakit.dedup.decontaminate", "datakit.dedup.keyed", "datakit.dedup.shingles", "datakit.dedup.layout",
                     "datakit.dedup.consolidate", "datakit.core.documents",
                     "datakit.stages.decontaminate", "datakit.stages.dedup_common"),
               ferry_check="datakit.ferry.checks_data:check_decontaminate")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from datakit.dedup.keyed import Reuse
 from datakit.manifest import Manifest
-from datakit.steps import Step, StepContext
+from datakit.steps import Step, StepContext, reuse
 
 from .contract import Graph
 
@@ -33,3 +34,9 @@ def documents_of(graph: Graph) -> tuple[dict[str, str], dict[str, int], tuple[St
     docs = {n: graph.documents[n].name for n in names}
     priority = {s.name: s.priority for s in graph.manifest.sources}
     return docs, priority, tuple(graph.documents[n] for n in names)
+
+
+def own_reuse(ctx: StepContext) -> Reuse:
+    """Per-file reuse from this step's earlier build, its units keyed by the step's own name, version
+    and config (steps/reuse.py)."""
+    return Reuse((ctx.step.name, ctx.step.version, ctx.step.config), reuse.load(ctx.earlier))

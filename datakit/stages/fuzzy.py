@@ -12,9 +12,9 @@ from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
-from .dedup_common import documents_of, require_one_row_per_id
+from .dedup_common import documents_of, own_reuse, require_one_row_per_id
 
-VERSION = "2"
+VERSION = "3"  # 3: a marks file's metadata no longer lists the sources (consolidate reuses it)
 # The `dedup:` keys a minhash step's output depends on (bands/rows are derived from threshold when given).
 MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold", "seed", "max_text_chars")
 
@@ -22,7 +22,8 @@ MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold"
 def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) -> dict:
     from datakit.dedup.minhash import minhash_source
 
-    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config)
+    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config,
+                         reuse_from=own_reuse(ctx))
     return counters_only(res.to_dict())
 
 
@@ -32,7 +33,14 @@ def _fuzzy(ctx: StepContext, documents: dict[str, str], minhash: dict[str, str],
 
     sources = [FuzzySource(n, ctx.deps[documents[n]].output, ctx.deps[minhash[n]].output, priority[n])
                for n in documents]
-    return AttributesResult.written(counters_only(fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config).to_dict()))
+    # A pair's Jaccard depends on its two ids and the shingling (which names the cache), so the cache's
+    # settings hold only the stage's version: another source or threshold still finds the pairs.
+    from datakit.dedup.keyed import Reuse
+    from datakit.steps import reuse
+
+    res = fuzzy_dups(sources, ctx.output, cfg, ctx.exec_config,
+                     reuse_from=Reuse(("fuzzy-pairs", VERSION), reuse.load(ctx.earlier)))
+    return AttributesResult.written(counters_only(res.to_dict()))
 
 
 def build(graph: Graph) -> None:
@@ -92,7 +100,8 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary:
 STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row_per_id, summarize=summarize,
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
-              code=("datakit.dedup.minhash", "datakit.dedup.fuzzy", "datakit.dedup.components",
+              code=("datakit.dedup.minhash", "datakit.dedup.keyed", "datakit.dedup.fuzzy",
+                    "datakit.dedup.pair_cache", "datakit.dedup.components",
                     "datakit.dedup.largest", "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
                     "datakit.dedup.batches", "datakit.dedup.layout", "datakit.dedup.config",
                     "datakit.stages.fuzzy", "datakit.stages.dedup_common"),

@@ -121,12 +121,16 @@ def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsD
 @dataclass(frozen=True)
 class FileKey:
     """How a per-file step keys its files for reuse (steps/reuse.py): ``settings``, what besides the
-    file its output depends on (None: the step's whole config), and ``per_file``, a function of the
-    input file's path giving what of the file and the settings decides its output, when that is less
-    than the settings (a takedown list: only the entries found in that file), read in the file's task."""
+    file its output depends on (None: the step's whole config); ``by_name``, what else a file's output
+    depends on, by file name (computed before the tasks); and ``per_file``, a function of the input
+    file's path giving what of the file and the settings decides its output, when that is less than the
+    settings (a takedown list: only the entries found in that file), read in the file's task."""
 
     settings: Any = None
     per_file: Callable[[str], Any] | None = None
+    # A function of the file's name, computed before the tasks, giving what else its output depends on
+    # (line dedup: the digest of that file's removals).
+    by_name: Callable[[str], Any] | None = None
     # Given the per-file part: the file's stats when the step leaves the file exactly as it is (then its
     # bytes are linked, not re-encoded: a later step's key for it is unchanged too), else None.
     unchanged: Callable[[Any], dict[str, int] | None] | None = None
@@ -142,7 +146,9 @@ def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: File
     jobs = []
     for n in names:
         digest = hashes.get(f"{DocumentsDir.MAIN}/{n}")
-        key = None if digest is None else reuse.content_key(ctx.step.name, ctx.step.version, settings, n, digest)
+        extra = reuse_key.by_name(n) if reuse_key.by_name is not None else None
+        key = None if digest is None else reuse.content_key(ctx.step.name, ctx.step.version, settings, extra, n,
+                                                            digest)
         jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier,
                          reuse_key.per_file, reuse_key.unchanged))
     return jobs
