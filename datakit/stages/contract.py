@@ -92,6 +92,8 @@ class Graph:
     weights: the training mixture's components (a source, or a part of one such as a quality tier) and
              their manifest weights. Starts as the sources' `weight:`; a stage that splits a source into
              components replaces its entry here and in `documents`, so tokenize and train follow.
+    notes: what a stage wants said about one of its steps beyond why it runs (which tokenizer is pinned),
+           carried by the built plan (not plan.json) and printed by `datakit run --dry-run`.
     """
 
     manifest: Manifest
@@ -107,6 +109,7 @@ class Graph:
     mixture: Step | None = None
     weights: dict[str, float] = field(default_factory=dict)
     chains: dict[str, list[Step]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # step name -> one line the plan shows with it
 
     def __post_init__(self) -> None:
         if not self.weights:
