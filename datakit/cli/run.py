@@ -108,7 +108,7 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
         sys.exit(EXIT_INTERRUPTED)
     d = summary.to_dict()
     if dry_run and not as_json:
-        _print_plan(d["steps"])
+        _print_plan(d["steps"], plan.notes)
     elif not as_json:
         _print_summary(d, out, wide)
     if as_json:
@@ -118,11 +118,14 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     sys.exit(EXIT_OK if summary.ok else EXIT_FAILED)
 
 
-def _print_plan(steps: list[dict]) -> None:
-    """The dry-run plan: what would run and why, what would be skipped and where it already is."""
+def _print_plan(steps: list[dict], notes: dict[str, str]) -> None:
+    """The dry-run plan: what would run and why, what would be skipped and where it already is, and what
+    a stage notes about a step (which tokenizer is pinned)."""
     for s in steps:
         click.echo(f"{s['status']:<11} {s['name']:<32} {s.get('output') or ''}")
         if s.get("reason"):
             click.echo(f"{'':<11} {'':<32} why: {s['reason']}")
+        if notes.get(s["name"]):
+            click.echo(f"{'':<11} {'':<32} note: {notes[s['name']]}")
     n = sum(s["status"] == "would_run" for s in steps)
     click.echo(f"{n} of {len(steps)} steps would run" if n else f"nothing to rebuild: all {len(steps)} steps are built")

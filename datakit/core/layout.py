@@ -31,6 +31,7 @@ __all__ = [
     "PLAN_FILE",
     "RUNS_DIR",
     "TOKENIZER_FILE",
+    "TOKENIZER_PINS_DIR",
     "AttributesDir",
     "DocumentsDir",
     "TokenCacheDir",
@@ -57,6 +58,11 @@ running run's plan reads, with a heartbeat; `gc` keeps what a live record names.
 
 TOKENIZER_FILE = "tokenizer.json"
 """What the tokenizer step writes (and the token cache keeps a copy of): one HF tokenizers JSON file."""
+
+TOKENIZER_PINS_DIR = ".datakit/tokenizer-pins"
+"""Pinned tokenizers, ``<prefix>/.datakit/tokenizer-pins/`` (``datakit.tokenize.pin``): per set of
+training settings, the record of the tokenizer later runs use instead of retraining, and the pinned
+tokenizer files themselves (named by sha256), so no gc of step dirs can take a pinned tokenizer away."""
 
 _PART_RE = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 _WORK_PART_RE = re.compile(r"^part-(\d{5,})\.parquet$")

@@ -94,6 +94,8 @@ class Graph:
              components replaces its entry here and in `documents`, so tokenize and train follow.
     warn_removed_share: documents step -> the share of its input it may remove before the run summary
              warns, for a step whose stage has a setting for it (others: plan.WARN_REMOVED_SHARE).
+    notes: what a stage wants said about one of its steps beyond why it runs (which tokenizer is pinned),
+           carried by the built plan (not plan.json) and printed by `datakit run --dry-run`.
     """
 
     manifest: Manifest
@@ -110,6 +112,7 @@ class Graph:
     weights: dict[str, float] = field(default_factory=dict)
     chains: dict[str, list[Step]] = field(default_factory=dict)
     warn_removed_share: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # step name -> one line the plan shows with it
 
     def __post_init__(self) -> None:
         if not self.weights:

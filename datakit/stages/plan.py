@@ -73,6 +73,10 @@ class Plan:
     reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)  # stage -> its removal reasons, in order
     manifest: str | None = None  # the manifest file it was built from (None: built from a dict)
     warn_removed_share: dict[str, float] = field(default_factory=dict)  # step -> its limit, when not the default
+    # step name -> one line its stage says about it as planned (which tokenizer is pinned): the state of
+    # the prefix when the plan was made, not the graph, so neither compared nor written to plan.json (a
+    # rerun that builds nothing rewrites nothing); `datakit run --dry-run` prints them
+    notes: dict[str, str] = field(default_factory=dict, compare=False)
     runnable: tuple[Step, ...] = field(default=(), compare=False, repr=False)
 
     def step(self, name: str) -> PlanStep | None:
@@ -173,7 +177,7 @@ def plan_of(graph: Graph, reasons: dict[str, tuple[str, ...]] | None = None) -> 
                 tokenizer=_name(graph.tokenizer), tokens={k: s.name for k, s in graph.tokens.items()},
                 mixture=_name(graph.mixture), model=_name(graph.model), reasons=dict(reasons or {}),
                 manifest=graph.manifest.path, warn_removed_share=dict(graph.warn_removed_share),
-                runnable=tuple(graph.steps))
+                notes=dict(graph.notes), runnable=tuple(graph.steps))
 
 
 def plan_path(prefix: str) -> str:

@@ -1,6 +1,7 @@
 """The tokenize stage: every source's current documents -> a token cache (train and validation splits),
-resumable shard by shard. Its version is the token cache writer's own (`tokenize_step.VERSION`), which
-the cache's ledger records too: one number, in one place."""
+resumable shard by shard, and rebuilt part by part: a part whose content and settings an earlier build
+of the step tokenized is taken from it (tokenize_step's docstring). Its version is the token cache
+writer's own (`tokenize_step.VERSION`), which the cache's ledger records too: one number, in one place."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg
 
     res = tokenize_source(source, ctx.deps[documents].output, ctx.output, ctx.deps[tokenizer].path(TOKENIZER_FILE),
                           validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config,
-                          engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces)
+                          engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces, earlier=ctx.earlier)
     return TokensResult.written(counters_only(res.to_dict()))
 
 

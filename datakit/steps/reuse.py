@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import xxhash
 
@@ -79,17 +79,19 @@ def load(step_dir: str | None) -> Earlier | None:
     return Earlier(step_dir, keys, {f.path: f.xxh3_128 for f in files})
 
 
-def take(earlier: Earlier | None, key: str, step_dir: str) -> Unit | None:
+def take(earlier: Earlier | None, key: str, step_dir: str,
+         place: Callable[[str], str] | None = None) -> Unit | None:
     """Put the files ``key`` produced in the earlier build into ``step_dir`` at the same relative
-    paths: the unit, or None (nothing taken) when the key is unknown or a file is missing or no longer
-    what the earlier build recorded."""
+    paths (or at ``place(path)``, for a step whose file names hold the unit's position, such as a token
+    shard's index and count): the unit as the earlier build recorded it, or None (nothing taken) when
+    the key is unknown or a file is missing or no longer what the earlier build recorded."""
     unit = earlier.keys.get(key) if earlier is not None else None
     if unit is None or not unit.files or any(rel not in earlier.hashes for rel in unit.files):
         return None
     files = unit.files
     done: list[str] = []
     for rel in files:
-        dst = fsio.join(step_dir, rel)
+        dst = fsio.join(step_dir, place(rel) if place is not None else rel)
         try:
             fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
             ok = fsio.xxh3_file(dst) == earlier.hashes[rel]

@@ -18,7 +18,12 @@ class TokenizeConfig:
     byte-level BPE, see datakit.tokenize.engine) and HF tokenizers otherwise; hf always runs HF; tiktoken
     fails if the tokenizer does not convert. Every chunk is also checked against HF on a sample (at least
     ``engine_check_pieces`` pieces per worker, plus 1% of each chunk), falling back to HF on a mismatch,
-    so the cache bytes never depend on this setting: it is no part of the step identity."""
+    so the cache bytes never depend on this setting: it is no part of the step identity.
+
+    ``retrain``: a trained tokenizer is pinned under the prefix, and later runs use it instead of
+    training on changed data (datakit.tokenize.pin); true trains on the current data again (as a fresh
+    prefix would) and pins the result; it does nothing when ``tokenizer`` is given. Which tokenizer is
+    used is in the identity by its content, so this switch is not."""
 
     tokenizer: str | None = field(default=None, metadata={"path": True, "probe": probe_tokenizer})
     vocab_size: int = field(default=8192, metadata={"min": 256})
@@ -28,3 +33,4 @@ class TokenizeConfig:
     seed: int = 0
     engine: Literal["auto", "hf", "tiktoken"] = "auto"
     engine_check_pieces: int = field(default=64, metadata={"min": 1})
+    retrain: bool = field(default=False, metadata={"identity": False})

@@ -12,6 +12,17 @@ any worker count, backend or batch size.
 Resume: each finished shard leaves a marker holding the fingerprint of its inputs (part name and size,
 tokenizer sha256, split and encoding settings). A rerun reuses shards whose marker matches and rebuilds
 the rest; the ledger (the commit point) is written last, once every shard is done.
+
+Reuse across builds (``earlier``, datakit/steps/reuse.py): a shard's files depend on its input part's
+content and the settings only (the tokenizer's sha256 and ids, the split and encoding settings, this
+version), so that is its content key, with the part's content read from the input step's outputs
+manifest. When the cache is rebuilt because some parts changed (a source edited, a file taken down),
+every part whose key an earlier build of the same step recorded is taken from it (hard links) instead
+of encoded: one edited part costs one part. A taken shard lands under this build's shard name (the
+names hold the index and the count, which change when parts are added or removed; the files do not),
+its markers are written as encoding it writes them, and the ledger and ``.stats.json`` are made from all
+shards as in a fresh build, so the cache is byte for byte a from-scratch build's. A part with bad rows
+is never recorded (its marker names the input file's path, which is not content).
 """
 
 from __future__ import annotations
@@ -19,7 +30,8 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any, Iterator
 
 import numpy as np
@@ -29,8 +41,9 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
-from datakit.core.fsio import copy_file, is_dir, sha256_file
+from datakit.core.fsio import copy_file, is_dir, sha256_file, store_url
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
+from datakit.steps import reuse
 from datakit.tokenize import cache as C
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
 from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose
@@ -57,7 +70,8 @@ def is_validation(doc_id: str, fraction: float) -> bool:
 
 @dataclass(frozen=True)
 class _ShardSpec:
-    """Everything a task needs, shipped to workers (small; the tokenizer is re-loaded there)."""
+    """Everything a task needs, shipped to workers (small: the tokenizer is re-loaded there; the earlier
+    build is its reuse keys and file hashes, a few per part)."""
 
     name: str
     out_dir: str
@@ -72,6 +86,8 @@ class _ShardSpec:
     engine: str = "auto"
     engine_check_pieces: int = 64
     engine_check_chars: int = CHECK_CHARS
+    keys: dict[str, str] = field(default_factory=dict)  # input part path -> its content key (reuse)
+    earlier: reuse.Earlier | None = None  # an earlier build of this cache to take shards from
 
 
 @dataclass
@@ -144,11 +160,10 @@ def _encoder_threads(spec: _ShardSpec) -> int:
     return max(1, (spec.threads or 1) - 1)
 
 
-def _fingerprint(spec: _ShardSpec, file: FileInfo) -> dict:
+def _settings(spec: _ShardSpec) -> dict:
+    """Everything a shard's files depend on besides its input part."""
     return {
         "version": VERSION,
-        "input": os.path.basename(file.path),
-        "input_size": file.size,
         "tokenizer_sha256": spec.identity["sha256"],
         "eos_id": spec.identity["eos_id"],
         "bos_id": spec.identity["bos_id"] if spec.bos else None,
@@ -156,6 +171,11 @@ def _fingerprint(spec: _ShardSpec, file: FileInfo) -> dict:
         "max_chars": spec.max_chars,
         "dtype": spec.dtype,
     }
+
+
+def _fingerprint(spec: _ShardSpec, file: FileInfo) -> dict:
+    """What a shard's done marker records: the settings and the input part by name and size."""
+    return {**_settings(spec), "input": os.path.basename(file.path), "input_size": file.size}
 
 
 def _reusable(spec: _ShardSpec, names: dict[str, str], fp: dict) -> dict | None:
@@ -325,6 +345,59 @@ def _reused_result(index: int, fp: dict, done: dict) -> dict:
             "checksums": {s: done[s].get("checksums") or {} for s in SPLITS}}
 
 
+_COUNTS = ("rows", "tokens", "bytes")
+_SHARD_FILES = ("tokens", "offsets")
+
+
+def _shard_file(rel: str) -> tuple[str, str]:
+    """(split dir, "tokens" or "offsets") of a shard's token or offsets file, relative to the cache."""
+    split_dir, base = rel.rsplit("/", 1)
+    return split_dir, "tokens" if base.endswith(".tokens.npy") else "offsets"
+
+
+def _renamed(rel: str, names: dict[str, str]) -> str:
+    """An earlier build's shard file, under this build's name for the shard (same split)."""
+    split_dir, kind = _shard_file(rel)
+    return f"{split_dir}/{names[kind]}"
+
+
+def _unit(index: int, total: int, counts: dict[str, dict]) -> reuse.Unit:
+    """What reuse.json records of one shard: its four files and its per-split counts."""
+    names = C.shard_file_names(index, total)
+    files = tuple(f"{TokenCacheDir.split_rel(s)}/{names[k]}" for s in SPLITS for k in _SHARD_FILES)
+    return reuse.Unit(files, {f"{s}/{k}": int(counts[s][k]) for s in SPLITS for k in _COUNTS})
+
+
+def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts: dict[str, dict],
+                   bad: _BadRows, sums: dict[str, dict]) -> None:
+    """Each split's done marker for the shard, written last: a shard counts as done only once its data
+    files are in place."""
+    for s in SPLITS:
+        C.write_json_atomic(C.join(dirs[s], names["marker"]), {
+            "fingerprint": fp, "counts": counts[s], "bad": bad.count, "bad_samples": bad.samples,
+            "checksums": sums[s],
+        })
+
+
+def _taken(spec: _ShardSpec, key: str, index: int, names: dict[str, str], fp: dict) -> dict | None:
+    """The shard taken from the earlier build that recorded ``key`` (its files under this build's
+    names, its markers written as encoding it writes them), or None when that build has no such shard
+    or its files no longer match what it recorded."""
+    unit = reuse.take(spec.earlier, key, spec.out_dir, partial(_renamed, names=names))
+    if unit is None:
+        return None
+    counts = {s: {k: unit.stats[f"{s}/{k}"] for k in _COUNTS} for s in SPLITS}
+    sums: dict[str, dict] = {s: {} for s in SPLITS}
+    for rel in unit.files:  # take() checked each file against these recorded hashes
+        split_dir, kind = _shard_file(rel)
+        sums[next(s for s in SPLITS if TokenCacheDir.split_rel(s) == split_dir)][kind] = spec.earlier.hashes[rel]
+    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
+    _write_markers(dirs, names, fp, counts, _BadRows(), sums)
+    _count_shard(counts, 0)
+    return {"index": index, "input": fp["input"], "reused": True, "splits": counts, "bad": 0, "bad_samples": [],
+            "checksums": sums}
+
+
 def _count_shard(counts: dict[str, dict], n_bad: int) -> None:
     counters.increment("tokenize/docs", sum(c["rows"] for c in counts.values()))
     counters.increment("tokenize/tokens", sum(c["tokens"] for c in counts.values()))
@@ -337,10 +410,14 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     """Tokenize one input part into shard ``index`` of both splits; returns its counts."""
     names = C.shard_file_names(index, total)
     fp = _fingerprint(spec, file)
+    key = spec.keys.get(file.path)
     done = _reusable(spec, names, fp)
     if done is not None:
         counters.increment("tokenize/shards_reused")
-        return _reused_result(index, fp, done)
+        return {**_reused_result(index, fp, done), "key": key}
+    taken = _taken(spec, key, index, names, fp) if key is not None else None
+    if taken is not None:
+        return {**taken, "key": key}
 
     encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
                            check_chars=spec.engine_check_chars)
@@ -354,14 +431,10 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
         out.abort()
         raise
     sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
-    for s in SPLITS:  # markers last: a shard counts as done only once its data files are in place
-        C.write_json_atomic(C.join(dirs[s], names["marker"]), {
-            "fingerprint": fp, "counts": out.counts[s], "bad": bad.count, "bad_samples": bad.samples,
-            "checksums": sums[s],
-        })
+    _write_markers(dirs, names, fp, out.counts, bad, sums)
     _count_shard(out.counts, bad.count)
     return {"index": index, "input": fp["input"], "reused": False, "splits": out.counts, "bad": bad.count,
-            "bad_samples": bad.samples, "checksums": sums, "engine": encoder.record()}
+            "bad_samples": bad.samples, "checksums": sums, "engine": encoder.record(), "key": key}
 
 
 def _shard_task(spec: _ShardSpec):
@@ -444,6 +517,7 @@ def tokenize_source(
     engine: str = "auto",
     engine_check_pieces: int = 64,
     engine_check_chars: int = CHECK_CHARS,
+    earlier: str | None = None,
 ) -> TokenizeResult:
     """Tokenize consolidated source ``name`` (its main documents, ``<input_dir>/outputs/main/*.parquet``)
     into the train and validation split dirs of ``TokenCacheDir(out_dir)`` (see
@@ -458,14 +532,12 @@ def tokenize_source(
     characters of every shard (at least one piece), its first two short non-ASCII pieces, and at least
     ``engine_check_pieces`` pieces per worker process (its first pieces): see
     :class:`datakit.tokenize.engine.ShardEncoder`.
+    earlier: the dir of an earlier build of this cache (the step's ``ctx.earlier``): parts tokenized
+    there with the same settings are taken, not encoded (module docstring). Parts are keyed when the
+    input dir is a step with an outputs manifest; the keys are recorded in ``reuse.json``.
     Resumes a crashed build from its finished shards; the result equals a clean build."""
-    if not 0.0 <= validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
-    if max_chars < 16:
-        raise ValueError(f"max_chars must be >= 16, got {max_chars}")
+    _check_arguments(validation_fraction, max_chars, engine)
     tok, identity = load_tokenizer(tokenizer_path)
-    if engine not in ENGINES:
-        raise EngineError(f"tokenize.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     # forced tiktoken fails here, before any work; auto converts in the workers only (the driver's plan
     # is needed only when every shard is reused, and is made then)
     planned = choose(tok, engine, where=str(tokenizer_path)) if engine == "tiktoken" else None
@@ -486,26 +558,66 @@ def tokenize_source(
         dtype=token_dtype(identity.vocab_size).str, engine=engine, engine_check_pieces=int(engine_check_pieces),
         engine_check_chars=int(engine_check_chars),
     )
+    keys = _part_keys(input_dir, files, _settings(spec))
+    spec = replace(spec, keys=keys, earlier=reuse.load(earlier) if keys else None)
     for s in SPLITS:
         # Un-finish first: from here on the directory is being (re)built and must not be loaded.
         C.write_json_atomic(cache_dir.ledger(s), _ledger(name, s, spec, [], total, False))
         _clear_foreign_files(cache_dir.split(s), total)
 
     run = Dataset.from_files(files).map_shard(_shard_task(spec)).run(exec_config)
-    results = sorted(run.items, key=lambda r: r["index"])
-    if [r["index"] for r in results] != list(range(total)):
-        raise RuntimeError(f"tokenize {name}: expected results for shards 0..{total - 1}, got "
-                           f"{[r['index'] for r in results]}")
+    results = _shard_results(name, run.items, total)
+    if keys:
+        _record_reuse(out_dir, results, total)
     splits = _commit_splits(name, spec, cache_dir, results, total)
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
     if planned is None and not any("engine" in r for r in results):
         planned = choose(tok, engine, where=str(tokenizer_path))
     engine_record = _engine_summary(name, planned, results)
+    reused = sum(1 for r in results if r["reused"])
     return TokenizeResult(
         name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
-        reused_shards=sum(1 for r in results if r["reused"]), bad_records=sum(r["bad"] for r in results),
-        bad_samples=bad_samples, counters=dict(run.counters), **engine_record,
+        reused_shards=reused, bad_records=sum(r["bad"] for r in results), bad_samples=bad_samples,
+        counters={**run.counters, "files/reused": reused, "files/computed": total - reused}, **engine_record,
     )
+
+
+def _check_arguments(validation_fraction: float, max_chars: int, engine: str) -> None:
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    if max_chars < 16:
+        raise ValueError(f"max_chars must be >= 16, got {max_chars}")
+    if engine not in ENGINES:
+        raise EngineError(f"tokenize.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+
+
+def _shard_results(name: str, items: list[dict], total: int) -> list[dict]:
+    """The tasks' results in shard order, one per shard."""
+    results = sorted(items, key=lambda r: r["index"])
+    if [r["index"] for r in results] != list(range(total)):
+        raise RuntimeError(f"tokenize {name}: expected results for shards 0..{total - 1}, got "
+                           f"{[r['index'] for r in results]}")
+    return results
+
+
+def _record_reuse(out_dir: str, results: list[dict], total: int) -> None:
+    """reuse.json for the next build: each keyed shard's files and counts (not a shard with bad rows,
+    whose marker names its input's path)."""
+    reuse.write(out_dir, {r["key"]: _unit(r["index"], total, r["splits"]) for r in results
+                          if r["key"] is not None and not r["bad"]})
+
+
+def _part_keys(input_dir: str, files: list[str], settings: dict) -> dict[str, str]:
+    """Each input part's content key (its xxh3-128 as the input step recorded it, and ``settings``);
+    a part the input dir has no record of gets none (it is always encoded)."""
+    root = store_url(input_dir).rstrip("/") + "/"
+    recorded = reuse.output_hashes(input_dir)
+    keys = {}
+    for path in files:
+        digest = recorded.get(path[len(root):]) if path.startswith(root) else None
+        if digest is not None:
+            keys[path] = reuse.content_key("tokenize-shard", settings, digest)
+    return keys
 
 
 def _prepare_cache_dir(cache_dir: TokenCacheDir, tokenizer_path: str, sha256: str) -> str:
