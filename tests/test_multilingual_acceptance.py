@@ -79,3 +79,17 @@ def test_missing_man_pages_skip_with_the_packages_named():
         "needs manpages-de, manpages-fr (apt-get install manpages-de manpages-fr; .ci/run installs them)"
     if not glob.glob("/usr/share/man/de/man1/*.gz"):
         pytest.skip(reason(["manpages-de"]))
+
+
+@needs("manpages-ja")
+def test_word_ngram_rules_do_not_judge_text_split_by_character():
+    """Japanese is split by character: FineWeb-2's word n-gram thresholds (ja dup_5_gram_frac 0.307) counted
+    over characters removed ordinary man pages (a 5-character n-gram is often one word, パラメータ). Those
+    rules are off for it; the line and paragraph repetition rules still apply."""
+    chain = Chain(QualityRules(langid=LangIdConfig(languages=(), min_score=None)))
+    paths = [f"/usr/share/man/ja/man1/{n}" for n in _pages("ja")]
+    removed = [chain.run({"id": p, "text": _text(p)}).failure for p in paths]
+    ngram = [f.rule for f in removed if f is not None and "_gram" in f.rule]
+    assert len(paths) >= MIN_PAGES and not ngram, ngram
+    settings = chain.run({"id": "x", "text": _text(paths[0])}).settings
+    assert settings.code == "ja" and settings.configs["gopher_repetition"].dup_line_frac is not None
