@@ -72,7 +72,21 @@ def run(m: dict, work: Path, name: str, timeout: float) -> dict:
     built = [s["name"] for s in summary["steps"] if s.get("status") == "succeeded"]
     return {"cpu_s": round(whole["cpu_s"], 2), "wall_s": round(tl.end - tl.start, 2),
             "peak_rss_mb": round(whole.get("peak_rss", 0) / 2**20, 1), "steps_built": len(built),
-            "reuse": (summary.get("data") or {}).get("reuse") or {}}
+            "step_cpu_s": _step_cpu(tl, Path(m["prefix"])), "reuse": (summary.get("data") or {}).get("reuse") or {}}
+
+
+def _step_cpu(tl: "measure.Timeline", prefix: Path) -> dict[str, float]:
+    """CPU-seconds of each step this run built (the timeline cut at its events), and what lies outside
+    every step (interpreter start, imports, planning, the content check of built steps, the summary)."""
+    events = [json.loads(x) for x in (prefix / "events.jsonl").read_text().splitlines() if x.strip()]
+    events = [e for e in events if e.get("ts", 0) >= tl.start]
+    started = {e["step"]: e["ts"] for e in events if e["event"] == "step_started"}
+    windows = [(e["step"], started[e["step"]], e["ts"]) for e in events
+               if e["event"] == "step_succeeded" and e["step"] in started]
+    out = {name: round(measure.window(tl, a, b)["cpu_s"], 2) for name, a, b in windows}
+    total = measure.window(tl, tl.start, tl.end)["cpu_s"]
+    out["outside_steps"] = round(total - sum(out.values()), 2)
+    return out
 
 
 def copy_prefix(src: Path, dst: Path) -> None:

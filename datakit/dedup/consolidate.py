@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
 from datakit.shuffle import ExecConfig, counters
 from datakit.core.documents import content_id
@@ -312,10 +313,26 @@ def _check_sorted(hi, lo, last, src: str, row0: int, ids) -> None:
             )
 
 
+def marks_digest(attr_files: list[tuple[str, str]]) -> str:
+    """What a file's marks decide, as a digest: per kind the ids it drops, cuts or annotates and their
+    detail. Not the marks files' bytes: a new source joining a fuzzy cluster changes the cluster's size
+    in every member's marks row, but not which of this file's documents go, nor why."""
+    h = xxhash.xxh3_128()
+    for kind, path in attr_files:
+        m = _marks(kind, path)
+        h.update(kind.encode() + b"\0")
+        for col in (m.ids, m.detail):
+            h.update("\0".join("" if v is None else str(v) for v in col.to_pylist()).encode() + b"\1")
+        h.update(m.drop.tobytes())
+        h.update(repr(sorted(m.cuts.items())).encode() + str(m.annotated).encode())
+    return h.hexdigest()
+
+
 def _keyed_file(job: tuple, out_dir: str) -> dict:
-    """One file: taken from the earlier build when its key (its documents file and each of its attribute
-    files, by recorded content) is there, else consolidated."""
-    key, earlier, inner = job
+    """One file: taken from the earlier build when its key (its documents file by recorded content, and
+    what its marks decide) is there, else consolidated."""
+    base, earlier, inner = job
+    key = None if base is None else reuse.content_key(base, marks_digest(inner[1]))
     unit = reuse.take(earlier, key, out_dir) if key is not None else None
     if unit is None:
         out = _consolidate_file(inner)
@@ -325,17 +342,12 @@ def _keyed_file(job: tuple, out_dir: str) -> dict:
     return {"file": basename(inner[0]), **unit.stats, "key": key, "taken": True}
 
 
-def _file_keys(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[str], settings: tuple
-               ) -> list[str | None]:
-    """Each job's content key, from the hashes the input steps recorded (None: an input has none)."""
-    recorded: dict[str, str] = {}
-    for d in (normalized_dir, *attribute_dirs):
-        recorded.update({join(d, rel): h for rel, h in reuse.output_hashes(d).items()})
-    keys = []
-    for src, attrs, _main, _removed in jobs:
-        digests = [recorded.get(p) for p in (src, *(path for _kind, path in attrs))]
-        keys.append(None if None in digests else reuse.content_key(settings, basename(src), digests))
-    return keys
+def _file_keys(jobs: list[tuple], normalized_dir: str, settings: tuple) -> list[str | None]:
+    """Each job's key base: the settings, the file's name and its documents' recorded hash (None: the
+    input step recorded none); the task adds what its marks decide."""
+    recorded = {join(normalized_dir, rel): h for rel, h in reuse.output_hashes(normalized_dir).items()}
+    return [None if recorded.get(src) is None else reuse.content_key(settings, basename(src), recorded[src])
+            for src, _attrs, _main, _removed in jobs]
 
 
 def _record_reuse(out_dir: str, items: list[dict]) -> dict[str, int]:
@@ -394,7 +406,7 @@ def consolidate(
     if reuse_from is None:
         run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
     else:
-        file_keys = _file_keys(jobs, normalized_dir, attribute_dirs, reuse_from.settings)
+        file_keys = _file_keys(jobs, normalized_dir, reuse_from.settings)
         keyed = [(k, reuse_from.earlier, job) for k, job in zip(file_keys, jobs)]
         run = per_file_tasks(keyed, [f.path for f in files]).map(partial(_keyed_file, out_dir=out_dir)
                                                                    ).run(exec_config)
