@@ -24,7 +24,9 @@ Figures, per case:
   listed); ``gain``: predicted and measured gain over proportional with their 95% intervals;
 - ``returned``, ``weights`` and ``reason``: what the search returned and why.
 
-    .venv/bin/python -m benchmarks.mixture --proxy-steps 100 --backend inline
+    .venv/bin/python -m benchmarks.mixture --proxy-steps 100                  # nano proxies
+    .venv/bin/python -m benchmarks.mixture --proxy-steps 40 --seq-len 64 --d-model 32 --d-ff 64 \
+        --vocab-size 512 --refine 2                                             # the tests' proxies
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from datakit.mix.fixtures import CASES, KNOWN_SOURCES
 def _manifest(root: str, case: str, args: argparse.Namespace) -> str:
     proxy = {"preset": "nano", "steps": args.proxy_steps, "warmup": max(1, args.proxy_steps // 10),
              "seq_len": args.seq_len, "batch_size": args.batch_size, "log_every": 50}
+    proxy.update({k: v for k, v in (("d_model", args.d_model), ("d_ff", args.d_ff)) if v})
     search = {"proxies": args.proxies, "rounds": args.rounds, "refine": args.refine, "seeds": args.seeds,
               "seed": args.seed, "proxy": proxy, "target": {"jsonl": f"target-{case}.jsonl"}}
     data = {
@@ -108,6 +111,8 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--vocab-size", type=int, default=1024)
+    ap.add_argument("--d-model", type=int, help="Proxy width (default: the nano preset's, 64).")
+    ap.add_argument("--d-ff", type=int, help="Proxy feed-forward width (default: the nano preset's).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backend", default="inline", choices=["inline", "local"],
                     help="inline: one process, so proxy-seconds exclude worker start-up (default)")
@@ -129,9 +134,10 @@ def main() -> None:
                     steps=[s for s in build_steps(m) if not s.name.startswith("mix-")])
         assert first.ok, first.to_dict()["steps"]
         tokens = {n: first.result(f"tokenize-{n}")["splits"]["train"]["tokens"] for n in KNOWN_SOURCES}
-        out = {"device": _device(), "corpus": {"train_tokens": tokens, "caches_wall_s": round(time.perf_counter() - t0, 2)},
+        caches_s = round(time.perf_counter() - t0, 2)
+        out = {"device": _device(), "corpus": {"train_tokens": tokens, "caches_wall_s": caches_s},
                "search": {"proxies": args.proxies, "rounds": args.rounds, "refine": args.refine, "seeds": args.seeds,
-                          "proxy_steps": args.proxy_steps,
+                          "proxy_steps": args.proxy_steps, "d_model": args.d_model or 64,
                           "proxy_tokens": args.proxy_steps * args.batch_size * args.seq_len, "backend": args.backend},
                "cases": {c: _case(root, c, args) for c in cases}}
         print(json.dumps(out, indent=1))

@@ -109,8 +109,8 @@ def test_t_quantiles_seed_noise_and_the_gain_interval():
 
 
 def test_the_decision_returns_the_candidate_only_past_the_noise_and_says_why():
-    common = dict(accepted=True, loo_rmse=0.01, spread=0.05, same_as_prior=False, predicted=interval(0.1, 0.02, 5, 0.95),
-                  seed_sd=0.02)
+    common = dict(accepted=True, loo_rmse=0.01, spread=0.05, same_as_prior=False, seed_sd=0.02,
+                  predicted=interval(0.1, 0.02, 5, 0.95))
     win = decide(measured=interval(0.1, 0.02, 6, 0.95), min_gain=0.0, **common)
     assert win.returned == "candidate" and "measured gain +0.1000" in win.reason
     within = decide(measured=interval(0.03, 0.02, 6, 0.95), min_gain=0.0, **common)

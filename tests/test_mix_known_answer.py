@@ -48,7 +48,8 @@ def searched(tmp_path_factory):
         path.write_text(yaml.safe_dump(manifest, sort_keys=False))
         summary = run(load_manifest(path), backend="inline")
         assert summary.ok, [s for s in summary.to_dict()["steps"] if s["status"] != "succeeded"]
-        out[case] = (summary.result("mix-search"), read_mixture_file(summary.records["mix-search"].path("mixture.yaml")))
+        path = summary.records["mix-search"].path("mixture.yaml")
+        out[case] = (summary.result("mix-search"), read_mixture_file(path))
     return out
 
 
@@ -68,8 +69,7 @@ def test_an_irrelevant_source_gets_at_most_a_tenth_and_the_result_is_no_worse(se
     assert data["decision"]["returned"] == "candidate" and data["gain"]["measured"]["lo"] > 0
     box = data["trust"]["box"]
     assert all(box[n][0] - 1e-4 <= w <= box[n][1] + 1e-4 for n, w in data["weights"].items())
-    assert max(max(p["weights"].values()) for p in data["proxies"]) < 1.0  # no proxy at a corner...
-    assert max(data["weights"].values()) < 0.99  # ...and no corner chosen
+    assert max(data["weights"].values()) < 0.9  # prose and code share the target: no corner
 
 
 def test_a_target_drawn_like_the_training_data_returns_proportional(searched):
@@ -99,4 +99,5 @@ def test_the_file_records_noise_gains_with_intervals_proxies_and_the_decision(se
         assert [p["round"] for p in data["proxies"]] == [1] * 8 + [2] * 2 + [3] * 2
         assert data["search"]["runs"] == {"round_1": 8, "later_rounds": 4, "seed_repeats": 2, "verify": 3, "total": 17}
         assert "pooled two-sample t-test" in data["decision"]["test"]
-        assert res["decision"] == data["decision"] and res["noise"]["seed_sd"] == pytest.approx(noise["seed_sd"], abs=1e-6)
+        assert res["decision"] == data["decision"]
+        assert res["noise"]["seed_sd"] == pytest.approx(noise["seed_sd"], abs=1e-6)

@@ -7,9 +7,10 @@ Two of them, built from files on the machine (nothing downloaded):
   strings, ``noise_ratio`` times as many characters. Easy: a target drawn from `clean` is served badly
   by the token-proportional mixture (mostly noise).
 - `write_known_answer`: three sources of real text, `prose` (the licenses, one document per
-  paragraph), `code` (Python standard-library sources, in pieces of about 1,000 characters) and `other` (Russian and Japanese man pages, roff requests stripped: other languages and scripts). Every
-  eighth document of each source is held out of training, and the held-out documents make the
-  target set (`target.jsonl`) of a case:
+  paragraph), `code` (Python standard-library sources, in pieces of about 1,000 characters) and
+  `other` (Russian and Japanese man pages, roff requests stripped: other languages and scripts).
+  Every eighth document of each source is held out of training, and the held-out documents make the
+  target set (`target-<case>.jsonl`) of a case:
     `two_of_three`: half held-out prose, half held-out code (by characters): `other` is irrelevant;
     `proportional`: the held-out documents of all three at the same rate, so the target is drawn like
                     the training data (token-proportional is the right answer; a "win" is noise);

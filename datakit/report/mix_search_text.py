@@ -75,6 +75,7 @@ def detail_lines(res: MixtureResult) -> list[str]:
     lines.append(head)
     for p in res.proxies or []:
         runs = ", ".join(f"{r:.4f}" for r in p.get("runs", []))
-        lines.append(f"  {p['name']:<18} {p['round']:>5} " + " ".join(f"{p['weights'].get(n, 0.0):>8.3f}" for n in names)
+        weights = " ".join(f"{p['weights'].get(n, 0.0):>8.3f}" for n in names)
+        lines.append(f"  {p['name']:<18} {p['round']:>5} " + weights
                      + f" {_bpb(p['measured_bpb']):>9} {_bpb(p.get('predicted_bpb')):>9}  {runs}".rstrip())
     return lines

@@ -2,9 +2,9 @@
 token-proportional weight, the manifest weight, the weight training will use and the epochs it will see
 for the training budget (steps x batch x seq_len), with warnings. Works on a built prefix; when caches
 are missing it says which and what to run. With a built mixture search, it shows the search too
-(mix_search_text): its proxies, the fit, the trust region, the verification and the decision. It reads what the mixture maths (`datakit.mix`) computes
-over the built caches, so it lives with the report, above the rooms; the weights it shows are the ones
-the report and training use (`trained_weights`)."""
+(mix_search_text): its proxies, the fit, the trust region, the verification and the decision. It reads
+what the mixture maths (`datakit.mix`) computes over the built caches, so it lives with the report,
+above the rooms; the weights it shows are the ones the report and training use (`trained_weights`)."""
 
 from __future__ import annotations
 
@@ -161,6 +161,6 @@ def format_view(view: MixView, manifest_path: str) -> list[str]:
         ws = ", ".join(f"{n} {w:.4f}" for n, w in p["weights"].items())
         lines.append(f"from step {p['start']}: {ws}")
     lines += [f"warning: {w}" for w in view.warnings]
-    if view.search is not None and view.search.baseline is not None:
+    if view.search is not None and view.search.baseline is not None and view.search.decision:
         lines += detail_lines(view.search)
     return lines
