@@ -49,7 +49,8 @@ def built(tmp_path_factory):
                          "format": "jsonl"}],
             "tokenize": {"vocab_size": 300, "validation_fraction": 0.05},
             "mixture": {"weights": "search",
-                        "search": {"proxies": 3, "seed": 1, "proxy": PROXY, "target": {"validation": ["clean"]}}},
+                        "search": {"proxies": 3, "seed": 1, "rounds": 1, "seeds": 2, "noise_proxies": 1,
+                                   "proxy": PROXY, "target": {"validation": ["clean"]}}},
             "train": PROXY,
         }
         (root / "sources.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -81,10 +82,10 @@ def test_every_kind_round_trips_the_artifact_results_of_a_real_run(built):
 
 def test_the_search_steps_records_round_trip_too(built):
     summary, plan, prefix = built
-    proxies = [s for s in plan.steps if s.name.startswith("mix-proxy-")]
+    runs = [s for s in plan.steps if s.name.startswith(("mix-proxy-", "mix-verify-"))]
     fit = next(s for s in plan.steps if s.name == "mix-fit")
-    assert len(proxies) == 3
-    for step, kind in [*((p, ProxyRun) for p in proxies), (fit, FitResult)]:
+    assert len(runs) == 3 + 1 + 2  # three proxies, proportional's second seed, the candidate under two seeds
+    for step, kind in [*((p, ProxyRun) for p in runs), (fit, FitResult)]:
         result = _artifact(prefix, step.dirname)["result"]
         assert kind.from_dict(result, step.name).to_dict() == result
 

@@ -65,19 +65,23 @@ def _with_search(m, proxies: int | None, seed: int | None, target: tuple[str, ..
 @mix.command()
 @click.argument("manifest")
 @click.option("--prefix", help="Output root (default: the manifest's `prefix`).")
-@click.option("--proxies", type=int, help="Proxy runs (default: mixture.search.proxies, 8).")
+@click.option("--proxies", type=int, help="Round one's proxy runs (default: mixture.search.proxies, 8).")
 @click.option("--seed", type=int, help="Sampling seed (default: mixture.search.seed).")
 @click.option("--target", multiple=True, help="Target component (its validation split); repeatable.")
 @click.option("--out", "out_file", help="Also write the mixture file here (include it: mixture: {file: PATH}).")
 @click.option("--backend", type=click.Choice(["local", "ray", "inline"]), help="Execution backend.")
 @click.option("--workers", type=int)
 def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) -> None:
-    """Search MANIFEST's mixture: proxies around token-proportional, a fit, the best mixture within the
-    caps; builds the token caches first if needed. Finished proxies are reused on a rerun."""
+    """Search MANIFEST's mixture: rounds of proxies (from token-proportional on), seed repeats for the
+    noise, a fit trusted only where proxies were trained, the candidate verified beside proportional
+    under several seeds; returns the candidate only when it beats proportional by more than the noise,
+    else proportional, and says why. Builds the token caches first if needed; finished proxies are
+    reused on a rerun."""
     from datakit import pipeline
     from datakit.core import fsio
     from datakit.core.results import MixtureResult
     from datakit.report.events import event_lines
+    from datakit.report.mix_search_text import summary_lines
     from datakit.stages.mixture_steps import MIXTURE_FILE
     from datakit.steps import collect_steps
     from datakit.core.fsio import PrefixNotWritable
@@ -109,13 +113,5 @@ def search(manifest, prefix, proxies, seed, target, out_file, backend, workers) 
         except OSError as e:
             exit_on_disk_error(e, out_file, f"choose a writable --out (the mixture is at {rec.path(MIXTURE_FILE)})")
             raise
-    res = MixtureResult.of(rec)
     click.echo(f"mixture file: {out_file or rec.path(MIXTURE_FILE)}")
-    base, chosen = res.baseline, res.chosen
-    click.echo(f"proportional: {_ws(base.weights)}  measured {base.measured_bpb:.4f} bpb")
-    measured = f"measured {chosen.measured_bpb:.4f}" if chosen.measured_bpb is not None else "not verified"
-    click.echo(f"chosen:       {_ws(chosen.weights)}  predicted {chosen.predicted_bpb:.4f}, {measured} bpb")
-
-
-def _ws(weights: dict) -> str:
-    return ", ".join(f"{n} {w:.3f}" for n, w in weights.items())
+    click.echo("\n".join(summary_lines(MixtureResult.of(rec))))

@@ -310,7 +310,8 @@ class TokensResult(StepResult):
 
 @dataclass(frozen=True, kw_only=True)
 class MixtureChoice(Record):
-    """A mixture the search measured: its weights and predicted / measured target bits per byte."""
+    """A mixture the search measured: its weights, predicted target bits per byte, and measured bits per
+    byte (the mean of ``runs``: one per training seed)."""
 
     LABEL: ClassVar[str] = "a mixture"
     REQUIRED: ClassVar[tuple[str, ...]] = ("weights",)
@@ -318,20 +319,30 @@ class MixtureChoice(Record):
     weights: dict[str, float]
     predicted_bpb: float | None = None
     measured_bpb: float | None = None
+    runs: list[float] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class MixtureResult(StepResult):
-    """The searched mixture: ``chosen`` (what ``weights: search`` trains on) beside the proportional
-    ``baseline``, every proxy's record, the fit and the mixture file."""
+    """The searched mixture: ``chosen`` (what ``weights: search`` trains on: the fit's ``candidate`` when
+    it beat the proportional ``baseline`` by more than the noise, else proportional), the ``decision``
+    and its reason, the seed ``noise``, predicted and measured ``gain``, the ``trust`` region, the
+    ``rounds``, every proxy's record, the fit and the mixture file."""
 
     LABEL: ClassVar[str] = MIXTURE
     REQUIRED: ClassVar[tuple[str, ...]] = ("chosen",)
     NESTED: ClassVar[dict[str, tuple[type[Record], str]]] = {"chosen": (MixtureChoice, ONE),
-                                                             "baseline": (MixtureChoice, ONE)}
+                                                             "baseline": (MixtureChoice, ONE),
+                                                             "candidate": (MixtureChoice, ONE)}
 
     chosen: MixtureChoice
     baseline: MixtureChoice | None = None
+    candidate: MixtureChoice | None = None
+    decision: dict | None = None
+    noise: dict | None = None
+    gain: dict | None = None
+    trust: dict | None = None
+    rounds: list[dict] | None = None
     file: str | None = None
     proxies: list[dict] | None = None
     fit: dict | None = None

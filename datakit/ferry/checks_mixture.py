@@ -1,6 +1,6 @@
-"""Ferry checks of the mixture stage's steps: each proxy (and the verification run) measured a finite
-target loss; the mixture file parses, its weights sum to 1 and name the same components as the
-proportional baseline it records."""
+"""Ferry checks of the mixture stage's steps: each proxy run (and each verification run) measured a
+finite target loss; the mixture file parses, its weights sum to 1, name the same components as the
+proportional baseline it records, and it states its decision with a reason."""
 
 from __future__ import annotations
 
@@ -29,9 +29,12 @@ def check_mixture(ctx: RunContext, ref: PlanStep, _src: None) -> None:
         if set(data["weights"]) != set(data["baseline"]["weights"]):
             raise CheckFailed(f"{res['file']}: chosen components {sorted(data['weights'])} differ from the "
                               f"baseline's {sorted(data['baseline']['weights'])}")
-        return f"{len(data['proxies'])} proxies; chosen {data['weights']}"
+        decision = data.get("decision") or {}
+        if decision.get("returned") not in ("candidate", "proportional") or not decision.get("reason"):
+            raise CheckFailed(f"{res['file']}: no decision with a reason (got {decision!r})")
+        return f"{len(data['proxies'])} proxies; returned {decision['returned']} {data['weights']}"
 
-    if name.startswith("mix-proxy-") or name == "mix-verify":
+    if name.startswith(("mix-proxy-", "mix-verify-")):
         ctx.check(name, "target loss", target)
     elif name == "mix-search":
         ctx.check(name, "mixture file", mixture_file)

@@ -9,7 +9,7 @@
       schedule:                    # staged weights: from `start` (a step) on, mix by `weights`
         - {start: 900, weights: {web: 0.2, books: 0.8}}
       file: mixes/chosen.yaml      # a mixture file written by `datakit mix search`: its chosen weights
-      search: {proxies: 8, proxy: {steps: 60}, target: {validation: [books]}}
+      search: {proxies: 8, rounds: 3, refine: 4, seeds: 3, proxy: {steps: 60}, target: {validation: [books]}}
 
 Weights name the training mixture's components (`graph.weights`: a source, or a part of one such as a
 quality tier `web.high`), so a stage that splits a source into components needs nothing from here.
@@ -64,24 +64,55 @@ def _proxy_default() -> TrainConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """A proxy-model mixture search: ``proxies`` mixtures drawn from a Dirichlet around the prior
-    (token-proportional with ``temperature``), each trained as a small model (``proxy``, a `train:`
-    section) and measured on ``target``; a Scheffé regression from weights to loss chooses the mixture.
+    """A proxy-model mixture search that holds up against noise (datakit.mix: search, trust, stats,
+    verdict). Round one trains ``proxies`` small models (``proxy``, a `train:` section) on mixtures
+    drawn from a Dirichlet around the prior (token-proportional with ``temperature``; proxy 0 is the
+    prior itself) and measures each on ``target``; each later round (``rounds`` in all) trains
+    ``refine`` more around the previous round's choice. A regression from weights to loss, accepted
+    only when it predicts held-out proxies better than the differences it predicts, chooses the
+    candidate within the trust region. The candidate and proportional are each trained under
+    ``seeds`` seeds; the search returns the candidate only when its gain clears ``min_gain`` at
+    ``confidence``, else proportional, and says why.
 
-    concentration: the Dirichlet's total concentration (larger: samples closer to the prior).
-    min_weight: per-component lower bounds on the chosen mixture (constraints with max_epochs).
-    verify: train the chosen mixture too, for the same budget, to measure it beside proportional.
-    candidates: mixtures scored by the fitted model when choosing (seeded, deterministic).
+    concentration: round one's Dirichlet, alpha = concentration x k x prior (smaller: wider samples).
+    refine_concentration: the same for later rounds around the previous choice (larger: closer to it).
+    seeds: runs per repeated mixture (parameter init and data order): proportional and the first
+        ``noise_proxies`` proxies in round one (the seed noise), and the candidate in verification.
+    trust: how far the trust region reaches past the samples' convex hull toward every corner (0-1).
+    min_weight: per-component lower bounds on the candidate (constraints with max_epochs).
+    verify: train the candidate under ``seeds`` seeds beside proportional's runs, and decide on the
+        measured gain (without it, on the predicted gain, and the file says so).
+    confidence, min_gain: the decision's test (see datakit.mix.verdict.TEST).
+    candidates: mixtures in the trust region scored by the fitted model when choosing (seeded).
     """
 
     target: TargetSpec
     proxies: int = field(default=8, metadata={"min": 3})
     seed: int = 0
-    concentration: float = field(default=4.0, metadata={"gt": 0})
+    concentration: float = field(default=1.0, metadata={"gt": 0})
     proxy: TrainConfig = field(default_factory=_proxy_default)
+    rounds: int = field(default=3, metadata={"min": 1})
+    refine: int = field(default=4, metadata={"min": 1})
+    refine_concentration: float = field(default=8.0, metadata={"gt": 0})
+    seeds: int = field(default=3, metadata={"min": 2})
+    noise_proxies: int = field(default=2, metadata={"min": 1})
+    trust: float = field(default=0.3, metadata={"min": 0, "max": 1})
     min_weight: dict[str, float] = field(default_factory=dict)
     verify: bool = True
+    confidence: float = field(default=0.95, metadata={"gt": 0, "lt": 1})
+    min_gain: float = field(default=0.0, metadata={"min": 0})
     candidates: int = field(default=20000, metadata={"min": 1})
+
+    def _cross_check(self, given: frozenset[str]) -> list[tuple[str, str]]:
+        if self.noise_proxies > self.proxies:
+            return [("noise_proxies", f"noise_proxies ({self.noise_proxies}) cannot exceed proxies ({self.proxies})")]
+        return []
+
+    def runs(self) -> dict[str, int]:
+        """The search's budget in proxy trainings, by purpose (the mixture file records it)."""
+        out = {"round_1": self.proxies, "later_rounds": (self.rounds - 1) * self.refine,
+               "seed_repeats": self.noise_proxies * (self.seeds - 1), "verify": self.seeds if self.verify else 0}
+        return {**out, "total": sum(out.values())}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import yaml
 
 from datakit.core import fsio
 
-FORMAT = "datakit-mixture/1"
+FORMAT = "datakit-mixture/2"
 
 
 def _round(value, digits: int = 6):

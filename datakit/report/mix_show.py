@@ -1,9 +1,10 @@
 """`datakit mix show`: per component, documents and tokens (the token caches' `.stats.json`), the
 token-proportional weight, the manifest weight, the weight training will use and the epochs it will see
 for the training budget (steps x batch x seq_len), with warnings. Works on a built prefix; when caches
-are missing it says which and what to run. It reads what the mixture maths (`datakit.mix`) computes
-over the built caches, so it lives with the report, above the rooms; the weights it shows are the ones
-the report and training use (`trained_weights`)."""
+are missing it says which and what to run. With a built mixture search, it shows the search too
+(mix_search_text): its proxies, the fit, the trust region, the verification and the decision. It reads
+what the mixture maths (`datakit.mix`) computes over the built caches, so it lives with the report,
+above the rooms; the weights it shows are the ones the report and training use (`trained_weights`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from datakit.mix.plan import MixtureError, proportional, windows_of
 from datakit.mix.resolve import plan_mixture
 from datakit.steps.markers import is_built
 
+from .mix_search_text import detail_lines
+
 
 @dataclass
 class MixView:
@@ -29,10 +32,12 @@ class MixView:
     warnings: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     mode: str = "manifest"
+    search: MixtureResult | None = None
 
     def to_dict(self) -> dict:
-        return {"rows": self.rows, "budget": self.budget, "phases": self.phases, "warnings": self.warnings,
-                "missing": self.missing, "mode": self.mode}
+        out = {"rows": self.rows, "budget": self.budget, "phases": self.phases, "warnings": self.warnings,
+               "missing": self.missing, "mode": self.mode}
+        return {**out, "search": self.search.to_dict()} if self.search is not None else out
 
 
 def _built(plan, prefix: str, name: str | None) -> str | None:
@@ -50,12 +55,13 @@ def _stats(path: str) -> dict:
         return json.loads(f.read())
 
 
-def _search_weights(plan, prefix: str) -> dict | None:
+def _search(plan, prefix: str) -> MixtureResult | None:
+    """The plan's mixture search's result when it is built under ``prefix``."""
     path = _built(plan, prefix, plan.mixture)
     if path is None:
         return None
     with fsio.open_read(f"{path}/artifact.json") as f:
-        return MixtureResult.from_dict(json.loads(f.read())["result"], f"step {plan.mixture}").chosen.weights
+        return MixtureResult.from_dict(json.loads(f.read())["result"], f"step {plan.mixture}")
 
 
 def mix_view(manifest, plan, prefix: str, *, warn_epochs: float | None = None) -> MixView:
@@ -74,7 +80,8 @@ def mix_view(manifest, plan, prefix: str, *, warn_epochs: float | None = None) -
     budget = None if train is None else {"steps": train.steps, "batch_size": train.batch_size,
                                          "seq_len": train.seq_len,
                                          "tokens": train.steps * train.batch_size * train.seq_len}
-    view = MixView([], budget, missing=missing, mode=mix.weights if isinstance(mix.weights, str) else "explicit")
+    view = MixView([], budget, missing=missing, mode=mix.weights if isinstance(mix.weights, str) else "explicit",
+                   search=_search(plan, prefix))
     if missing:
         return view
     tokens = {n: int(s["total_tokens"]) for n, s in stats.items()}
@@ -103,7 +110,7 @@ def _plan(view: MixView, mix: MixtureConfig, tokens, weights, train, plan, prefi
         return None
     searched = None
     if mix.uses_search:
-        searched = _search_weights(plan, prefix)
+        searched = view.search.chosen.weights if view.search is not None else None
         if searched is None:
             view.warnings.append("weights: search, but the search has not run: run `datakit mix search MANIFEST`")
             return None
@@ -154,4 +161,6 @@ def format_view(view: MixView, manifest_path: str) -> list[str]:
         ws = ", ".join(f"{n} {w:.4f}" for n, w in p["weights"].items())
         lines.append(f"from step {p['start']}: {ws}")
     lines += [f"warning: {w}" for w in view.warnings]
+    if view.search is not None and view.search.baseline is not None and view.search.decision:
+        lines += detail_lines(view.search)
     return lines

@@ -1,4 +1,5 @@
-"""The report's "Tokens and mixture" and "Mixture search" sections.
+"""The report's "Tokens and mixture" and "Mixture search" sections (the search: its decision and reason,
+the gains with intervals and the seed noise, the fit and the trust region, every proxy).
 
 The weights shown are the ones training drew by, computed by `datakit.report.mix_show.trained_weights`: the
 train step's recorded mixture, or its manifest weights through the same `plan_mixture` that `datakit mix
@@ -45,21 +46,52 @@ def _weights_text(weights: dict) -> str:
     return ", ".join(f"{n} {float(w):.3f}" for n, w in weights.items())
 
 
+def _runs_text(runs) -> str:
+    return ", ".join(f"{r:.4f}" for r in runs or [])
+
+
+def _decision(res: MixtureResult) -> str:
+    dec, noise, gain = res.decision or {}, res.noise or {}, res.gain or {}
+    rows = [[k, g.get("value"), g.get("se"), f"[{g['lo']:+.4f}, {g['hi']:+.4f}]", g.get("df")]
+            for k, g in (("measured", gain.get("measured")), ("predicted", gain.get("predicted"))) if g]
+    return (f"<p><b>returned {esc(dec.get('returned', ''))}</b>: {esc(dec.get('reason', ''))}</p>"
+            f"<p class=muted>seed SD {num(noise.get('seed_sd'), 4)} bpb ({esc(noise.get('df'))} degrees of freedom); "
+            f"test: {esc(dec.get('test', ''))}</p>"
+            + scroll(table(["gain over proportional", "bpb", "SE", "interval", "df"], rows)))
+
+
+def _fit(res: MixtureResult) -> str:
+    fit, trust = res.fit or {}, res.trust or {}
+    tried = table(["model", "leave-one-out RMSE", "spread of predictions", "accepted"],
+                  [[t["model"], t["loo_rmse"], t["spread"], "yes" if t["accepted"] else "no"]
+                   for t in fit.get("tried") or []])
+    box = table(["component", "lowest weight", "highest weight"],
+                [[n, lo, hi] for n, (lo, hi) in (trust.get("box") or {}).items()])
+    return (f"<p class=muted>fit: {esc(fit.get('formula', ''))}; R² {num(fit.get('r2'), 3)}, leave-one-out RMSE "
+            f"{num(fit.get('loo_rmse'), 4)} bpb against a spread of {num(fit.get('spread'), 4)} bpb "
+            f"({'accepted' if fit.get('accepted') else 'rejected'}) over {len(res.proxies or [])} proxies</p>"
+            + scroll(tried)
+            + f"<p class=muted>trust region: {esc(trust.get('about', ''))}; expand {esc(trust.get('expand'))}, "
+              f"the candidate {num(trust.get('nearest_proxy_l1'), 3)} (L1) from the nearest proxy</p>" + scroll(box))
+
+
 def search_section(name: str, res: MixtureResult) -> str:
-    """The mixture search (its step ``name`` and result): every proxy's weights against its target loss;
-    the chosen mixture beside proportional, with their measured (and predicted) target bits per byte.
-    Empty without proxies."""
+    """The mixture search (its step ``name`` and result): the decision and its reason with the gains'
+    intervals and the seed noise; proportional, the candidate and the returned mixture with their
+    predicted and measured target bits per byte (each seed's run); the fit, every model tried, the
+    trust region; every proxy's weights against its target loss. Empty without proxies."""
     if not res.proxies or res.baseline is None:
         return ""
-    base, chosen = res.baseline, res.chosen
-    facts = table(["mixture", "weights", "predicted bpb", "measured bpb"],
-                  [["proportional", _weights_text(base.weights), base.predicted_bpb, base.measured_bpb],
-                   ["chosen", _weights_text(chosen.weights), chosen.predicted_bpb, chosen.measured_bpb]], left=2)
-    fit = res.fit or {}
-    note = (f"<p class=muted>fit: {esc(fit.get('formula', ''))}; R² {num(fit.get('r2'), 3)}, leave-one-out RMSE "
-            f"{num(fit.get('loo_rmse'), 4)} bpb over {len(res.proxies)} proxies; mixture file: "
-            f"{esc(name)}/{esc(res.file or '')}</p>")
-    body = (charts.proxy_scatter(res.proxies, "mix-proxies-chart")
-            + charts.mixture_pair(base.weights, chosen.weights, ("proportional", "chosen"), "mix-choice-chart")
-            + scroll(facts) + note)
+    base, cand, chosen = res.baseline, res.candidate or res.chosen, res.chosen
+    facts = table(["mixture", "weights", "predicted bpb", "measured bpb", "runs (one per seed)"],
+                  [[label, _weights_text(m.weights), m.predicted_bpb, m.measured_bpb, _runs_text(m.runs)]
+                   for label, m in (("proportional", base), ("candidate", cand), ("returned", chosen))], left=2)
+    proxies = table(["proxy", "round", "weights", "measured bpb", "runs", "predicted bpb"],
+                    [[p["name"], str(p["round"]), _weights_text(p["weights"]), p["measured_bpb"],
+                      _runs_text(p.get("runs")), p.get("predicted_bpb")] for p in res.proxies], left=3)
+    body = (_decision(res)
+            + charts.proxy_scatter(res.proxies, "mix-proxies-chart")
+            + charts.mixture_pair(base.weights, cand.weights, ("proportional", "candidate"), "mix-choice-chart")
+            + scroll(facts) + _fit(res) + scroll(proxies)
+            + f"<p class=muted>mixture file: {esc(name)}/{esc(res.file or '')}</p>")
     return section("mixture-search", "Mixture search", body)

@@ -1,31 +1,32 @@
-"""The mixture search as steps: each proxy is a cached Step, so a rerun reuses the finished ones.
+"""The mixture search's runs as steps: each proxy run is a cached Step, so a rerun reuses the finished ones.
 
-    mix-target      (only with target.jsonl) the external eval set, tokenized with the run's tokenizer
-    mix-proxies     builds the proxies not yet built through the engine's backend, so they train in
-                    parallel (worker processes locally, nodes on Ray); the runner then finds them built
-    mix-proxy-NN    proxy NN: its mixture (the prior for NN = 0, Dirichlet draws after), a small model
-                    trained on it with the training stage's code, its target bits per byte
-    mix-fit         the regression over the proxies and the chosen mixture within the constraints
-    mix-verify      (verify: true) the chosen mixture trained for the same budget as the proxies
-    mix-search      the mixture file (<step>/mixture.yaml), and `chosen` for `weights: search`
+    mix-target          (only with target.jsonl) the external eval set, tokenized with the run's tokenizer
+    mix-proxies[-rR]    builds a wave of runs not yet built through the engine's backend, so they train
+                        in parallel (worker processes locally, nodes on Ray); the runner then finds them built
+    mix-proxy-NN        round one's proxy NN: its mixture (the prior for NN = 0, Dirichlet draws after), a
+                        small model trained on it with the training stage's code, its target bits per byte
+    mix-proxy-NN-sK     the same mixture under training seed K (init and data order): the seed noise
+    mix-proxy-rR-NN     round R's proxy NN, drawn around round R-1's center (mix-fit-rR-1)
+    mix-verify-sK       the final fit's candidate under seed K, beside mix-proxy-00[-sK] (proportional)
 
-Mixtures are computed inside the steps from the token caches' exact counts (the prior needs them),
-as pure functions of the settings and those counts, so a step's identity (settings + dependencies)
-pins its mixture.
+The fits (`FitResult`) and the decision are in stages/mixture_choice.py. Mixtures are computed inside the steps from
+the token caches' exact counts (the prior needs them) and the fits they depend on, as pure functions of
+the settings and those inputs, so a step's identity (settings + dependencies) pins its mixture.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from datakit.core.results import MixtureResult, StepResult, TokensResult
-from datakit.mix.config import MixtureConfig, SearchConfig
+from datakit.core.results import StepResult, TokensResult
+from datakit.mix.config import SearchConfig
 from datakit.mix.plan import proportional, resolve, windows_of
-from datakit.mix.search import choose, fit, sample_mixtures
+from datakit.mix.search import rounded, sample_around, sample_mixtures
 from datakit.steps import StepContext
 from datakit.tokenize.mixture import schedule_names
 from datakit.tokenize.reader import DEFAULT_BLOCK_SIZE
@@ -39,36 +40,58 @@ MIXTURE_FILE = "mixture.yaml"
 
 @dataclass(frozen=True, kw_only=True)
 class ProxyRun(StepResult):
-    """A proxy's (or the verify step's) result: the mixture it trained on and its measured target loss."""
+    """A run's result: the mixture it trained on, the training seed offset, its measured target loss;
+    ``copied_from``: a verification run of a candidate equal to proportional is that run, not retrained."""
 
     LABEL: ClassVar[str] = "a proxy run"
     REQUIRED: ClassVar[tuple[str, ...]] = ("weights", "target_bpb")
 
     weights: dict[str, float]
     target_bpb: float
+    seed: int = 0
     tokens: int | None = None
     wall_s: float | None = None
+    copied_from: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class FitResult(StepResult):
-    """The fit step's result: the prior, the fitted model, the chosen mixture and its predictions."""
+    """A fit step's result (stages/mixture_choice.py): the prior, the models tried and the one used
+    (``fit``, with ``accepted``), the ``chosen`` candidate within the ``trust`` region (the prior when
+    no model was accepted), the ``center`` the next round samples around (the candidate, or without an
+    accepted model the best measured mixture), the predictions, the predicted gain with its interval."""
 
     LABEL: ClassVar[str] = "a mixture fit"
     REQUIRED: ClassVar[tuple[str, ...]] = ("chosen", "prior", "fit", "predicted", "predicted_prior",
-                                           "predicted_proxies", "constraints")
+                                           "predicted_points", "constraints")
 
     chosen: dict[str, float]
     prior: dict[str, float]
     fit: dict
     predicted: float
     predicted_prior: float
-    predicted_proxies: list[float]
+    predicted_points: list[float]
     constraints: dict
+    center: dict[str, float] | None = None
+    tried: list[dict] | None = None
+    predicted_gain: dict | None = None
+    trust: dict | None = None
+    round: int | None = None
+
+
+@dataclass(frozen=True)
+class Draw:
+    """Which mixture a run trains on: ``round`` 1: draw ``index`` around the prior (0: the prior);
+    ``round`` R > 1: draw ``index`` around the choice of the fit step ``fit``; ``round`` 0: the
+    choice of the fit step ``fit`` itself (verification)."""
+
+    round: int
+    index: int = 0
+    fit: str | None = None
 
 
 def build_proxy(step, prefix: str) -> dict:
-    """Build one proxy step under ``prefix`` (a worker's task). Its dependencies are built already; the
+    """Build one run step under ``prefix`` (a worker's task). Its dependencies are built already; the
     runner's lease and markers make it safe beside other workers and other runs. ``fast``: the run
     that dispatched this task checked its dependencies' content moments ago; one re-hash of the token
     caches per proxy would cost more than the check is worth."""
@@ -79,7 +102,7 @@ def build_proxy(step, prefix: str) -> dict:
 
 
 def proxies_step(ctx: StepContext, proxies: tuple) -> dict:
-    """Train the proxies not yet built, in parallel on the run's backend (one task each)."""
+    """Train the runs of a wave not yet built, in parallel on the run's backend (one task each)."""
     from functools import partial
 
     from datakit.shuffle import Dataset
@@ -98,7 +121,7 @@ def proxies_step(ctx: StepContext, proxies: tuple) -> dict:
     return {"built": sorted(r["name"] for r in results), "counters": {"proxies_built": len(results)}}
 
 
-def _tokens(ctx: StepContext, token_steps: dict[str, str]) -> dict[str, int]:
+def tokens_of(ctx: StepContext, token_steps: dict[str, str]) -> dict[str, int]:
     return {n: TokensResult.of(ctx.deps[s]).tokens_in("train") for n, s in token_steps.items()}
 
 
@@ -107,10 +130,12 @@ def _split(ctx: StepContext, step: str, which: str) -> str:
     return TokensResult.of(rec).split_dir(rec.output, which)
 
 
-def _prior(ctx: StepContext, token_steps: dict[str, str], components: list[str],
-           temperature: float) -> dict[str, float]:
-    """Token-proportional weights (with the temperature) over the searched components."""
-    return proportional(_tokens(ctx, {n: token_steps[n] for n in components}), temperature)
+def prior_of(ctx: StepContext, token_steps: dict[str, str], components: list[str],
+             temperature: float) -> dict[str, float]:
+    """Token-proportional weights (with the temperature) over the searched components, at 6 decimals
+    exactly as proxy 0 trains on them."""
+    prior = proportional(tokens_of(ctx, {n: token_steps[n] for n in components}), temperature)
+    return rounded(sorted(prior), [prior[n] for n in sorted(prior)])
 
 
 def _targets(ctx: StepContext, token_steps: dict[str, str], validation: list[str], target_name: str | None):
@@ -125,12 +150,18 @@ def _targets(ctx: StepContext, token_steps: dict[str, str], validation: list[str
     return val
 
 
+def seeded(cfg: TrainConfig, seed: int) -> TrainConfig:
+    """``cfg`` under training seed offset ``seed``: parameter init and data order both move."""
+    return dataclasses.replace(cfg, seed=cfg.seed + seed, data_seed=cfg.data_seed + seed) if seed else cfg
+
+
 def train_on(ctx: StepContext, cfg: TrainConfig, weights: dict[str, float], token_steps: dict[str, str],
-             validation: list[str], target_name: str | None, out_dir: str) -> dict:
-    """Train ``cfg`` on ``weights`` (as exact block counts) and measure the target; the proxy's record."""
+             validation: list[str], target_name: str | None, out_dir: str, seed: int = 0) -> dict:
+    """Train ``cfg`` on ``weights`` (as exact block counts) and measure the target; the run's record."""
     from datakit.train.stage import train_model
 
-    tokens = _tokens(ctx, token_steps)
+    tokens = tokens_of(ctx, token_steps)
+    cfg = seeded(cfg, seed)
     live = {n: w for n, w in weights.items() if w > 0 and tokens[n] > cfg.seq_len}
     plan = resolve([(0, live)], windows_of({n: tokens[n] for n in live}, cfg.seq_len), steps=cfg.steps,
                    batch_size=cfg.batch_size, block_size=max(DEFAULT_BLOCK_SIZE, cfg.batch_size), seed=cfg.data_seed)
@@ -138,89 +169,33 @@ def train_on(ctx: StepContext, cfg: TrainConfig, weights: dict[str, float], toke
     train = {n: _split(ctx, token_steps[n], "train") for n in schedule_names(schedule)}
     t0 = time.perf_counter()
     res = train_model(cfg, train, schedule, _targets(ctx, token_steps, validation, target_name), out_dir)
-    return ProxyRun.written({"weights": weights, "target_bpb": res.bpb, "target_loss": res.eval_loss,
+    return ProxyRun.written({"weights": weights, "target_bpb": res.bpb, "target_loss": res.eval_loss, "seed": seed,
                              "train_loss": res.final_loss, "tokens": cfg.steps * cfg.batch_size * cfg.seq_len,
                              "wall_s": round(time.perf_counter() - t0, 3), "counters": {"steps": res.steps}})
 
 
-def proxy_step(ctx: StepContext, index: int, search: SearchConfig, temperature: float, token_steps: dict[str, str],
-               components: list[str], target_name: str | None) -> dict:
-    """Proxy ``index``: its mixture (0: the prior; then Dirichlet draws) trained and measured."""
-    prior = _prior(ctx, token_steps, components, temperature)
-    weights = sample_mixtures(prior, search.proxies, search.concentration, search.seed)[index]
+def mixture_of(ctx: StepContext, draw: Draw, search: SearchConfig, prior: dict[str, float]) -> dict[str, float]:
+    """The mixture ``draw`` names (see Draw)."""
+    if draw.round == 1:
+        return sample_mixtures(prior, draw.index + 1, search.concentration, search.seed)[draw.index]
+    fitted = FitResult.of(ctx.deps[draw.fit])
+    if draw.round == 0:
+        return fitted.chosen
+    center = fitted.center or fitted.chosen
+    return sample_around(center, draw.index + 1, search.refine_concentration, search.seed, draw.round)[draw.index]
+
+
+def run_step(ctx: StepContext, draw: Draw, seed: int, search: SearchConfig, temperature: float,
+             token_steps: dict[str, str], components: list[str], target_name: str | None,
+             same_as: str | None = None) -> dict:
+    """One run: the mixture ``draw`` names, trained under seed offset ``seed`` and measured. A
+    verification run whose candidate is proportional itself is proportional's run ``same_as``."""
+    prior = prior_of(ctx, token_steps, components, temperature)
+    weights = mixture_of(ctx, draw, search, prior)
+    if same_as and weights == prior:
+        return ProxyRun.written({**ProxyRun.of(ctx.deps[same_as]).to_dict(), "wall_s": 0.0, "copied_from": same_as})
     return train_on(ctx, search.proxy, weights, token_steps, list(search.target.validation), target_name,
-                    ctx.output)
-
-
-def fit_step(ctx: StepContext, search: SearchConfig, mix: MixtureConfig, proxies: list[str],
-             token_steps: dict[str, str], components: list[str], budget: dict) -> dict:
-    """Fit the proxies' target loss over their weights; choose within min_weight and the epoch caps of
-    the final budget (``budget``: the train section's steps, batch_size, seq_len)."""
-    runs = [ProxyRun.of(ctx.deps[p]) for p in proxies]
-    model = fit([r.weights for r in runs], [r.target_bpb for r in runs])
-    prior = _prior(ctx, token_steps, components, mix.temperature)
-    windows = windows_of(_tokens(ctx, {n: token_steps[n] for n in components}), budget["seq_len"])
-    sequences = budget["steps"] * budget["batch_size"]
-    max_weight = {n: min(1.0, e * windows[n] / sequences) for n, e in mix.max_epochs.items() if n in windows}
-    chosen, predicted, feasible = choose(model, prior, [r.weights for r in runs], candidates=search.candidates,
-                                         seed=search.seed, min_weight=dict(search.min_weight), max_weight=max_weight)
-    return FitResult(prior=prior, fit=model.to_dict(), chosen=chosen, predicted=predicted,
-                     predicted_prior=float(model.predict([_vector(prior, model.names)])[0]),
-                     predicted_proxies=[float(v) for v in model.predict([_vector(r.weights, model.names)
-                                                                         for r in runs])],
-                     constraints={"min_weight": dict(search.min_weight), "max_weight": max_weight,
-                                  "budget": budget, "feasible_candidates": feasible}).to_dict()
-
-
-def _vector(weights: dict[str, float], names) -> list[float]:
-    return [weights.get(n, 0.0) for n in names]
-
-
-def verify_step(ctx: StepContext, search: SearchConfig, token_steps: dict[str, str], target_name: str | None,
-            fit_name: str) -> dict:
-    """The chosen mixture trained for the proxies' budget: its measured target loss."""
-    chosen = FitResult.of(ctx.deps[fit_name]).chosen
-    return train_on(ctx, search.proxy, chosen, token_steps, list(search.target.validation), target_name, ctx.output)
-
-
-def search_record(fitted: FitResult, runs: list[ProxyRun], verified: ProxyRun | None, search: SearchConfig) -> dict:
-    """What the mixture file holds (see datakit.mix.file); no times, so it is the same on any machine."""
-    baseline = runs[0]
-    record = {
-        "weights": fitted.chosen,
-        "baseline": {"name": "proportional", "weights": fitted.prior, "measured_bpb": baseline.target_bpb,
-                     "predicted_bpb": fitted.predicted_prior},
-        "chosen": {"predicted_bpb": fitted.predicted,
-                   "measured_bpb": verified.target_bpb if verified else None},
-        "fit": fitted.fit,
-        "constraints": fitted.constraints,
-        "search": {"proxies": search.proxies, "seed": search.seed, "concentration": search.concentration,
-                   "target": {"validation": list(search.target.validation),
-                              "jsonl": posixpath.basename(search.target.jsonl) if search.target.jsonl else None},
-                   "proxy": {"preset": search.proxy.preset, "steps": search.proxy.steps,
-                             "batch_size": search.proxy.batch_size, "seq_len": search.proxy.seq_len,
-                             "tokens": runs[0].tokens}},
-        "proxies": [{"index": i, "weights": r.weights, "measured_bpb": r.target_bpb,
-                     "predicted_bpb": p} for i, (r, p) in enumerate(zip(runs, fitted.predicted_proxies))],
-    }
-    if verified:
-        record["chosen"]["gain_bpb"] = baseline.target_bpb - verified.target_bpb
-    return record
-
-
-def search_step(ctx: StepContext, search: SearchConfig, proxies: list[str], fit_name: str,
-                verify_name: str | None) -> dict:
-    """Write the mixture file; the result's `chosen` is what `weights: search` trains on."""
-    from datakit.mix.file import write_mixture_file
-
-    runs = [ProxyRun.of(ctx.deps[p]) for p in proxies]
-    verified = ProxyRun.of(ctx.deps[verify_name]) if verify_name else None
-    record = search_record(FitResult.of(ctx.deps[fit_name]), runs, verified, search)
-    write_mixture_file(ctx.path(MIXTURE_FILE), record)
-    return MixtureResult.written({
-        "file": MIXTURE_FILE, "chosen": {"weights": record["weights"], **record["chosen"]},
-        "baseline": record["baseline"], "proxies": record["proxies"], "fit": record["fit"],
-        "proxy_wall_s": [r.wall_s for r in runs], "counters": {"proxies": len(runs)}})
+                    ctx.output, seed)
 
 
 def target_step(ctx: StepContext, jsonl: str, text_field: str, tokenizer: str) -> dict:

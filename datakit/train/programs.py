@@ -88,12 +88,13 @@ class Programs:
 
 
 def programs_for(cfg: TrainConfig, vocab_size: int, devices: list, compute_dtype: Any) -> Programs:
-    """The (cached) programs for this run. Cadence fields do not change the compiled programs, so they
-    are normalized to their defaults before the cache lookup: a resume with another checkpoint
-    interval reuses the executables."""
+    """The (cached) programs for this run. Cadence fields and the seeds do not change the compiled
+    programs (``init`` takes the seed as an argument; data order is host-side), so they are normalized
+    to their defaults before the cache lookup: a resume with another checkpoint interval, or the same
+    run under another seed (the mixture search's seed repeats), reuses the executables."""
     program_cfg = dataclasses.replace(
-        cfg, **{f: getattr(TrainConfig, f) for f in TrainConfig.CADENCE_FIELDS
-                if f in TrainConfig.__dataclass_fields__}
+        cfg, seed=0, data_seed=0, **{f: getattr(TrainConfig, f) for f in TrainConfig.CADENCE_FIELDS
+                                    if f in TrainConfig.__dataclass_fields__}
     )
     return _programs(program_cfg, vocab_size, tuple(devices), jnp.dtype(compute_dtype).name)
 
