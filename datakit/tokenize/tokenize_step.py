@@ -426,7 +426,7 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
 def _read_part(path: str) -> tuple[pa.Array, pa.Array]:
     """A part's id and text columns, whole: what trimming reads of it (no encoding)."""
     with C.open_read(path) as f:
-        table = pq.read_table(f, columns=["id", "text"])
+        table = pq.read_table(f, columns=["id", "text"], use_threads=False)
     return table.column("id").combine_chunks(), table.column("text").combine_chunks()
 
 

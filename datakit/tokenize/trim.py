@@ -57,11 +57,15 @@ def kept_rows(earlier: np.ndarray, new: np.ndarray, fraction: float) -> dict[str
     """Per split ("train", "validation"), a mask over the earlier shard's rows of the documents the new
     part keeps; None when the new part is not the earlier one with documents removed (an added or
     edited document, or another order)."""
-    where = {(int(a), int(b)): n for n, (a, b) in enumerate(earlier.tolist())}
-    if len(where) != len(earlier):
-        return None  # the same document twice: positions would be ambiguous
-    pos = np.fromiter((where.get((int(a), int(b)), -1) for a, b in new.tolist()), dtype=np.int64, count=len(new))
-    if (pos < 0).any() or (np.diff(pos) <= 0).any():
+    order = np.argsort(earlier[:, 1], kind="stable")  # searched by the id+text hash, then both checked
+    ordered = earlier[order, 1]
+    if len(ordered) and (ordered[1:] == ordered[:-1]).any():
+        return None  # the same hash twice: positions would be ambiguous
+    at = np.minimum(np.searchsorted(ordered, new[:, 1]), max(len(ordered) - 1, 0))
+    pos = order[at] if len(ordered) else at
+    if len(new) and (not len(ordered) or (earlier[pos] != new).any()):
+        return None  # a document the earlier part did not have
+    if (np.diff(pos) <= 0).any():
         return None
     keep = np.zeros(len(earlier), dtype=bool)
     keep[pos] = True
