@@ -23,6 +23,12 @@ names hold the index and the count, which change when parts are added or removed
 its markers are written as encoding it writes them, and the ledger and ``.stats.json`` are made from all
 shards as in a fresh build, so the cache is byte for byte a from-scratch build's. A part with bad rows
 is never recorded (its marker names the input file's path, which is not content).
+
+A part whose key misses but which is the earlier build's part of the same name with documents removed
+(a takedown: the documents are spread, so it touches nearly every part) is cut, not encoded: the
+removed documents' token spans are cut out of the earlier shard (:mod:`datakit.tokenize.trim`; each
+shard's document hashes are kept for this under ``reuse/ids/<key>.npy``, listed in ``reuse.json``), and
+its counts are computed from the part's kept texts as encoding computes them (``files/trimmed``).
 """
 
 from __future__ import annotations
