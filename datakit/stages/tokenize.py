@@ -40,6 +40,6 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="tokenize", version=VERSION, build=build, section=Section("tokenize", TokenizeConfig),
               consumes=(DOCUMENTS, TOKENIZER), produces=(TOKENS,),
               code=("datakit.tokenize.tokenize_step", "datakit.tokenize.cache", "datakit.tokenize.encode",
-                    "datakit.tokenize.engine", "datakit.stages.tokenize"),
+                    "datakit.tokenize.engine", "datakit.tokenize.trim", "datakit.stages.tokenize"),
               ferry_check="datakit.ferry.checks_tokens:check_tokenize",
               version_source="datakit/tokenize/tokenize_step.py: VERSION")

@@ -23,6 +23,12 @@ names hold the index and the count, which change when parts are added or removed
 its markers are written as encoding it writes them, and the ledger and ``.stats.json`` are made from all
 shards as in a fresh build, so the cache is byte for byte a from-scratch build's. A part with bad rows
 is never recorded (its marker names the input file's path, which is not content).
+
+A part whose key misses but which is the earlier build's part of the same name with documents removed
+(a takedown: the documents are spread, so it touches nearly every part) is cut, not encoded: the
+removed documents' token spans are cut out of the earlier shard (:mod:`datakit.tokenize.trim`; each
+shard's document hashes are kept for this under ``reuse/ids/<key>.npy``, listed in ``reuse.json``), and
+its counts are computed from the part's kept texts as encoding computes them (``files/trimmed``).
 """
 
 from __future__ import annotations
@@ -41,10 +47,11 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
-from datakit.core.fsio import copy_file, is_dir, sha256_file, store_url
+from datakit.core.fsio import atomic_write_bytes, copy_file, is_dir, read_bytes, sha256_file, store_url
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
+from datakit.tokenize import trim
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
 from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
@@ -57,7 +64,6 @@ logger = logging.getLogger(__name__)
 # 2: the ledger and each shard's marker record xxh3-128 checksums of the shard's files.
 VERSION = "2"
 SPLITS = TokenCacheDir.SPLITS
-_SPLIT_SALT = b"datakit.tokenize.split\x00"
 _MAX_BAD_SAMPLES = 20
 
 
@@ -65,7 +71,7 @@ def is_validation(doc_id: str, fraction: float) -> bool:
     """Deterministic train/validation assignment from the document id alone (xxh3_64 of a salted id)."""
     if fraction <= 0:
         return False
-    return xxhash.xxh3_64_intdigest(_SPLIT_SALT + doc_id.encode("utf-8")) < fraction * 2.0**64
+    return xxhash.xxh3_64_intdigest(trim.SPLIT_SALT + doc_id.encode("utf-8")) < fraction * 2.0**64
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class _ShardSpec:
     engine_check_chars: int = CHECK_CHARS
     keys: dict[str, str] = field(default_factory=dict)  # input part path -> its content key (reuse)
     earlier: reuse.Earlier | None = None  # an earlier build of this cache to take shards from
+    trim_from: dict[str, str] = field(default_factory=dict)  # input part path -> earlier key of its name
 
 
 @dataclass
@@ -258,18 +265,20 @@ class _BadRows:
 
 def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: pa.Array,
              bad: _BadRows) -> tuple:
-    """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc)."""
+    """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc,
+    the documents' hashes: see :mod:`datakit.tokenize.trim`)."""
     _check_types(path, ids, texts)
     valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
     if not pc.all(valid).as_py():
         for r in np.flatnonzero(~valid.to_numpy(zero_copy_only=False)):
             bad.add(path, first_row + int(r), "id" if not ids[int(r)].is_valid else "text")
         ids, texts = ids.filter(valid), texts.filter(valid)
-    val_mask = np.fromiter((is_validation(i, spec.validation_fraction) for i in ids.to_pylist()),
-                           dtype=bool, count=len(ids))
+    text_list = texts.to_pylist()
+    hashes = trim.doc_hashes(ids.to_pylist(), text_list)
+    val_mask = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
-    pieces, piece_counts = to_pieces(texts.to_pylist(), spec.max_chars)
-    return pieces, piece_counts, val_mask, doc_bytes
+    pieces, piece_counts = to_pieces(text_list, spec.max_chars)
+    return pieces, piece_counts, val_mask, doc_bytes, hashes
 
 
 class _ShardWriter:
@@ -319,15 +328,17 @@ class _ShardWriter:
 
 
 def _encode_into(file: FileInfo, spec: _ShardSpec, encoder: ShardEncoder, out: _ShardWriter,
-                 bad: _BadRows) -> None:
+                 bad: _BadRows) -> np.ndarray:
     """Read, encode and write the whole part as a two-stage pipeline: while the tokenizer encodes batch
     k on its own threads (the call releases the GIL), this thread reads and splits batch k+1 and
     converts + writes batch k-1, so the Rust threads always have the next batch queued and never wait
-    on Python. Two to three batches are in memory."""
+    on Python. Two to three batches are in memory. Returns the documents' hashes (kept for trimming)."""
+    hashes = []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
         previous = None
         for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
-            pieces, piece_counts, val_mask, doc_bytes = _prepare(spec, file.path, first_row, ids, texts, bad)
+            pieces, piece_counts, val_mask, doc_bytes, h = _prepare(spec, file.path, first_row, ids, texts, bad)
+            hashes.append(h)
             encoded = pool.submit(encoder.encode_flat, pieces)
             del ids, texts, pieces
             if previous is not None:
@@ -335,6 +346,7 @@ def _encode_into(file: FileInfo, spec: _ShardSpec, encoder: ShardEncoder, out: _
             previous = (encoded, piece_counts, val_mask, doc_bytes)
         if previous is not None:
             out.write(*previous)
+    return np.concatenate(hashes) if hashes else np.empty((0, 2), dtype="<u8")
 
 
 def _reused_result(index: int, fp: dict, done: dict) -> dict:
@@ -355,17 +367,31 @@ def _shard_file(rel: str) -> tuple[str, str]:
     return split_dir, "tokens" if base.endswith(".tokens.npy") else "offsets"
 
 
+def _is_ids(rel: str) -> bool:
+    return rel.startswith(trim.IDS_DIR)
+
+
 def _renamed(rel: str, names: dict[str, str]) -> str:
-    """An earlier build's shard file, under this build's name for the shard (same split)."""
+    """An earlier build's shard file, under this build's name for the shard (same split); the unit's
+    document hashes keep their name (the key's)."""
+    if _is_ids(rel):
+        return rel
     split_dir, kind = _shard_file(rel)
     return f"{split_dir}/{names[kind]}"
 
 
-def _unit(index: int, total: int, counts: dict[str, dict]) -> reuse.Unit:
-    """What reuse.json records of one shard: its four files and its per-split counts."""
+def _unit(key: str, index: int, total: int, counts: dict[str, dict]) -> reuse.Unit:
+    """What reuse.json records of one shard: its four files, its documents' hashes (what a later build
+    trims from) and its per-split counts."""
     names = C.shard_file_names(index, total)
     files = tuple(f"{TokenCacheDir.split_rel(s)}/{names[k]}" for s in SPLITS for k in _SHARD_FILES)
-    return reuse.Unit(files, {f"{s}/{k}": int(counts[s][k]) for s in SPLITS for k in _COUNTS})
+    return reuse.Unit((*files, trim.ids_rel(key)), {f"{s}/{k}": int(counts[s][k]) for s in SPLITS for k in _COUNTS})
+
+
+def _write_ids(spec: _ShardSpec, key: str | None, hashes: np.ndarray) -> None:
+    """A keyed shard's document hashes, written before its markers (a done shard always has them)."""
+    if key is not None:
+        atomic_write_bytes(C.join(spec.out_dir, trim.ids_rel(key)), trim.to_npy_bytes(hashes))
 
 
 def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts: dict[str, dict],
@@ -379,16 +405,21 @@ def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts
         })
 
 
-def _taken(spec: _ShardSpec, key: str, index: int, names: dict[str, str], fp: dict) -> dict | None:
+def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, str], fp: dict) -> dict | None:
     """The shard taken from the earlier build that recorded ``key`` (its files under this build's
     names, its markers written as encoding it writes them), or None when that build has no such shard
     or its files no longer match what it recorded."""
     unit = reuse.take(spec.earlier, key, spec.out_dir, partial(_renamed, names=names))
     if unit is None:
         return None
+    if trim.ids_rel(key) not in unit.files:  # a build from before trimming: hash the part's documents
+        ids, texts = _read_part(path)
+        _write_ids(spec, key, trim.doc_hashes(ids.to_pylist(), texts.to_pylist()))
     counts = {s: {k: unit.stats[f"{s}/{k}"] for k in _COUNTS} for s in SPLITS}
     sums: dict[str, dict] = {s: {} for s in SPLITS}
     for rel in unit.files:  # take() checked each file against these recorded hashes
+        if _is_ids(rel):
+            continue
         split_dir, kind = _shard_file(rel)
         sums[next(s for s in SPLITS if TokenCacheDir.split_rel(s) == split_dir)][kind] = spec.earlier.hashes[rel]
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
@@ -396,6 +427,78 @@ def _taken(spec: _ShardSpec, key: str, index: int, names: dict[str, str], fp: di
     _count_shard(counts, 0)
     return {"index": index, "input": fp["input"], "reused": True, "splits": counts, "bad": 0, "bad_samples": [],
             "checksums": sums}
+
+
+def _read_part(path: str) -> tuple[pa.Array, pa.Array]:
+    """A part's id and text columns, whole: what trimming reads of it (no encoding)."""
+    with C.open_read(path) as f:
+        table = pq.read_table(f, columns=["id", "text"], use_threads=False)
+    return table.column("id").combine_chunks(), table.column("text").combine_chunks()
+
+
+def _earlier_file(earlier: reuse.Earlier, rel: str | None) -> bytes | None:
+    """An earlier build's file, if it is still what that build recorded in its outputs manifest."""
+    if rel is None or rel not in earlier.hashes:
+        return None
+    try:
+        data = read_bytes(C.join(earlier.step_dir, rel))
+    except FileNotFoundError:
+        return None
+    return data if xxhash.xxh3_128_hexdigest(data) == earlier.hashes[rel] else None
+
+
+def _cut_splits(earlier: reuse.Earlier, key: str, keep: dict[str, np.ndarray]) -> dict | None:
+    """Per split, the earlier unit ``key``'s shard (tokens, offsets) with only the ``keep`` rows; None
+    when a file is gone or damaged, or its rows do not match the recorded documents."""
+    files = earlier.keys[key].files
+    out = {}
+    for s in SPLITS:
+        arrays = []
+        for kind in _SHARD_FILES:
+            rel = next((r for r in files if not _is_ids(r) and _shard_file(r) == (TokenCacheDir.split_rel(s), kind)),
+                       None)
+            data = _earlier_file(earlier, rel)
+            if data is None:
+                return None
+            arrays.append(trim.from_npy_bytes(data))
+        tokens, offsets = arrays
+        if len(offsets) != len(keep[s]) + 1 or int(offsets[-1]) != len(tokens):
+            return None
+        out[s] = trim.cut(tokens, offsets, keep[s])
+    return out
+
+
+def _trimmed(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str], fp: dict) -> dict | None:
+    """The shard cut out of the earlier build's shard of the part of the same name (datakit/tokenize/trim.py),
+    or None (encode it) when this part is not that one minus some documents, has bad rows, or the
+    earlier files are not what that build recorded. Its counts are computed as encoding computes them."""
+    ids, texts = _read_part(path)
+    _check_types(path, ids, texts)
+    if ids.null_count or texts.null_count:
+        return None
+    hashes = trim.doc_hashes(ids.to_pylist(), texts.to_pylist())
+    earlier_ids = _earlier_file(spec.earlier, trim.ids_rel(spec.trim_from[path]))
+    if earlier_ids is None:
+        return None
+    keep = trim.kept_rows(trim.from_npy_bytes(earlier_ids), hashes, spec.validation_fraction)
+    parts = _cut_splits(spec.earlier, spec.trim_from[path], keep) if keep is not None else None
+    if parts is None:
+        return None
+    val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
+    doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
+    counts = {}
+    for s, (tokens, offsets) in parts.items():
+        C.write_npy_atomic(C.join(dirs[s], names["tokens"]), np.asarray(tokens, dtype=np.dtype(spec.dtype)))
+        C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)
+        counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens),
+                     "bytes": int(doc_bytes[val if s == "validation" else ~val].sum())}
+    _write_ids(spec, key, hashes)
+    sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
+    _write_markers(dirs, names, fp, counts, _BadRows(), sums)
+    _count_shard(counts, 0)
+    return {"input": fp["input"], "reused": False, "trimmed": True, "splits": counts, "bad": 0,
+            "bad_samples": [], "checksums": sums}
 
 
 def _count_shard(counts: dict[str, dict], n_bad: int) -> None:
@@ -415,9 +518,12 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     if done is not None:
         counters.increment("tokenize/shards_reused")
         return {**_reused_result(index, fp, done), "key": key}
-    taken = _taken(spec, key, index, names, fp) if key is not None else None
+    taken = _taken(spec, file.path, key, index, names, fp) if key is not None else None
     if taken is not None:
         return {**taken, "key": key}
+    trimmed = _trimmed(spec, file.path, key, names, fp) if file.path in spec.trim_from else None
+    if trimmed is not None:
+        return {**trimmed, "index": index, "key": key}
 
     encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
                            check_chars=spec.engine_check_chars)
@@ -425,11 +531,13 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     out = _ShardWriter(spec, dirs, names)
     bad = _BadRows()
     try:
-        _encode_into(file, spec, encoder, out, bad)
+        hashes = _encode_into(file, spec, encoder, out, bad)
         out.close()
     except BaseException:
         out.abort()
         raise
+    if not bad.count:
+        _write_ids(spec, key, hashes)
     sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
     _write_markers(dirs, names, fp, out.counts, bad, sums)
     _count_shard(out.counts, bad.count)
@@ -560,6 +668,7 @@ def tokenize_source(
     )
     keys = _part_keys(input_dir, files, _settings(spec))
     spec = replace(spec, keys=keys, earlier=reuse.load(earlier) if keys else None)
+    spec = replace(spec, trim_from=_trim_sources(spec, files))
     for s in SPLITS:
         # Un-finish first: from here on the directory is being (re)built and must not be loaded.
         C.write_json_atomic(cache_dir.ledger(s), _ledger(name, s, spec, [], total, False))
@@ -578,8 +687,15 @@ def tokenize_source(
     return TokenizeResult(
         name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
         reused_shards=reused, bad_records=sum(r["bad"] for r in results), bad_samples=bad_samples,
-        counters={**run.counters, "files/reused": reused, "files/computed": total - reused}, **engine_record,
+        counters={**run.counters, **_file_counters(results)}, **engine_record,
     )
+
+
+def _file_counters(results: list[dict]) -> dict[str, int]:
+    """How each shard was made: taken (or resumed), cut from an earlier shard, or encoded."""
+    reused = sum(1 for r in results if r["reused"])
+    trimmed = sum(1 for r in results if r.get("trimmed"))
+    return {"files/reused": reused, "files/trimmed": trimmed, "files/computed": len(results) - reused - trimmed}
 
 
 def _check_arguments(validation_fraction: float, max_chars: int, engine: str) -> None:
@@ -603,7 +719,7 @@ def _shard_results(name: str, items: list[dict], total: int) -> list[dict]:
 def _record_reuse(out_dir: str, results: list[dict], total: int) -> None:
     """reuse.json for the next build: each keyed shard's files and counts (not a shard with bad rows,
     whose marker names its input's path)."""
-    reuse.write(out_dir, {r["key"]: _unit(r["index"], total, r["splits"]) for r in results
+    reuse.write(out_dir, {r["key"]: _unit(r["key"], r["index"], total, r["splits"]) for r in results
                           if r["key"] is not None and not r["bad"]})
 
 
@@ -618,6 +734,40 @@ def _part_keys(input_dir: str, files: list[str], settings: dict) -> dict[str, st
         if digest is not None:
             keys[path] = reuse.content_key("tokenize-shard", settings, digest)
     return keys
+
+
+def _trim_sources(spec: _ShardSpec, files: list[str]) -> dict[str, str]:
+    """For each keyed part whose key the earlier build lacks: the key of that build's part of the same
+    name, when it was made with these settings and kept its documents' hashes. A takedown changes a
+    part only by removing documents: such a part is then cut from the earlier shard, not encoded."""
+    earlier = spec.earlier
+    missing = [p for p in files if spec.keys.get(p) is not None and spec.keys[p] not in earlier.keys] if earlier else []
+    if not missing:
+        return {}
+    split_dir = TokenCacheDir(earlier.step_dir).split(SPLITS[0])
+    try:
+        ledger = C.read_json(C.join(split_dir, C.LEDGER_FILE))
+        total, index_of = int(ledger["num_shards"]), {s["input"]: int(s["index"]) for s in ledger["shards"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    key_of = {f: k for k, u in earlier.keys.items() if trim.ids_rel(k) in u.files for f in u.files}
+    found = {}
+    for path in missing:
+        index = index_of.get(os.path.basename(path))
+        names = C.shard_file_names(index, total) if index is not None else None
+        key = key_of.get(f"{TokenCacheDir.split_rel(SPLITS[0])}/{names['tokens']}") if names else None
+        if key is not None and _earlier_settings(C.join(split_dir, names["marker"])) == _settings(spec):
+            found[path] = key
+    return found
+
+
+def _earlier_settings(marker: str) -> dict | None:
+    """The settings an earlier shard was made with, from its marker's fingerprint."""
+    try:
+        fp = dict(C.read_json(marker)["fingerprint"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {k: v for k, v in fp.items() if k not in ("input", "input_size")}
 
 
 def _prepare_cache_dir(cache_dir: TokenCacheDir, tokenizer_path: str, sha256: str) -> str:

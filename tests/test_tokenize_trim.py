@@ -1,0 +1,175 @@
+"""Tokenize builds a part that only lost documents (a takedown) by cutting their token spans out of the
+earlier build's shard of the same part name (datakit/tokenize/trim.py), on real text: every file of the
+incremental cache (shards, markers, ledgers, .stats.json, reuse.json, the documents' hashes) is byte for
+byte a from-scratch build's; an edited part, or a document whose text changed under the same id, is
+encoded."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.core.layout import DocumentsDir, part_name
+from datakit.shuffle import ExecConfig
+from datakit.steps import verify
+from datakit.tokenize import trim
+from datakit.tokenize.fixtures import SCHEMA, doc_id, license_texts, stdlib_texts
+from datakit.tokenize.tokenize_step import is_validation, tokenize_source
+from datakit.tokenize.tokenizer import train_tokenizer
+
+INLINE = ExecConfig(backend="inline")
+FRACTION = 0.2
+
+
+def _docs(texts: list[str]) -> list[tuple[str, str]]:
+    """The texts' paragraphs as documents (many small ones: a takedown hits a few of them), as
+    consolidate writes a part: (id, text), unique and sorted by id."""
+    paragraphs = {p for t in texts for p in t.split("\n\n") if p.strip()}
+    return sorted((doc_id(p), p) for p in paragraphs)
+
+
+def _input_step(root, parts: list[list[tuple[str, str]]]) -> str:
+    """A documents step dir with these parts and its outputs manifest (the reuse keys' content)."""
+    main = DocumentsDir(str(root)).main
+    os.makedirs(main)
+    for i, docs in enumerate(parts):
+        rows = [{"id": d, "text": t, "source": "mixed"} for d, t in docs]
+        pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), os.path.join(main, part_name(i, len(parts))))
+    verify.write_manifest(str(root))
+    return str(root)
+
+
+def _assert_same_tree(a: str, b: str) -> None:
+    def tree(root):
+        return {os.path.relpath(os.path.join(d, f), root): os.path.join(d, f)
+                for d, _, files in os.walk(root) for f in files}
+    fa, fb = tree(a), tree(b)
+    assert sorted(fa) == sorted(fb)
+    for rel in fa:
+        assert filecmp.cmp(fa[rel], fb[rel], shallow=False), f"{rel} differs"
+
+
+def _build(root, name: str, parts, tok: str, earlier: str | None = None):
+    src = _input_step(root / f"in-{name}", parts)
+    res = tokenize_source("mixed", src, str(root / f"cache-{name}"), tok, validation_fraction=FRACTION,
+                          exec_config=INLINE, earlier=earlier)
+    verify.write_manifest(res.out_dir)  # as the runner does
+    return src, res
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trim")
+    licenses = license_texts()
+    parts = [_docs(stdlib_texts(30_000, subdir="json")), _docs(stdlib_texts(30_000, subdir="email")),
+             _docs(licenses[: len(licenses) // 3]), _docs(stdlib_texts(30_000, subdir="http"))]
+    assert all(len(p) >= 30 for p in parts), [len(p) for p in parts]
+    src, res = _build(root, "first", parts, _tokenizer(root, parts))
+    return {"root": root, "parts": parts, "tok": res.out_dir + "/tokenizer.json", "earlier": res.out_dir}
+
+
+def _tokenizer(root, parts) -> str:
+    src = _input_step(root / "tok-in", parts)
+    return train_tokenizer([src], str(root / "tok"), vocab_size=600, max_bytes=200_000)["path"]
+
+
+def _takedown(docs: list[tuple[str, str]], every: int) -> list[tuple[str, str]]:
+    """Remove the first and last document and every ``every``-th one (both splits are hit)."""
+    return [d for n, d in enumerate(docs[1:-1]) if n % every]
+
+
+def _incremental_and_fresh(built, name: str, parts):
+    _, inc = _build(built["root"], f"inc-{name}", parts, built["tok"], earlier=built["earlier"])
+    _, fresh = _build(built["root"], f"fresh-{name}", parts, built["tok"])
+    return inc, fresh
+
+
+def test_a_takedown_cuts_the_parts_that_only_lost_documents_and_equals_a_fresh_build(built):
+    p = built["parts"]
+    removed = [d for docs in (p[0], p[1], p[3]) for d in docs if d not in _takedown(docs, 3)]
+    assert {is_validation(i, FRACTION) for i, _ in removed} == {True, False}
+    edited = [*p[2][:1], (doc_id(p[2][1][1] + "\nedited"), p[2][1][1] + "\nedited"), *p[2][2:]]
+    parts = [_takedown(p[0], 3), _takedown(p[1], 3), sorted(edited), _takedown(p[3], 3)]
+    inc, fresh = _incremental_and_fresh(built, "takedown", parts)
+    assert inc.counters["files/trimmed"] == 3 and inc.counters["files/computed"] == 1, inc.counters
+    assert inc.counters["files/reused"] == 0
+    assert fresh.counters["files/trimmed"] == 0 and fresh.counters["files/computed"] == 4
+    assert inc.counters["tokenize/docs"] == fresh.counters["tokenize/docs"]
+    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert inc.splits == fresh.splits
+
+
+def test_a_trimmed_build_is_trimmed_from_again(built):
+    """The trimmed shards' own document hashes are recorded: a second takedown cuts from them."""
+    p = built["parts"]
+    first = [_takedown(d, 3) for d in p]
+    _, inc1 = _build(built["root"], "gen1", first, built["tok"], earlier=built["earlier"])
+    assert inc1.counters["files/trimmed"] == 4, inc1.counters
+    second = [_takedown(d, 2) for d in first]
+    _, inc2 = _build(built["root"], "gen2", second, built["tok"], earlier=inc1.out_dir)
+    assert inc2.counters["files/trimmed"] == 4, inc2.counters
+    _, fresh = _build(built["root"], "gen2-fresh", second, built["tok"])
+    _assert_same_tree(inc2.out_dir, fresh.out_dir)
+
+
+def test_a_text_edited_under_the_same_id_is_encoded(built):
+    """Ids alone would pass the subset check; the id+text hash does not, so the part is encoded."""
+    p = built["parts"]
+    docs = _takedown(p[0], 3)
+    docs[0] = (docs[0][0], docs[0][1].replace("e", "E", 1))
+    inc, fresh = _incremental_and_fresh(built, "same-id", [docs, p[1], p[2], p[3]])
+    assert inc.counters["files/trimmed"] == 0 and inc.counters["files/computed"] == 1, inc.counters
+    assert inc.counters["files/reused"] == 3
+    _assert_same_tree(inc.out_dir, fresh.out_dir)
+
+
+def test_cut_keeps_exactly_the_marked_documents():
+    tokens = np.array([1, 1, 2, 2, 2, 3, 4, 4], dtype="<u2")
+    offsets = np.array([0, 2, 5, 6, 8], dtype="<i8")
+    kept, off = trim.cut(tokens, offsets, np.array([True, False, True, True]))
+    assert kept.tolist() == [1, 1, 3, 4, 4] and off.tolist() == [0, 2, 3, 5]
+    kept, off = trim.cut(tokens, offsets, np.array([False, True, False, False]))
+    assert kept.tolist() == [2, 2, 2] and off.tolist() == [0, 3]
+
+
+def test_kept_rows_maps_documents_to_their_split_rows_and_refuses_anything_but_removals():
+    ids = [f"doc-{n:03d}" for n in range(40)]
+    texts = [f"text {n}" for n in range(40)]
+    old = trim.doc_hashes(ids, texts)
+    val = np.array([is_validation(i, 0.3) for i in ids])
+    assert val.any() and not val.all()
+    assert (trim.validation_mask(old[:, 0], 0.3) == val).all()
+    keep_ids = [n for n in range(40) if n % 4]
+    keep = trim.kept_rows(old, old[keep_ids], 0.3)
+    kept = np.isin(np.arange(40), keep_ids)
+    assert keep["train"].tolist() == kept[~val].tolist()
+    assert keep["validation"].tolist() == kept[val].tolist()
+    assert trim.kept_rows(old, old[[3, 1]], 0.3) is None  # another order
+    assert trim.kept_rows(old, trim.doc_hashes(["doc-001"], ["edited"]), 0.3) is None  # an edited text
+
+
+def test_a_build_from_before_trimming_is_taken_and_its_hashes_written(built, tmp_path):
+    """An earlier build that recorded no document hashes: its shards are still taken, and this build
+    hashes the parts' documents itself, so its files equal a fresh build's (hashes included)."""
+    import json
+    import shutil
+
+    earlier = str(tmp_path / "old")
+    shutil.copytree(built["earlier"], earlier)
+    shutil.rmtree(os.path.join(earlier, "reuse", "ids"))
+    with open(os.path.join(earlier, "reuse.json")) as f:
+        record = json.load(f)
+    for unit in record["keys"].values():
+        unit["files"] = [p for p in unit["files"] if not p.startswith(trim.IDS_DIR)]
+    with open(os.path.join(earlier, "reuse.json"), "w") as f:
+        json.dump(record, f)
+    verify.write_manifest(earlier)
+    _, inc = _build(tmp_path, "inc", built["parts"], built["tok"], earlier=earlier)
+    assert inc.counters["files/reused"] == 4, inc.counters
+    _, fresh = _build(tmp_path, "fresh", built["parts"], built["tok"])
+    _assert_same_tree(inc.out_dir, fresh.out_dir)
