@@ -293,8 +293,8 @@ def compare_langid(texts: list[str], ours: list[dict], peer: list[dict], example
                                       "max": round(same[-1], 5) if same else None},
         "kept_ours_defaults": sum(r["kept"] for r in ours),
         "kept_datatrove_defaults": sum(r["kept"] for r in peer),
-        "defaults": "ours: languages [en], min_score 0.65 (score >= 0.65); datatrove: every language, "
-                    "score > 0.65",
+        "defaults": "ours: LangIdConfig() (languages [en], min_score 0.3: score >= 0.3); datatrove: "
+                    "LanguageFilter() (its default languages, score > 0.65)",
         "score_threshold_agreement": round(sum((o["score"] >= 0.65) == (p["score"] > 0.65)
                                                for o, p in zip(ours, peer)) / n, 5) if n else None,
         "labels_ours": dict(sorted(labels.items(), key=lambda kv: -kv[1])),
