@@ -53,7 +53,13 @@ def _share(chain: Chain, paths: list[str]) -> float:
 
 
 @needs(*REQUIRED.values())
+ENGLISH_PAGES = ("English man pages under /usr/share/man/man1 (a minimal image may exclude /usr/share/man "
+                 "in /etc/dpkg/dpkg.cfg.d; remove that and reinstall coreutils, man-db)")
+
+
 def test_each_language_keeps_a_share_comparable_to_english():
+    if len(glob.glob("/usr/share/man/man1/*.gz")) < PAGES:
+        pytest.skip(f"needs {ENGLISH_PAGES}")
     chain = Chain(QualityRules(langid=LangIdConfig(languages=(), min_score=None)))
     langs = list(REQUIRED) + [lang for lang in OPTIONAL if len(_pages(lang)) >= MIN_PAGES]
     report, bad = [], []
@@ -87,7 +93,7 @@ def test_word_ngram_rules_do_not_judge_text_split_by_character():
     over characters removed ordinary man pages (a 5-character n-gram is often one word, パラメータ). Those
     rules are off for it; the line and paragraph repetition rules still apply."""
     chain = Chain(QualityRules(langid=LangIdConfig(languages=(), min_score=None)))
-    paths = [f"/usr/share/man/ja/man1/{n}" for n in _pages("ja")]
+    paths = sorted(glob.glob("/usr/share/man/ja/man1/*.gz"))[:PAGES]
     removed = [chain.run({"id": p, "text": _text(p)}).failure for p in paths]
     ngram = [f.rule for f in removed if f is not None and "_gram" in f.rule]
     assert len(paths) >= MIN_PAGES and not ngram, ngram
