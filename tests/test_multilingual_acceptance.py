@@ -52,11 +52,11 @@ def _share(chain: Chain, paths: list[str]) -> float:
     return sum(chain.run({"id": p, "text": _text(p)}).failure is None for p in paths) / len(paths)
 
 
-@needs(*REQUIRED.values())
 ENGLISH_PAGES = ("English man pages under /usr/share/man/man1 (a minimal image may exclude /usr/share/man "
                  "in /etc/dpkg/dpkg.cfg.d; remove that and reinstall coreutils, man-db)")
 
 
+@needs(*REQUIRED.values())
 def test_each_language_keeps_a_share_comparable_to_english():
     if len(glob.glob("/usr/share/man/man1/*.gz")) < PAGES:
         pytest.skip(f"needs {ENGLISH_PAGES}")
