@@ -44,6 +44,7 @@ from datakit.core.layout import AttributesDir, DocumentsDir, join
 from datakit.steps import reuse
 
 from .hashing import ids_to_u64
+from . import keyed
 from .keyed import Reuse
 from .layout import (
     AttributeMismatch,
@@ -147,9 +148,10 @@ def _decontaminate_marks(path: str) -> tuple[pa.Table, Any, np.ndarray, dict, in
     return t, t.column("detail"), action == "remove", cuts, int((action == "annotate").sum())
 
 
-def _consolidate_file(job: tuple) -> dict:
+def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
+    """One file consolidated (``marks``: its attribute files already read, else read here)."""
     src, attr_files, dst_main, dst_removed = job
-    marks = [_marks(kind, path) for kind, path in attr_files]
+    marks = [_marks(kind, path) for kind, path in attr_files] if marks is None else marks
     found = [np.zeros(len(m.ids), dtype=bool) for m in marks]
     removed: list[tuple[pa.Array, pa.Array, pa.Array]] = []
     stats = {"docs_in": 0, "docs_out": 0, **{f"removed_{k}": 0 for k in REASONS},
@@ -313,14 +315,13 @@ def _check_sorted(hi, lo, last, src: str, row0: int, ids) -> None:
             )
 
 
-def marks_digest(attr_files: list[tuple[str, str]]) -> str:
+def marks_digest(marks: list[_Marks]) -> str:
     """What a file's marks decide, as a digest: per kind the ids it drops, cuts or annotates and their
     detail. Not the marks files' bytes: a new source joining a fuzzy cluster changes the cluster's size
     in every member's marks row, but not which of this file's documents go, nor why."""
     h = xxhash.xxh3_128()
-    for kind, path in attr_files:
-        m = _marks(kind, path)
-        h.update(kind.encode() + b"\0")
+    for m in marks:
+        h.update(m.kind.encode() + b"\0")
         for col in (m.ids, m.detail):
             h.update("\0".join("" if v is None else str(v) for v in col.to_pylist()).encode() + b"\1")
         h.update(m.drop.tobytes())
@@ -328,18 +329,24 @@ def marks_digest(attr_files: list[tuple[str, str]]) -> str:
     return h.hexdigest()
 
 
-def _keyed_file(job: tuple, out_dir: str) -> dict:
+def _stats_only(job: tuple, marks: list[_Marks]) -> dict[str, int]:
+    out = _consolidate_file(job, marks)
+    return {k: v for k, v in out.items() if k != "file"}
+
+
+def _keyed_file(job: tuple, out_dir: str) -> keyed.Done:
     """One file: taken from the earlier build when its key (its documents file by recorded content, and
-    what its marks decide) is there, else consolidated."""
+    what its marks decide) is there, else consolidated. Its marks are read once, for both."""
     base, earlier, inner = job
-    key = None if base is None else reuse.content_key(base, marks_digest(inner[1]))
-    unit = reuse.take(earlier, key, out_dir) if key is not None else None
-    if unit is None:
-        out = _consolidate_file(inner)
-        return {**out, "key": key, "taken": False}
-    for k, v in unit.stats.items():
-        counters.increment(k, v)
-    return {"file": basename(inner[0]), **unit.stats, "key": key, "taken": True}
+    marks = [_marks(kind, path) for kind, path in inner[1]]
+    name = basename(inner[0])
+    unit = keyed.Job(None if base is None else reuse.content_key(base, marks_digest(marks)),
+                     (f"{DocumentsDir.MAIN}/{name}", f"{DocumentsDir.REMOVED}/{name}"), inner, earlier)
+    done = keyed.run(unit, out_dir, partial(_stats_only, marks=marks))
+    if done.taken:  # a computed file counted itself
+        for k, v in done.stats.items():
+            counters.increment(k, v)
+    return done
 
 
 def _file_keys(jobs: list[tuple], normalized_dir: str, settings: tuple) -> list[str | None]:
@@ -348,20 +355,6 @@ def _file_keys(jobs: list[tuple], normalized_dir: str, settings: tuple) -> list[
     recorded = {join(normalized_dir, rel): h for rel, h in reuse.output_hashes(normalized_dir).items()}
     return [None if recorded.get(src) is None else reuse.content_key(settings, basename(src), recorded[src])
             for src, _attrs, _main, _removed in jobs]
-
-
-def _record_reuse(out_dir: str, items: list[dict]) -> dict[str, int]:
-    """Write reuse.json for the next build; the files taken and computed, as counters."""
-    units = {}
-    for item in items:
-        if item["key"] is None:
-            continue
-        stats = {k: v for k, v in item.items() if k not in ("file", "key", "taken")}
-        rel = (f"{DocumentsDir.MAIN}/{item['file']}", f"{DocumentsDir.REMOVED}/{item['file']}")
-        units[item["key"]] = reuse.Unit(rel, stats)
-    reuse.write(out_dir, units)
-    taken = sum(1 for item in items if item["taken"])
-    return {"files/reused": taken, "files/computed": len(items) - taken}
 
 
 def consolidate(
@@ -407,10 +400,10 @@ def consolidate(
         run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
     else:
         file_keys = _file_keys(jobs, normalized_dir, reuse_from.settings)
-        keyed = [(k, reuse_from.earlier, job) for k, job in zip(file_keys, jobs)]
-        run = per_file_tasks(keyed, [f.path for f in files]).map(partial(_keyed_file, out_dir=out_dir)
+        units = [(k, reuse_from.earlier, job) for k, job in zip(file_keys, jobs)]
+        run = per_file_tasks(units, [f.path for f in files]).map(partial(_keyed_file, out_dir=out_dir)
                                                                    ).run(exec_config)
-        reused = _record_reuse(out_dir, run.items)
+        reused = keyed.record(out_dir, run.items)
     keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS), "cut_decontaminate", "annotated_decontaminate"]
     c = {k: int(run.counters.get(k, 0)) for k in keys}
     c.update(reused)
