@@ -1,7 +1,6 @@
 """tokenize_source -> token cache: round trip, exact totals, determinism, resume, refusal to load
 unfinished caches, bad records, uint32 vocabularies, fsspec output."""
 
-import filecmp
 import json
 import os
 import shutil
@@ -23,6 +22,8 @@ from datakit.tokenize.tokenize_step import SPLITS, is_validation, tokenize_sourc
 from datakit.tokenize.tokenizer import EOS_TOKEN, load_tokenizer, train_tokenizer
 
 INLINE = ExecConfig(backend="inline")
+
+from trees import assert_same_tree
 
 
 def _special_docs() -> list[str]:
@@ -58,19 +59,8 @@ def _parquet_rows(src: str) -> list[list[dict]]:
     return [pq.read_table(os.path.join(src, "outputs", "main", p)).to_pylist() for p in parts]
 
 
-def _tree_files(root: str) -> dict[str, str]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            out[os.path.relpath(os.path.join(d, f), root)] = os.path.join(d, f)
-    return out
 
 
-def _assert_same_tree(a: str, b: str) -> None:
-    fa, fb = _tree_files(a), _tree_files(b)
-    assert sorted(fa) == sorted(fb)
-    for rel in fa:
-        assert filecmp.cmp(fa[rel], fb[rel], shallow=False), f"{rel} differs"
 
 
 def test_layout_and_ledger(built, corpus):
@@ -149,14 +139,14 @@ def test_byte_identical_across_backends_and_worker_counts(built, corpus):
     res = tokenize_source("mixed", corpus["src"], out, corpus["tok"], validation_fraction=0.2,
                           exec_config=ExecConfig(backend="local", max_workers=2))
     assert res.splits == {s: {**built.splits[s], "path": res.splits[s]["path"]} for s in SPLITS}
-    _assert_same_tree(built.out_dir, out)
+    assert_same_tree(built.out_dir, out)
 
 
 def test_byte_identical_for_any_batch_size(built, corpus, tmp_path):
     out = str(tmp_path / "small-batches")
     tokenize_source("mixed", corpus["src"], out, corpus["tok"], validation_fraction=0.2, exec_config=INLINE,
                     batch_bytes=16 << 10, threads=1)
-    _assert_same_tree(built.out_dir, out)
+    assert_same_tree(built.out_dir, out)
 
 
 def test_rerun_reuses_everything_and_rewrites_identical_bytes(built, corpus, tmp_path):
@@ -164,7 +154,7 @@ def test_rerun_reuses_everything_and_rewrites_identical_bytes(built, corpus, tmp
     shutil.copytree(built.out_dir, out)
     res = tokenize_source("mixed", corpus["src"], out, corpus["tok"], validation_fraction=0.2, exec_config=INLINE)
     assert res.reused_shards == 4 and res.counters.get("tokenize/shards_reused") == 4
-    _assert_same_tree(built.out_dir, out)
+    assert_same_tree(built.out_dir, out)
 
 
 def test_interrupted_build_refuses_to_load_then_resumes_to_equal_a_clean_build(built, corpus, tmp_path):
@@ -189,7 +179,7 @@ def test_interrupted_build_refuses_to_load_then_resumes_to_equal_a_clean_build(b
     res = tokenize_source("mixed", src, out, corpus["tok"], validation_fraction=0.2, exec_config=INLINE)
     assert res.reused_shards >= 2  # 0 and 1 finished before the crash (3 too, if it ran before the retries)
     assert os.stat(done0).st_mtime_ns == mtime0
-    _assert_same_tree(built.out_dir, out)
+    assert_same_tree(built.out_dir, out)
     assert open_cache(os.path.join(out, "train")).total_tokens == built.splits["train"]["tokens"]
 
 
@@ -324,4 +314,4 @@ def test_build_killed_with_sigkill_resumes_to_equal_a_clean_build(built, corpus,
         open_cache(os.path.join(out, "train"))
     res = tokenize_source("mixed", corpus["src"], out, corpus["tok"], validation_fraction=0.2, exec_config=INLINE)
     assert res.reused_shards >= 1
-    _assert_same_tree(built.out_dir, out)
+    assert_same_tree(built.out_dir, out)

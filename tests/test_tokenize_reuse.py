@@ -5,7 +5,6 @@ ledgers, .stats.json, reuse.json) is byte for byte a from-scratch build's."""
 
 from __future__ import annotations
 
-import filecmp
 import os
 import shutil
 
@@ -21,6 +20,8 @@ from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import train_tokenizer
 
 INLINE = ExecConfig(backend="inline")
+
+from trees import assert_same_tree, tree_files
 
 
 def _groups() -> dict[str, list[str]]:
@@ -44,19 +45,8 @@ def _input_step(root, parts: list[list[str | None]]) -> str:
     return str(root)
 
 
-def _tree(root: str) -> dict[str, str]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            out[os.path.relpath(os.path.join(d, f), root)] = os.path.join(d, f)
-    return out
 
 
-def _assert_same_tree(a: str, b: str) -> None:
-    fa, fb = _tree(a), _tree(b)
-    assert sorted(fa) == sorted(fb)
-    for rel in fa:
-        assert filecmp.cmp(fa[rel], fb[rel], shallow=False), f"{rel} differs"
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +78,7 @@ def test_edit_remove_add_encodes_only_what_changed_and_equals_a_fresh_build(buil
     inc, fresh = _rebuild(built, "edit", [g["json"], edited, g["http"], g["urllib"]])
     assert inc.counters["files/computed"] == 2 and inc.counters["files/reused"] == 2, inc.counters
     assert fresh.counters["files/computed"] == 4
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
     assert inc.splits == fresh.splits
     # http's shard was taken (a hard link to the earlier build's file), under its new index
     for split in ("train", "validation"):
@@ -103,15 +93,15 @@ def test_one_edited_part_is_the_one_part_encoded(built):
     inc, fresh = _rebuild(built, "one", [g["json"], g["email"], edited, g["http"]])
     assert inc.counters["files/computed"] == 1 and inc.counters["files/reused"] == 3, inc.counters
     assert inc.counters["tokenize/docs"] == fresh.counters["tokenize/docs"]
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
 
 
 def test_a_changed_part_count_renames_every_taken_shard(built):
     g = built["groups"]
     inc, fresh = _rebuild(built, "count", [g["http"], g["json"], g["urllib"]])  # 4 parts -> 3, reordered
     assert inc.counters["files/computed"] == 1 and inc.counters["files/reused"] == 2, inc.counters
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
-    assert not any("of-00004" in rel for rel in _tree(inc.out_dir))
+    assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert not any("of-00004" in rel for rel in tree_files(inc.out_dir))
 
 
 def test_a_part_with_bad_rows_is_never_taken(built, tmp_path):
@@ -125,7 +115,7 @@ def test_a_part_with_bad_rows_is_never_taken(built, tmp_path):
     inc = tokenize_source("mixed", src, str(tmp_path / "inc"), built["tok"], exec_config=INLINE, earlier=res.out_dir)
     assert inc.counters["files/computed"] == 1 and inc.counters["files/reused"] == 1, inc.counters
     fresh = tokenize_source("mixed", src, str(tmp_path / "fresh"), built["tok"], exec_config=INLINE)
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
 
 
 def test_a_damaged_earlier_shard_is_encoded_again(built, tmp_path):
@@ -146,4 +136,4 @@ def test_a_damaged_earlier_shard_is_encoded_again(built, tmp_path):
     assert inc.counters["files/computed"] == 1 and inc.counters["files/reused"] == 1, inc.counters
     fresh = tokenize_source("mixed", src, str(tmp_path / "fresh"), built["tok"], validation_fraction=0.2,
                             exec_config=INLINE)
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)

@@ -6,7 +6,6 @@ encoded."""
 
 from __future__ import annotations
 
-import filecmp
 import os
 
 import numpy as np
@@ -24,6 +23,8 @@ from datakit.tokenize.tokenizer import train_tokenizer
 
 INLINE = ExecConfig(backend="inline")
 FRACTION = 0.2
+
+from trees import assert_same_tree
 
 
 def _docs(texts: list[str]) -> list[tuple[str, str]]:
@@ -44,14 +45,6 @@ def _input_step(root, parts: list[list[tuple[str, str]]]) -> str:
     return str(root)
 
 
-def _assert_same_tree(a: str, b: str) -> None:
-    def tree(root):
-        return {os.path.relpath(os.path.join(d, f), root): os.path.join(d, f)
-                for d, _, files in os.walk(root) for f in files}
-    fa, fb = tree(a), tree(b)
-    assert sorted(fa) == sorted(fb)
-    for rel in fa:
-        assert filecmp.cmp(fa[rel], fb[rel], shallow=False), f"{rel} differs"
 
 
 def _build(root, name: str, parts, tok: str, earlier: str | None = None):
@@ -100,7 +93,7 @@ def test_a_takedown_cuts_the_parts_that_only_lost_documents_and_equals_a_fresh_b
     assert inc.counters["files/reused"] == 0
     assert fresh.counters["files/trimmed"] == 0 and fresh.counters["files/computed"] == 4
     assert inc.counters["tokenize/docs"] == fresh.counters["tokenize/docs"]
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
     assert inc.splits == fresh.splits
 
 
@@ -114,7 +107,7 @@ def test_a_trimmed_build_is_trimmed_from_again(built):
     _, inc2 = _build(built["root"], "gen2", second, built["tok"], earlier=inc1.out_dir)
     assert inc2.counters["files/trimmed"] == 4, inc2.counters
     _, fresh = _build(built["root"], "gen2-fresh", second, built["tok"])
-    _assert_same_tree(inc2.out_dir, fresh.out_dir)
+    assert_same_tree(inc2.out_dir, fresh.out_dir)
 
 
 def test_a_text_edited_under_the_same_id_is_encoded(built):
@@ -125,7 +118,7 @@ def test_a_text_edited_under_the_same_id_is_encoded(built):
     inc, fresh = _incremental_and_fresh(built, "same-id", [docs, p[1], p[2], p[3]])
     assert inc.counters["files/trimmed"] == 0 and inc.counters["files/computed"] == 1, inc.counters
     assert inc.counters["files/reused"] == 3
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
 
 
 def test_cut_keeps_exactly_the_marked_documents():
@@ -172,4 +165,4 @@ def test_a_build_from_before_trimming_is_taken_and_its_hashes_written(built, tmp
     _, inc = _build(tmp_path, "inc", built["parts"], built["tok"], earlier=earlier)
     assert inc.counters["files/reused"] == 4, inc.counters
     _, fresh = _build(tmp_path, "fresh", built["parts"], built["tok"])
-    _assert_same_tree(inc.out_dir, fresh.out_dir)
+    assert_same_tree(inc.out_dir, fresh.out_dir)
