@@ -253,6 +253,20 @@ def _pieces(text: str) -> list[str]:
     return [p for p in out if p]
 
 
+def _write_pieces(f, text: str, kind: str, path, stats: dict[str, int]) -> int:
+    """One file's text as corpus documents (``_pieces``) written as JSON lines, counted in ``stats``
+    (files, docs, bytes); the UTF-8 bytes written."""
+    stats["files"] += 1
+    written = 0
+    for piece in _pieces(text):
+        n = len(piece.encode("utf-8", "surrogatepass"))
+        f.write(json.dumps({"text": piece, "kind": kind, "file": str(path)}) + "\n")
+        stats["docs"] += 1
+        stats["bytes"] += n
+        written += n
+    return written
+
+
 def build_corpus(path: Path, mb: float) -> dict:
     """The JSONL corpus (text, kind, file) of about ``mb`` MB of text; its make-up by kind."""
     files = _files()
@@ -270,13 +284,7 @@ def build_corpus(path: Path, mb: float) -> dict:
                 text = _text_of(kind, p)
                 if not text or not text.strip():
                     continue
-                stats[kind]["files"] += 1
-                for piece in _pieces(text):
-                    n = len(piece.encode("utf-8", "surrogatepass"))
-                    f.write(json.dumps({"text": piece, "kind": kind, "file": str(p)}) + "\n")
-                    stats[kind]["docs"] += 1
-                    stats[kind]["bytes"] += n
-                    total += n
+                total += _write_pieces(f, text, kind, p, stats[kind])
                 if total >= target:
                     break
     docs = sum(s["docs"] for s in stats.values())
@@ -327,13 +335,7 @@ def build_multilingual_corpus(path: Path, mb: float) -> dict:
             text = _text_of(sources[name][0], p)
             if not text or not text.strip():
                 continue
-            stats[name]["files"] += 1
-            for piece in _pieces(text):
-                n = len(piece.encode("utf-8", "surrogatepass"))
-                f.write(json.dumps({"text": piece, "kind": name, "file": str(p)}) + "\n")
-                stats[name]["docs"] += 1
-                stats[name]["bytes"] += n
-                total += n
+            total += _write_pieces(f, text, name, p, stats[name])
     docs = sum(s["docs"] for s in stats.values())
     return {"path": str(path), "mb": round(total / 1e6, 1), "docs": docs,
             "by_source": {k: v for k, v in stats.items() if v["docs"]},
