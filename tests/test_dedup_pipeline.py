@@ -496,7 +496,7 @@ def test_stale_metadata_is_removed_before_rewriting(tmp_path):
 def test_verification_texts_are_streamed_by_row_group(tmp_path):
     """shingle_rows reads only the row groups holding wanted rows, a batch at a time, and gives the same
     sets as shingling the whole column's rows at once."""
-    from datakit.dedup.fuzzy import shingle_rows, shingle_sets
+    from datakit.dedup.fuzzy_core import shingle_rows, shingle_sets
 
     texts = [text(40 + i % 50, 1000 + i) for i in range(700)]
     path = tmp_path / "doc.parquet"
@@ -580,7 +580,7 @@ def test_verify_threshold_follows_the_lsh_parameters(tmp_path):
 def test_verification_sends_each_set_once_per_partition_and_chunks_give_the_same_bytes(tmp_path, monkeypatch):
     """A family of copies puts every member in many pairs; its sets still travel once per verification
     partition, and merging pairs a small chunk at a time writes the same marks as one merge."""
-    import datakit.dedup.fuzzy as fz
+    import datakit.dedup.fuzzy_core as fz
 
     base = text(150, 77)
     texts = [base] + [mutate(base, 2, 800 + i) for i in range(30)] + [text(150, 900 + i) for i in range(20)]

@@ -45,8 +45,9 @@ from datakit.shuffle import Dataset, ExecConfig, counters
 
 from datakit.steps import reuse
 
-from . import batches, pair_cache
+from . import batches, fuzzy_incremental, fuzzy_state, key_index, pair_cache
 from .batches import Ragged
+from .fuzzy_core import FUZZY_SCHEMA, file_keys, jaccard_of, marks_digest, marks_table, shingle_rows, window_pairs
 from .components import connected_components, write_edges
 from .config import DedupConfig
 from .hashing import (
@@ -57,7 +58,7 @@ from .hashing import (
     node_row,
     pack_nodes,
     route_keys,
-    u64_to_ids,
+
 )
 from .layout import (
     AttributeMismatch,
@@ -70,34 +71,25 @@ from .layout import (
     check_same_params,
     file_table,
     invalidate,
-    open_parquet,
     parquet_num_rows,
     per_file_tasks,
     rank_bases,
     read_columns,
     read_meta,
-    require_columns,
     resolve_attr_dir,
     write_meta,
     write_parquet_atomic,
 )
-from .keyed import Reuse
+from .keyed import Reuse, recorded_hashes
 from .largest import file_top, merge_tops, with_samples
 from .lsh_params import candidate_threshold
-from .minhash import shingles_of, text_batches
 
 FUZZY_FORMAT = 1
 EDGES_PER_PARTITION = 2_000_000  # graph shuffles: ~64 MB of edge entries per reducer
-FUZZY_SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("cluster_id", pa.string()),
-    ("is_canonical", pa.bool_()),
-    ("cluster_size", pa.int64()),
-    ("canonical_source", pa.string()),
-])
 
 
-CLIQUE_MAX = 8  # with verification, buckets up to this size contribute all their pairs (see _bucket_pairs)
+
+CLIQUE_MAX = 8  # with verification, buckets up to this size contribute all their pairs (see window_pairs)
 MAX_ROUNDS = 100  # connected-components rounds before giving up
 
 
@@ -148,58 +140,31 @@ class FuzzyResult:
 
 
 # ---------------------------------------------------------------- 1. buckets -> candidate pairs
-def _bucket_items(job: tuple[FileEntry, str], parts: int):
-    entry, mh_path = job
-    t = read_columns(mh_path, ["buckets"])
-    col = t.column("buckets").combine_chunks()
-    n = len(col)
+def _bucket_items(job: tuple[FileEntry, str, "fuzzy_state.KeysSink | None"], parts: int):
+    entry, mh_path, sink = job
+    n, rows, keys = file_keys(mh_path)
     counters.increment("docs", n)
     counters.increment(f"docs/{entry.source}", n)
-    valid = ~np.asarray(col.is_null(), dtype=bool) if col.null_count else np.ones(n, dtype=bool)
-    rows = np.flatnonzero(valid)
     counters.increment("docs_without_shingles", n - len(rows))
+    if sink is not None:
+        sink.write(rows, keys)
     if not len(rows):
         return []
-    width = col.type.list_size
-    keys = col.flatten().to_numpy().astype(U64, copy=False).reshape(len(rows), width)
     nodes = pack_nodes(entry.rank, entry.file_idx, rows)
     flat_keys = keys.reshape(-1)
-    return batches.split({"key": flat_keys, "node": np.repeat(nodes, width)}, route_keys(flat_keys, parts))
+    return batches.split({"key": flat_keys, "node": np.repeat(nodes, keys.shape[1])}, route_keys(flat_keys, parts))
 
 
-def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int):
-    """Candidate pairs of each bucket, de-duplicated within the partition.
-
-    Members of a bucket, in node order, are each paired with the `clique_max - 1` members before them.
-    So a bucket of up to `clique_max` members gives all its pairs (verification may reject some, and
-    a sparser graph would then lose true pairs that only the clique holds), and a larger one (boilerplate,
-    templates, a big family of copies) costs at most clique_max - 1 pairs per member, not n^2/2: work
-    per bucket is linear in its size. Each member is tried against several neighbours, so one rejected
-    pair (an LSH false positive next to it) does not cut it off, as it did when large buckets were
-    linked as a chain. Without verification clique_max is 1: a chain, which gives the same components.
-    """
-    order = np.lexsort((b["node"], b["key"]))
-    key, node = b["key"][order], b["node"][order]
-    us, vs = [], []
-    for d in range(1, max(1, clique_max - 1) + 1):
-        same = key[d:] == key[:-d]  # sorted by key: equal keys d apart are in one bucket
-        if not same.any():
-            break  # no bucket has more than d members
-        us.append(node[:-d][same])
-        vs.append(node[d:][same])
-    u = np.concatenate(us) if us else node[:0]
-    v = np.concatenate(vs) if vs else node[:0]
-    u, v = np.minimum(u, v), np.maximum(u, v)
-    mask = u != v  # the same document twice in one bucket (cannot happen, but never a self-edge)
-    u, v = u[mask], v[mask]
+def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int, index: "fuzzy_state.IndexSink | None" = None):
+    """Candidate pairs of each bucket of this partition (`window_pairs`); with ``index``, the
+    partition's entries are also written as a part of the bucket index the next build queries."""
+    if index is not None:
+        index.write(_part, b["key"], b["node"])
+    u, v = window_pairs(b["key"], b["node"], clique_max)
     counters.increment("bucket_pairs", len(u))
     if not len(u):
         return None
-    order = np.lexsort((v, u))
-    u, v = u[order], v[order]
-    keep = np.ones(len(u), dtype=bool)
-    keep[1:] = (u[1:] != u[:-1]) | (v[1:] != v[:-1])
-    return {"u": u[keep], "v": v[keep]}
+    return {"u": u, "v": v}
 
 
 def _write_candidates(item, out_dir: str):
@@ -264,75 +229,8 @@ def _shingle_sides(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], mi
     return batches.split_sorted(out, all_part[order])
 
 
-VERIFY_READ_ROWS = 1024  # rows decoded at a time when fetching texts for verification
-
-
-def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
-    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order, shingled as
-    the minhashes with these (recorded) params were.
-
-    Streamed: only the row groups holding a wanted row are read, `VERIFY_READ_ROWS` rows of the `text`
-    column at a time, and only the wanted rows become Python strings. So memory is bounded by one such
-    batch of texts (plus the column chunk pyarrow buffers for its row group) and the sets returned,
-    never by the file: reading the whole column made a 256 MB shard cost ~1 GB in one worker. Sets are
-    per document, so shingling batch by batch gives the same bytes as shingling all texts at once.
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    parts: list[Ragged] = []
-    with open_parquet(path) as pf:
-        require_columns(path, pf.schema_arrow, ["text"])
-        meta = pf.metadata
-        if len(rows) and rows[-1] >= meta.num_rows:
-            raise AttributeMismatch(f"{path}: row {int(rows[-1])} wanted, the file has {meta.num_rows} rows; "
-                                    "the source changed after its minhash step ran (rerun it)")
-        ends = np.cumsum([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=np.int64)
-        for g in np.unique(np.searchsorted(ends, rows, side="right")).tolist():
-            start = int(ends[g - 1]) if g else 0
-            try:
-                for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"]):
-                    lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
-                    if hi > lo:
-                        texts = rb.column(0).take(pa.array(rows[lo:hi] - start)).to_pylist()
-                        parts.append(shingle_sets(texts, minhash_params))
-                    start += rb.num_rows
-            except (pa.ArrowException, OSError) as e:
-                raise DedupInputError(f"{path}: cannot read parquet: {e}") from None
-    if not parts:
-        return Ragged(np.empty(0, np.uint32), np.zeros(1, np.int64))
-    return batches.concat([{"sh": r} for r in parts])["sh"]
-
-
-def shingle_sets(texts: list, minhash_params: dict) -> Ragged:
-    """Sorted unique 32-bit shingle fingerprints of each text (shingled as the minhashes with these
-    params were), hashed in batches of ~256k characters.
-
-    Fingerprints are the top 32 bits of the 64-bit shingle hashes: half the bytes to move, and the
-    Jaccard computed on them is exact up to fingerprint collisions, i.e. a pair of 500-shingle documents
-    gains a spurious shared shingle with probability ~6e-5 (|A||B| / 2^32). One sort per batch (the
-    document index in the high 32 bits of the key) replaces a np.unique per document.
-    """
-    vals, lengths = [], []
-    for a, b in text_batches(texts, minhash_params["max_text_chars"]):
-        sh = shingles_of(texts[a:b], minhash_params)
-        n = len(sh.offsets) - 1
-        doc = np.repeat(np.arange(n, dtype=U64), np.diff(sh.offsets))
-        keys = np.sort((doc << U64(32)) | (sh.values >> U64(32)))
-        keep = np.ones(len(keys), dtype=bool)
-        keep[1:] = keys[1:] != keys[:-1]
-        keys = keys[keep]
-        vals.append(keys.astype(np.uint32))  # the low 32 bits: the fingerprint
-        lengths.append(np.bincount((keys >> U64(32)).astype(np.int64), minlength=n))
-    lengths = np.concatenate(lengths) if lengths else np.empty(0, np.int64)
-    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offs[1:])
-    return Ragged(np.concatenate(vals) if vals else np.empty(0, np.uint32), offs)
-
-
 def _explode(item):
     return item[1]
-
-
-VERIFY_CHUNK_FINGERPRINTS = 1 << 23  # per merge step: 64 MB of uint64 keys, whatever the partition's size
 
 
 def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str, pairs_dir: str) -> dict:
@@ -358,39 +256,14 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str, p
             iu.max() >= len(nodes) or iv.max() >= len(nodes)
             or not (np.array_equal(nodes[iu], u) and np.array_equal(nodes[iv], v)))):
         raise RuntimeError(f"verification partition {part}: pairs and shingle sets do not match up (internal error)")
-    sizes = np.diff(b["sh"].offsets)
-    work = np.cumsum(sizes[set_rows[iu]] + sizes[set_rows[iv]])
-    jac = np.empty(len(u), dtype=np.float64)
-    start = 0
-    while start < len(u):
-        stop = max(start + 1, int(np.searchsorted(work, (work[start - 1] if start else 0) + VERIFY_CHUNK_FINGERPRINTS,
-                                                  side="right")))
-        jac[start:stop] = _pair_jaccard(batches.take_ragged(b["sh"], set_rows[iu[start:stop]]),
-                                        batches.take_ragged(b["sh"], set_rows[iv[start:stop]]))
-        start = stop
+    jac = jaccard_of(b["sh"], set_rows[iu], set_rows[iv])
     ok = jac >= threshold
     counters.increment("pairs_verified_now", len(u))
     counters.increment("verified_pairs", int(ok.sum()))
     counters.increment("rejected_pairs", int(len(u) - ok.sum()))
     name = work_part_name(part)
     return {"edges": write_edges(f"{out_dir}/{name}", u[ok], v[ok]) if ok.any() else None,
-            "pairs": pair_cache.write_pairs(f"{pairs_dir}/{name}", ids, jac) if len(u) else None}
-
-
-def _pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
-    """Jaccard of a[i] and c[i] (sorted unique fingerprints) for every i, by one merge of sorted runs."""
-    n = len(a)
-    size_a, size_b = np.diff(a.offsets), np.diff(c.offsets)
-    pair = np.arange(n, dtype=U64)
-    keys = np.concatenate([
-        (np.repeat(pair, size_a) << U64(32)) | a.values.astype(U64),
-        (np.repeat(pair, size_b) << U64(32)) | c.values.astype(U64),
-    ])
-    keys.sort(kind="stable")
-    shared = keys[1:][keys[1:] == keys[:-1]]
-    inter = np.bincount((shared >> U64(32)).astype(np.int64), minlength=n)
-    union = size_a + size_b - inter
-    return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+            "pairs": pair_cache.write_pairs(f"{pairs_dir}/{name}", u, v, ids, jac) if len(u) else None}
 
 
 # ---------------------------------------------------------------- 4. canonical members and marks
@@ -438,24 +311,20 @@ def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_
                  meta: dict):
     entry = entries[gidx]
     b = batches.take(b, np.argsort(node_row(b["node"]), kind="stable"))
-    table = pa.table({
-        "id": u64_to_ids(b["hi"], b["lo"]),
-        "cluster_id": u64_to_ids(b["c_hi"], b["c_lo"]),
-        "is_canonical": b["is_canonical"],
-        "cluster_size": b["size"].astype(np.int64),
-        "canonical_source": pa.array(np.asarray(names, dtype=object)[b["c_rank"]], pa.string()),
-    }, schema=FUZZY_SCHEMA)
-    write_parquet_atomic(table, AttributesDir.of(out_dir, entry.source).file(entry.name), meta)
+    write_parquet_atomic(marks_table(b, names), AttributesDir.of(out_dir, entry.source).file(entry.name), meta)
     dups = int((~b["is_canonical"]).sum())
     counters.increment(f"duplicates/{entry.source}", dups)
     counters.increment(f"cluster_members/{entry.source}", len(b["node"]))
-    return {"rows": len(b["node"]), "max_cluster": int(b["size"].max()), "top": file_top(b, entry.source)}
+    return {"rows": len(b["node"]), "max_cluster": int(b["size"].max()), "top": file_top(b, entry.source),
+            "digest": marks_digest(b, names)}
 
 
 # ---------------------------------------------------------------- driver
-def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> tuple[dict, dict[str, str]]:
-    """Every source has a minhash set for exactly its files, all made with one set of parameters."""
+def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> tuple[dict, dict[str, str], np.ndarray]:
+    """Every source has a minhash set for exactly its files, all made with one set of parameters; the
+    parameters, each source's minhash dir and each file's rows (by gidx)."""
     mh_dirs, metas = {}, []
+    rows = np.zeros(len(entries), np.int64)
     for s in srcs:
         d = resolve_attr_dir(s.minhash_dir, s.name)
         meta = read_meta(d)
@@ -463,16 +332,16 @@ def _check_inputs(srcs: Sequence[FuzzySource], entries: Sequence[FileEntry]) -> 
             raise AttributeMismatch(f"{d}: expected a minhash attribute set, found kind {meta.get('kind')!r}")
         files = [e for e in entries if e.source == s.name]
         check_files_match(meta, [e.name for e in files], d)
-        for e, rows in zip(files, meta.get("rows", [])):
-            have = parquet_num_rows(e.path)
-            if have != rows:
+        for e, covered in zip(files, meta.get("rows", [])):
+            have = rows[e.gidx] = parquet_num_rows(e.path)
+            if have != covered:
                 raise AttributeMismatch(
-                    f"{d}/{e.name}: minhashes cover {rows} rows but {e.path} has {have}; the source changed "
+                    f"{d}/{e.name}: minhashes cover {covered} rows but {e.path} has {have}; the source changed "
                     "after its minhash step ran"
                 )
         mh_dirs[s.name] = d
         metas.append((d, meta["params"]))
-    return check_same_params(metas, "minhash attribute sets"), mh_dirs
+    return check_same_params(metas, "minhash attribute sets"), mh_dirs, rows
 
 
 @dataclass(frozen=True)
@@ -489,25 +358,64 @@ def _pair_cache(out_dir: str, mh_params: dict, reuse_from: Reuse | None) -> _Cac
     if reuse_from is None:
         return None
     rel = pair_cache.cache_dir(mh_params, reuse_from.settings)
-    reuse.write(out_dir, {})  # no per-file units: reuse.json only lets the next build load this one
     return _Cache(f"{out_dir.rstrip('/')}/{rel}", pair_cache.earlier_pairs(reuse_from.earlier, rel))
 
 
-def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_params: dict,
-                     threshold: float | None, clique_max: int, parts: int, bases: np.ndarray, work: str,
-                     exec_config: ExecConfig | None, cache: _Cache | None = None
-                     ) -> tuple[list[str], dict[str, int]]:
+@dataclass(frozen=True)
+class _Build:
+    """One fuzzy build's inputs and settings, as its phases need them."""
+
+    entries: Sequence[FileEntry]
+    names: list[str]
+    mh_paths: list[str]
+    mh_params: dict
+    params: dict
+    threshold: float | None
+    clique_max: int
+    parts: int
+    bases: np.ndarray
+    out_dir: str
+    exec_config: ExecConfig | None
+    cache: _Cache | None
+    state: fuzzy_state.State | None  # the state this build writes for the next (None: it keeps none)
+    tokens: np.ndarray | None
+
+    @property
+    def work(self) -> str:
+        return f"{self.out_dir.rstrip('/')}/work"
+
+
+@dataclass
+class _Candidates:
+    """The verified edge files, the pair work files (nodes, ids, Jaccard) and the counters."""
+
+    edges: list[str]
+    pairs: list[str]
+    counters: dict[str, int]
+
+
+SEGMENT_REL = "seg-full"  # the one index segment a full build writes
+
+
+def _candidate_edges(b: _Build) -> _Candidates:
     """Steps 1 + 2: LSH candidate pairs, verified by exact shingle Jaccard >= threshold (None: not
-    verified): the edge files and the counters. With verification, each pair is first looked up in
-    the verified-pair cache (pair_cache.py) and only the pairs it lacks are verified."""
-    jobs = [(e, AttributesDir(mh_dirs[e.source]).file(e.name)) for e in entries]
-    ds = per_file_tasks(jobs, [mh for _, mh in jobs]).flat_map(partial(_bucket_items, parts=parts))
-    clique_max = clique_max if threshold is not None else 1
-    ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max), parts).filter(batches.drop_empty)
-    if threshold is None:
-        run = ds.map(partial(_write_candidates, out_dir=f"{work}/edges")).run(exec_config)
-        return sorted(run.items), run.counters
-    cache = cache or _Cache(None, None)
+    verified). With verification, each pair is first looked up in the verified-pair cache
+    (pair_cache.py) and only the pairs it lacks are verified. A build that keeps a state writes each
+    file's bucket keys and the bucket index on the way (fuzzy_state.py)."""
+    entries, parts, bases, work = b.entries, b.parts, b.bases, b.work
+    sinks = ([fuzzy_state.KeysSink(b.state.root, int(t)) for t in b.tokens] if b.state is not None
+             else [None] * len(entries))
+    index = (fuzzy_state.IndexSink(b.state.root, SEGMENT_REL, parts, b.tokens, bases) if b.state is not None
+             else None)
+    jobs = [(e, b.mh_paths[e.gidx], sinks[e.gidx]) for e in entries]
+    ds = per_file_tasks(jobs, [j[1] for j in jobs]).flat_map(partial(_bucket_items, parts=parts))
+    clique_max = b.clique_max if b.threshold is not None else 1
+    ds = batches.shuffle(ds, partial(_bucket_pairs, clique_max=clique_max, index=index), parts)
+    ds = ds.filter(batches.drop_empty)
+    if b.threshold is None:
+        run = ds.map(partial(_write_candidates, out_dir=f"{work}/edges")).run(b.exec_config)
+        return _Candidates(sorted(run.items), sorted(run.items), run.counters)
+    cache = b.cache or _Cache(None, None)
     bits = pair_cache.cache_bits(parts)
     file_parts = max(1, min(len(entries), parts))
     dirs = pair_cache.LookupDirs(f"{work}/edges-cached", f"{work}/pairs-cached", f"{work}/pairs-unknown")
@@ -515,8 +423,8 @@ def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_p
     ds = batches.shuffle(ds, partial(pair_cache.side_ids, paths=[e.path for e in entries], parts=parts), file_parts)
     ds = batches.shuffle(ds.flat_map(_explode), partial(pair_cache.join_ids, bits=bits), parts)
     ds = batches.shuffle(ds.flat_map(_explode), partial(pair_cache.lookup, bits=bits, earlier=cache.earlier,
-                                                        threshold=threshold, dirs=dirs), 1 << bits)
-    looked = ds.run(exec_config)
+                                                        threshold=b.threshold, dirs=dirs), 1 << bits)
+    looked = ds.run(b.exec_config)
     total = dict(looked.counters)
     edges = [r["edges"] for _, r in looked.items if r["edges"]]
     pairs = [r["known"] for _, r in looked.items if r["known"]]
@@ -524,16 +432,18 @@ def _candidate_edges(entries: Sequence[FileEntry], mh_dirs: dict[str, str], mh_p
     if unknown:
         ds = Dataset.from_items(unknown, num_shards=len(unknown)).flat_map(pair_cache.read_unknown)
         ds = batches.shuffle(ds.flat_map(partial(_request_sides, bases=bases)),
-                             partial(_shingle_sides, entries=entries, minhash_params=mh_params, parts=parts), file_parts)
-        ds = batches.shuffle(ds.flat_map(_explode), partial(_verify_pairs, threshold=threshold, out_dir=f"{work}/edges",
-                                                            pairs_dir=f"{work}/pairs-verified"), parts)
-        run = ds.run(exec_config)
+                             partial(_shingle_sides, entries=entries, minhash_params=b.mh_params, parts=parts),
+                             file_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_verify_pairs, threshold=b.threshold,
+                                                            out_dir=f"{work}/edges", pairs_dir=f"{work}/pairs-verified"),
+                             parts)
+        run = ds.run(b.exec_config)
         _add(total, run.counters)
         edges += [r["edges"] for _, r in run.items if r["edges"]]
         pairs += [r["pairs"] for _, r in run.items if r["pairs"]]
     if cache.folder is not None:
-        _write_cache(sorted(pairs), cache.folder, bits, exec_config)
-    return sorted(edges), total
+        _write_cache(sorted(pairs), cache.folder, bits, b.exec_config)
+    return _Candidates(sorted(edges), sorted(pairs), total)
 
 
 def _write_cache(pairs: list[str], folder: str, bits: int, exec_config: ExecConfig | None) -> None:
@@ -551,37 +461,41 @@ def _file_meta(params: dict) -> dict:
     return {"kind": "fuzzy", "params": {k: v for k, v in params.items() if k != "sources"}}
 
 
-def _cluster_marks(cc_files: list[str], entries: Sequence[FileEntry], out_dir: str, names: Sequence[str],
-                   params: dict, parts: int, graph_parts: int, bases: np.ndarray,
-                   exec_config: ExecConfig | None) -> tuple[dict[str, int], int, list[dict]]:
+def _cluster_marks(cc_files: list[str], b: _Build, graph_parts: int) -> tuple[dict[str, int], int, list[dict], dict[int, str]]:
     """Step 4: the canonical member of each cluster, and marks per source file (an empty marks file for
-    a file with no cluster member); the run's counters, the largest cluster's size and the largest
-    clusters (`largest.merge_tops`)."""
-    file_parts = max(1, min(len(entries), parts))
-    written: set[int] = set()
+    a file with no cluster member); the run's counters, the largest cluster's size, the largest
+    clusters (`largest.merge_tops`) and each file's marks digest."""
+    entries, names = b.entries, b.names
+    file_parts = max(1, min(len(entries), b.parts))
+    digests: dict[int, str] = {}
     max_cluster = 0
     counters: dict[str, int] = {}
     tops: list[dict] = []
+    meta_params = _file_meta(b.params)
     if cc_files:
-        meta_params = _file_meta(params)
-        ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=bases))
+        ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=b.bases))
         mark_parts = min(file_parts, graph_parts)
         ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
-        ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=bases), graph_parts)
-        ds = batches.shuffle(ds.flat_map(_explode), partial(_write_marks, entries=entries, out_dir=out_dir,
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=b.bases), graph_parts)
+        ds = batches.shuffle(ds.flat_map(_explode), partial(_write_marks, entries=entries, out_dir=b.out_dir,
                                                             names=names, meta=meta_params), mark_parts)
-        run = ds.run(exec_config)
+        run = ds.run(b.exec_config)
         counters = run.counters
         for gidx, r in run.items:
-            written.add(gidx)
+            digests[gidx] = r["digest"]
             max_cluster = max(max_cluster, r["max_cluster"])
             tops += r["top"]
     empty = FUZZY_SCHEMA.empty_table()
     for e in entries:
-        if e.gidx not in written:
-            write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name),
-                                 _file_meta(params))
-    return counters, max_cluster, merge_tops(tops, names)
+        if e.gidx not in digests:
+            write_parquet_atomic(empty, AttributesDir.of(b.out_dir, e.source).file(e.name), meta_params)
+            digests[e.gidx] = EMPTY_MARKS
+    return counters, max_cluster, merge_tops(tops, names), digests
+
+
+EMPTY_MARKS = marks_digest({k: np.empty(0, t) for k, t in (("hi", U64), ("lo", U64), ("c_hi", U64), ("c_lo", U64),
+                                                           ("is_canonical", bool), ("size", np.int64),
+                                                           ("c_rank", np.int64))}, [])
 
 
 def _add(total: dict[str, int], counters: dict[str, int]) -> None:
@@ -636,53 +550,92 @@ def fuzzy_dups(
     """
     cfg = _checked(cfg or DedupConfig(), clique_max)
     srcs, ranked = _ranked(sources)
-    names = [s.name for s in srcs]
     entries = file_table(ranked)
-    mh_params, mh_dirs = _check_inputs(srcs, entries)
+    mh_params, mh_dirs, rows = _check_inputs(srcs, entries)
     for s in srcs:
         invalidate(attr_dir(out_dir, s.name))
+    b = _setup(srcs, entries, mh_params, mh_dirs, cfg, clique_max, num_partitions, out_dir, exec_config, reuse_from)
+    outcome = _incremental(b, rows, reuse_from) if b.state is not None else None
+    if outcome is not None:
+        result = FuzzyResult(counters=outcome.counters, params=b.params, largest=outcome.largest)
+    else:
+        result = _full(b, rows, max_rounds)
+    for s in srcs:
+        files = [e.name for e in entries if e.source == s.name]
+        c = {"duplicates": result.counters.get(f"duplicates/{s.name}", 0),
+             "cluster_members": result.counters.get(f"cluster_members/{s.name}", 0)}
+        write_meta(attr_dir(out_dir, s.name), {
+            "kind": "fuzzy", "source": s.name, "params": b.params, "files": files, "counters": c,
+            "priority": s.priority,
+        })
+        result.sources[s.name] = {"attributes": AttributesDir.rel(s.name), **c}
+    return result
+
+
+def _setup(srcs: list[FuzzySource], entries: list[FileEntry], mh_params: dict, mh_dirs: dict[str, str],
+           cfg: DedupConfig, clique_max: int, num_partitions: int | None, out_dir: str,
+           exec_config: ExecConfig | None, reuse_from: Reuse | None) -> _Build:
+    """The build's settings, and the state it keeps for the next build when it keeps one: with reuse, and
+    when every input file has a recorded content hash (its token)."""
+    names = [s.name for s in srcs]
     params = {"kind": "fuzzy", "fuzzy_format": FUZZY_FORMAT, "minhash": mh_params,
               **_verify_params(cfg, mh_params, clique_max), "sources": names}
-    parts = num_partitions or max(1, min(len(entries), 512))
-    bases = rank_bases(entries)
-    work = f"{out_dir.rstrip('/')}/work"
-    total: dict[str, int] = {}
-    timings: dict[str, float] = {}
-
-    t0 = time.perf_counter()
     threshold = verify_threshold(cfg, mh_params) if cfg.verify else None
     cache = _pair_cache(out_dir, mh_params, reuse_from) if threshold is not None else None
-    edge_files, counters = _candidate_edges(entries, mh_dirs, mh_params, threshold, clique_max, parts, bases,
-                                            work, exec_config, cache)
-    _add(total, counters)
+    state, tokens = None, None
+    if reuse_from is not None:
+        reuse.write(out_dir, {})  # no per-file units: reuse.json only lets the next build load this one
+        hashes = recorded_hashes([s.normalized_dir for s in srcs])
+        if all(e.path in hashes for e in entries):
+            tokens = np.array([key_index.file_token(e.source, e.name, hashes[e.path]) for e in entries], U64)
+            folder = fuzzy_state.folder_for(reuse_from.settings, mh_params, _verify_params(cfg, mh_params, clique_max))
+            state = fuzzy_state.State(out_dir, folder, names)
+    return _Build(entries, names, [AttributesDir(mh_dirs[e.source]).file(e.name) for e in entries], mh_params, params,
+                  threshold, clique_max, num_partitions or max(1, min(len(entries), 512)), rank_bases(entries),
+                  out_dir, exec_config, cache, state, tokens)
+
+
+def _incremental(b: _Build, rows: np.ndarray, reuse_from: Reuse) -> "fuzzy_incremental.Outcome | None":
+    """The build as a change to the earlier one's state, when there is a usable one (None: build in full)."""
+    old = fuzzy_state.load(reuse_from.earlier, b.state.folder)
+    if old is None:
+        return None
+    change = fuzzy_incremental.Change(
+        b.entries, b.tokens, rows, b.names, b.mh_paths, b.mh_params, b.threshold, b.clique_max, b.out_dir,
+        _file_meta(b.params), old, b.state, reuse_from.earlier,
+        b.cache.folder if b.cache is not None else None, pair_cache.cache_bits(b.parts))
+    return fuzzy_incremental.run(change)
+
+
+def _full(b: _Build, rows: np.ndarray, max_rounds: int) -> FuzzyResult:
+    """The whole corpus on the engine: candidates, components, marks (and the state for the next build)."""
+    total: dict[str, int] = {}
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    cand = _candidate_edges(b)
+    _add(total, cand.counters)
     timings["candidates"] = time.perf_counter() - t0
 
     # 3: connected components. The pair graph is usually far smaller than the corpus, so its shuffles
     # get partitions by its own size (not by worker count: results never depend on partitioning).
-    n_edges = total.get("verified_pairs" if cfg.verify else "candidate_pairs", 0)
-    graph_parts = max(1, min(parts, -(-n_edges // EDGES_PER_PARTITION)))
+    n_edges = total.get("verified_pairs" if b.threshold is not None else "candidate_pairs", 0)
+    graph_parts = max(1, min(b.parts, -(-n_edges // EDGES_PER_PARTITION)))
     t0 = time.perf_counter()
-    cc = connected_components(edge_files, f"{work}/cc", graph_parts, exec_config, max_rounds)
+    cc = connected_components(cand.edges, f"{b.work}/cc", graph_parts, b.exec_config, max_rounds)
     timings["components"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    counters, max_cluster, largest = _cluster_marks(cc.files, entries, out_dir, names, params, parts, graph_parts, bases,
-                                           exec_config)
+    counters, max_cluster, largest, digests = _cluster_marks(cc.files, b, graph_parts)
     _add(total, counters)
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster
     total["cc_rounds"] = cc.rounds
-    result = FuzzyResult(counters=dict(sorted(total.items())), params=params, cc_rounds=cc.rounds,
-                         cc_history=cc.history, timings=timings,
-                         largest=with_samples(largest, entries, partial(_gidx, bases=bases)))
-    for s in srcs:
-        files = [e.name for e in entries if e.source == s.name]
-        c = {"duplicates": total.get(f"duplicates/{s.name}", 0),
-             "cluster_members": total.get(f"cluster_members/{s.name}", 0)}
-        write_meta(attr_dir(out_dir, s.name), {
-            "kind": "fuzzy", "source": s.name, "params": params, "files": files, "counters": c,
-            "priority": s.priority,
-        })
-        result.sources[s.name] = {"attributes": AttributesDir.rel(s.name), **c}
-    remove(work)
-    return result
+    if b.state is not None:
+        t0 = time.perf_counter()
+        fuzzy_incremental.record_full(b.state, b.entries, b.tokens, rows, b.names, cand.pairs, b.threshold, digests,
+                                      SEGMENT_REL, b.parts)
+        timings["state"] = time.perf_counter() - t0
+    remove(b.work)
+    return FuzzyResult(counters=dict(sorted(total.items())), params=b.params, cc_rounds=cc.rounds,
+                       cc_history=cc.history, timings=timings,
+                       largest=with_samples(largest, b.entries, partial(_gidx, bases=b.bases)))

@@ -40,6 +40,7 @@ CACHE_ROOT = "reuse/pairs"
 IDS = ("ah", "al", "bh", "bl")  # a pair's ids as uint64 halves, the smaller id first
 CACHE_SCHEMA = pa.schema([("ah", pa.uint64()), ("al", pa.uint64()), ("bh", pa.uint64()), ("bl", pa.uint64()),
                           ("jaccard", pa.float64())])
+PAIRS_SCHEMA = pa.schema([("u", pa.int64()), ("v", pa.int64()), *CACHE_SCHEMA])  # a build's work files
 MAX_BITS = 9  # at most 512 cache files
 _PART_NAME = re.compile(r"part-(\d{5})-of-(\d{5})\.parquet$")
 
@@ -154,7 +155,7 @@ def _earlier_rows(part: int, bits: int, earlier: EarlierPairs | None) -> dict[st
     return {k: c[mine] for k, c in rows.items()}
 
 
-def _match(b: batches.Batch, cache: dict[str, np.ndarray]) -> np.ndarray:
+def match(b: batches.Batch, cache: dict[str, np.ndarray]) -> np.ndarray:
     """The cached Jaccard of each pair of ``b`` (NaN: not in the cache), by one sort of both."""
     nq, nc = len(b["u"]), len(cache["ah"])
     cols = [np.concatenate([cache[k], b[k]]) for k in IDS]
@@ -188,7 +189,7 @@ def lookup(part: int, b: batches.Batch, bits: int, earlier: EarlierPairs | None,
            dirs: LookupDirs) -> dict:
     """Split one cache partition's candidate pairs into cached (their edges written when verified)
     and unknown (written for verification)."""
-    jac = _match(b, _earlier_rows(part, bits, earlier))
+    jac = match(b, _earlier_rows(part, bits, earlier))
     known = ~np.isnan(jac)
     ok = known & (jac >= threshold)
     counters.increment("candidate_pairs", len(jac))
@@ -200,7 +201,8 @@ def lookup(part: int, b: batches.Batch, bits: int, earlier: EarlierPairs | None,
     if ok.any():
         out["edges"] = write_edges(f"{dirs.edges}/{name}", b["u"][ok], b["v"][ok])
     if known.any():
-        out["known"] = write_pairs(f"{dirs.known}/{name}", {k: b[k][known] for k in IDS}, jac[known])
+        out["known"] = write_pairs(f"{dirs.known}/{name}", b["u"][known], b["v"][known],
+                                   {k: b[k][known] for k in IDS}, jac[known])
     if (~known).any():
         t = pa.table({k: b[k][~known] for k in ("u", "v", *IDS)})
         write_parquet_atomic(t, f"{dirs.unknown}/{name}")
@@ -208,9 +210,11 @@ def lookup(part: int, b: batches.Batch, bits: int, earlier: EarlierPairs | None,
     return out
 
 
-def write_pairs(path: str, ids: dict[str, np.ndarray], jac: np.ndarray) -> str:
-    """Pairs with their Jaccard (CACHE_SCHEMA), as a work file for the cache writer."""
-    write_parquet_atomic(pa.table({**{k: ids[k] for k in IDS}, "jaccard": jac}, schema=CACHE_SCHEMA), path)
+def write_pairs(path: str, u: np.ndarray, v: np.ndarray, ids: dict[str, np.ndarray], jac: np.ndarray) -> str:
+    """Pairs with their nodes and Jaccard (PAIRS_SCHEMA), as a work file for the cache writer and for the
+    state the next build starts from (fuzzy_state.py)."""
+    write_parquet_atomic(pa.table({"u": u, "v": v, **{k: ids[k] for k in IDS}, "jaccard": jac}, schema=PAIRS_SCHEMA),
+                         path)
     return path
 
 

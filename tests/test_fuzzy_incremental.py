@@ -1,0 +1,152 @@
+"""Fuzzy dedup as a change to the earlier build (datakit/dedup/fuzzy_incremental.py) writes byte for byte the
+marks of a full build of the final inputs, through a sequence of changes on real text: files added,
+removed and edited, a source added ahead of the others and one removed, the index compacted, and
+without verification. Near copies of the stdlib's email modules and a family of lightly mutated copies
+of a license (10 copies: buckets larger than clique_max, so a change shifts the members each one is paired with)
+give clusters that the changes split, join and re-root."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import random
+import shutil
+import sysconfig
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datakit.core.layout import DocumentsDir, unit_part_name
+from datakit.dedup import DedupConfig, FuzzySource, fuzzy_dups, key_index, minhash_source
+from datakit.dedup.keyed import Reuse
+from datakit.core.documents import content_id
+from datakit.shuffle import ExecConfig
+from datakit.steps import reuse, verify
+
+STDLIB = sysconfig.get_paths()["stdlib"]
+LICENSES = "/usr/share/common-licenses"
+EX = ExecConfig(backend="inline")
+
+
+def _mutate(text: str, seed: int, n: int = 3) -> str:
+    words = text.split(" ")
+    rng = random.Random(seed)
+    for _ in range(n):
+        words[rng.randrange(len(words))] = f"w{rng.randrange(1000)}"
+    return " ".join(words)
+
+
+def _pool() -> dict[str, list[str]]:
+    """Named groups of real texts: a group becomes one input file."""
+    email = [open(p).read() for p in sorted(glob.glob(f"{STDLIB}/email/*.py"))[:12]]
+    gpl = open(f"{LICENSES}/GPL-2").read()
+    return {
+        "email-a": email[:6], "email-b": email[6:12],
+        "near-a": [_mutate(t, 1) for t in email[:3]] + [_mutate(t, 2) for t in email[6:8]],
+        "near-b": [_mutate(t, 3) for t in email[3:6]] + [_mutate(t, 4) for t in email[8:10]],
+        "family-a": [_mutate(gpl, i) for i in range(6)], "family-b": [_mutate(gpl, 100 + i) for i in range(4)],
+        "json": [open(p).read() for p in sorted(glob.glob(f"{STDLIB}/json/*.py"))],
+        "apache": [open(f"{LICENSES}/Apache-2.0").read(), _mutate(open(f"{LICENSES}/Apache-2.0").read(), 7)],
+    }
+
+
+def _write_source(root, name: str, files: dict[str, list[str]]) -> str:
+    """A normalized source: one unit-named part per group (rows sorted by id), with its outputs manifest."""
+    d = root / name
+    shutil.rmtree(d, ignore_errors=True)
+    main = DocumentsDir(str(d)).main
+    os.makedirs(main)
+    for group, texts in files.items():
+        rows = sorted({content_id(t): t for t in texts}.items())
+        table = pa.table({"id": [r[0] for r in rows], "text": [r[1] for r in rows], "source": [name] * len(rows),
+                          "source_id": [str(i) for i in range(len(rows))]})
+        digest = hashlib.sha256(group.encode()).hexdigest()[:16]
+        pq.write_table(table, os.path.join(main, unit_part_name(digest)), compression="zstd")
+    verify.write_manifest(str(d))
+    return str(d)
+
+
+def _build(root, tag: str, layout: dict[str, tuple[int, list[str]]], pool, earlier: str | None, cfg: DedupConfig):
+    """Fuzzy dedup of sources {name: (priority, groups)}: with ``earlier``, as a change to that build."""
+    srcs = []
+    for name, (prio, groups) in layout.items():
+        d = _write_source(root / tag / "docs", name, {g: pool[g] for g in groups})
+        mh = str(root / tag / "mh" / name)
+        shutil.rmtree(mh, ignore_errors=True)
+        minhash_source(name, d, mh, cfg, EX)
+        srcs.append(FuzzySource(name, d, mh, prio))
+    out = root / tag / "fuzzy"
+    shutil.rmtree(out, ignore_errors=True)
+    res = fuzzy_dups(srcs, str(out), cfg, EX, reuse_from=Reuse(("test",), reuse.load(earlier)))
+    verify.write_manifest(str(out))
+    return str(out), res.counters
+
+
+def _marks(out: str) -> dict[str, bytes]:
+    return {os.path.relpath(p, out): open(p, "rb").read()
+            for p in sorted(glob.glob(f"{out}/attributes/*/*"))}
+
+
+CHANGES = [
+    ("first", {"a": (0, ["email-a", "family-a", "apache"]), "b": (1, ["email-b", "near-a"])}),
+    ("add a file", {"a": (0, ["email-a", "family-a", "apache"]), "b": (1, ["email-b", "near-a", "family-b"])}),
+    ("remove a file", {"a": (0, ["email-a", "apache"]), "b": (1, ["email-b", "near-a", "family-b"])}),
+    ("edit a file", {"a": (0, ["email-a", "apache"]), "b": (1, ["email-b", "near-b", "family-b"])}),
+    ("a source ahead", {"z": (-1, ["family-a", "near-a"]), "a": (0, ["email-a", "apache"]),
+                        "b": (1, ["email-b", "near-b", "family-b"])}),
+    ("remove a source", {"z": (-1, ["family-a", "near-a"]), "b": (1, ["email-b", "near-b", "family-b", "json"])}),
+]
+
+
+@pytest.mark.parametrize("verify_pairs", [True, False], ids=["verified", "unverified"])
+def test_every_change_writes_the_marks_of_a_full_build(tmp_path, verify_pairs):
+    pool = _pool()
+    cfg = DedupConfig(verify=verify_pairs)
+    earlier = None
+    seen = []
+    for i, (what, layout) in enumerate(CHANGES):
+        inc, c_inc = _build(tmp_path, f"inc{i}", layout, pool, earlier, cfg)
+        full, c_full = _build(tmp_path, f"full{i}", layout, pool, None, cfg)
+        assert _marks(inc) == _marks(full), what
+        for k in ("docs", "clusters", "cluster_members", "max_cluster_size"):
+            assert c_inc.get(k) == c_full.get(k), (what, k)
+        assert {k: v for k, v in c_inc.items() if k.startswith(("duplicates/", "docs/"))} == \
+               {k: v for k, v in c_full.items() if k.startswith(("duplicates/", "docs/"))}, what
+        if earlier is not None:  # each change reached only part of the corpus
+            assert 0 < c_inc["incremental_documents"] < c_inc["docs"], (what, c_inc)
+        earlier = inc
+        seen.append((c_full.get("clusters", 0), c_full["max_cluster_size"]))
+    assert max(c for c, _ in seen) >= 4 and max(m for _, m in seen) > 8, seen  # a bucket beyond clique_max
+
+
+def test_compaction_and_a_priority_swap(tmp_path, monkeypatch):
+    """With at most one segment allowed, every change compacts the index (and stays equal); swapping two
+    sources' priorities changes which copy is kept everywhere, so that build is a full one."""
+    monkeypatch.setattr(key_index, "MAX_SEGMENTS", 1)
+    pool = _pool()
+    cfg = DedupConfig()
+    earlier = None
+    for i, (_what, layout) in enumerate(CHANGES[:4]):
+        earlier, c = _build(tmp_path, f"inc{i}", layout, pool, earlier, cfg)
+    assert "incremental_documents" in c
+    state = glob.glob(f"{earlier}/reuse/fuzzy/*/seg-*")
+    assert len(state) == 1, state  # compacted into one segment
+    swapped = {"a": (1, ["email-a", "apache"]), "b": (0, ["email-b", "near-b", "family-b"])}
+    inc, c_inc = _build(tmp_path, "swap", swapped, pool, earlier, cfg)
+    full, _ = _build(tmp_path, "swap-full", swapped, pool, None, cfg)
+    assert "incremental_documents" not in c_inc and _marks(inc) == _marks(full)
+
+
+def test_a_damaged_state_file_makes_a_full_build(tmp_path):
+    pool = _pool()
+    cfg = DedupConfig()
+    first, _ = _build(tmp_path, "first", CHANGES[0][1], pool, None, cfg)
+    pairs = glob.glob(f"{first}/reuse/fuzzy/*/pairs.npz")[0]
+    data = bytearray(open(pairs, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(pairs, "wb").write(bytes(data))
+    inc, c = _build(tmp_path, "second", CHANGES[1][1], pool, first, cfg)
+    full, _ = _build(tmp_path, "full", CHANGES[1][1], pool, None, cfg)
+    assert "incremental_documents" not in c and _marks(inc) == _marks(full)
