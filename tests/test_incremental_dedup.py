@@ -91,22 +91,28 @@ def _files(step_dir: str) -> dict[str, str]:
 
 
 def _comparable(step_dir: str) -> dict[str, str]:
-    """A step's files for the equality check. Fuzzy dedup's index segments (reuse/fuzzy/*/seg-*) say which
-    files share a segment, which follows the builds' history (key_index.py), and so do the outputs manifest
-    listing them and state.json's segment list: those are left out, state.json is compared without it."""
+    """A step's files for the equality check. The fuzzy and exact index segments (reuse/{fuzzy,exact}/*/seg-*)
+    say which files share a segment, which follows the builds' history (key_index.py), and so do the outputs
+    manifest listing them and state.json's segment list: those are left out, state.json is compared without
+    it."""
     out = {}
+    indexed = ("fuzzy", "exact")
     for rel, digest in _files(step_dir).items():
         parts = rel.split("/")
-        if rel == "outputs.manifest.json" and os.path.isdir(os.path.join(step_dir, "reuse", "fuzzy")):
+        if rel == "outputs.manifest.json" and any(os.path.isdir(os.path.join(step_dir, "reuse", d)) for d in indexed):
             continue
-        if parts[:2] == ["reuse", "fuzzy"] and len(parts) > 3 and parts[3].startswith("seg-"):
+        if parts[0] == "reuse" and parts[1] in indexed and len(parts) > 3 and parts[3].startswith("seg-"):
             continue
-        if parts[:2] == ["reuse", "fuzzy"] and parts[-1] == "state.json":
+        if parts[0] == "reuse" and parts[1] in indexed and parts[-1] == "state.json":
             with open(os.path.join(step_dir, rel)) as f:
                 body = json.load(f)
             digest = json.dumps({k: v for k, v in body.items() if k != "segments"}, sort_keys=True)
         out[rel] = digest
     return out
+
+
+def fz_docs(c: dict) -> int:
+    return c["fuzzy-dups"]["docs"]
 
 
 def _changed_parts(before: dict, after: dict, source: str) -> int:
@@ -143,6 +149,7 @@ def test_one_edited_file_and_one_new_source_recompute_only_that_and_equal_a_fres
     assert c["consolidate-py"]["files/computed"] <= changed + 1, c["consolidate-py"]
     # the licenses come first: neither the edit nor the new source changes what their files lose
     assert c["linededup-licenses"]["files/computed"] == 0 and c["linededup-licenses"]["files/reused"] >= 1
+    assert 0 < c["exact-dedup"]["incremental_ids"] < fz_docs(c), c["exact-dedup"]  # decided again: changed ids only
     fz = c["fuzzy-dups"]
     assert 0 < fz["incremental_documents"] < fz["docs"], fz  # re-paired: only what the change reached
     assert "incremental_documents" not in fresh["fuzzy-dups"]["counters"]

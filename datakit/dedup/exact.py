@@ -20,7 +20,10 @@ import pyarrow as pa
 from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig, counters
 
-from . import batches
+from datakit.steps import reuse
+
+from . import batches, exact_incremental, key_index
+from .keyed import Reuse, recorded_hashes
 from .hashing import ids_to_u64, node_file, node_rank, node_row, pack_nodes, route_keys, u64_to_ids
 from .layout import (
     FileEntry,
@@ -29,6 +32,7 @@ from .layout import (
     attr_dir,
     file_table,
     invalidate,
+    parquet_num_rows,
     per_file_tasks,
     rank_bases,
     read_columns,
@@ -56,9 +60,12 @@ class ExactResult:
         return cls(**d)
 
 
-def _read_ids(entry: FileEntry, num_parts: int):
+def _read_ids(job: tuple[FileEntry, "exact_incremental.IdsSink | None"], num_parts: int):
+    entry, sink = job
     table = read_columns(entry.path, ["id"])
     hi, lo = ids_to_u64(table.column("id"), entry.path)
+    if sink is not None:
+        sink.write(hi, lo)
     n = len(hi)
     counters.increment(f"docs/{entry.source}", n)
     if n == 0:
@@ -67,8 +74,11 @@ def _read_ids(entry: FileEntry, num_parts: int):
     return batches.split({"hi": hi, "lo": lo, "node": nodes}, route_keys(hi, num_parts))
 
 
-def _pick_survivors(_part: int, b: batches.Batch):
-    """Within each id, the smallest node survives; the rest are returned with their survivor."""
+def _pick_survivors(_part: int, b: batches.Batch, index: "exact_incremental.IndexSink | None" = None):
+    """Within each id, the smallest node survives; the rest are returned with their survivor. With
+    ``index``, the partition's ids are also written as a part of the id index the next build queries."""
+    if index is not None:
+        index.write(_part, b["hi"], b["node"])
     order = np.lexsort((b["node"], b["lo"], b["hi"]))
     hi, lo, node = b["hi"][order], b["lo"][order], b["node"][order]
     first = np.ones(len(hi), dtype=bool)
@@ -105,11 +115,14 @@ def exact_dups(
     exec_config: ExecConfig | None = None,
     *,
     num_partitions: int | None = None,
+    reuse_from: Reuse | None = None,
 ) -> ExactResult:
     """Mark every cross-source (or leftover in-source) exact duplicate except one survivor per id.
 
     Writes `out_dir/attributes/<source>/<same file names>` + `attrs.json` for every source (a file with
     no duplicates gets an empty attribute file: a missing file is an error downstream, never "keep").
+    ``reuse_from``: keep a state for the next build, and apply this build as a change to the earlier
+    build's state when it has a usable one (exact_incremental.py): the same marks, byte for byte.
     """
     srcs = as_sources(sources)
     entries = file_table(srcs)
@@ -117,10 +130,59 @@ def exact_dups(
     for s in srcs:
         invalidate(attr_dir(out_dir, s.name))
     parts = num_partitions or max(1, min(len(entries), 512))
+    state, tokens = _state(srcs, entries, out_dir, reuse_from)
+    rows = np.array([parquet_num_rows(e.path) for e in entries], np.int64) if state is not None else None
+    counters = None
+    if state is not None:
+        old = exact_incremental.load(reuse_from.earlier, state.folder)
+        if old is not None:
+            counters = exact_incremental.run(exact_incremental.Change(
+                entries, tokens, rows, names, out_dir, EXACT_PARAMS, EXACT_SCHEMA, old, state, reuse_from.earlier))
+    if counters is None:
+        counters = _full(entries, names, out_dir, parts, exec_config, state, tokens)
+        if state is not None:
+            exact_incremental.record_full(state, entries, tokens, rows, parts)
+    result = ExactResult(counters=dict(sorted(counters.items())), params=dict(EXACT_PARAMS))
+    for rank, src in enumerate(srcs):
+        files = [e.name for e in entries if e.rank == rank]
+        c = {
+            "docs": counters.get(f"docs/{src.name}", 0),
+            "duplicates": counters.get(f"exact_duplicates/{src.name}", 0),
+        }
+        write_meta(attr_dir(out_dir, src.name), {
+            "kind": "exact", "source": src.name, "params": EXACT_PARAMS, "files": files, "counters": c,
+            "priority": src.priority,
+        })
+        result.sources[src.name] = {"attributes": AttributesDir.rel(src.name), **c}
+    return result
+
+
+def _state(srcs: Sequence[SourceRef], entries: Sequence[FileEntry], out_dir: str, reuse_from: Reuse | None
+           ) -> tuple["exact_incremental.State | None", np.ndarray | None]:
+    """The state this build keeps for the next (None: no reuse, or an input file without a recorded
+    content hash), and each file's token."""
+    if reuse_from is None:
+        return None, None
+    reuse.write(out_dir, {})  # no per-file units: reuse.json only lets the next build load this one
+    hashes = recorded_hashes([s.dir for s in srcs])
+    if not all(e.path in hashes for e in entries):
+        return None, None
+    tokens = np.array([key_index.file_token(e.source, e.name, hashes[e.path]) for e in entries], np.uint64)
+    return exact_incremental.State(out_dir, exact_incremental.folder_for(reuse_from.settings), [s.name for s in srcs]), tokens
+
+
+def _full(entries: Sequence[FileEntry], names: Sequence[str], out_dir: str, parts: int,
+          exec_config: ExecConfig | None, state: "exact_incremental.State | None", tokens: np.ndarray | None
+          ) -> dict[str, int]:
+    """Every id of every file on the engine (and the state's ids and index on the way)."""
     file_shards = max(1, min(len(entries), parts))
     bases = rank_bases(entries)
-    ds = per_file_tasks(entries, [e.path for e in entries]).flat_map(partial(_read_ids, num_parts=parts))
-    ds = batches.shuffle(ds, _pick_survivors, parts).filter(batches.drop_empty)
+    sinks = ([exact_incremental.IdsSink(state.root, int(t)) for t in tokens] if state is not None
+             else [None] * len(entries))
+    index = exact_incremental.IndexSink(state.root, parts, tokens, bases) if state is not None else None
+    ds = per_file_tasks([(e, sinks[e.gidx]) for e in entries], [e.path for e in entries])
+    ds = ds.flat_map(partial(_read_ids, num_parts=parts))
+    ds = batches.shuffle(ds, partial(_pick_survivors, index=index), parts).filter(batches.drop_empty)
     ds = ds.flat_map(partial(_by_file, bases=bases))
     ds = batches.shuffle(ds, partial(_write_marks, entries=entries, out_dir=out_dir, names=names), file_shards)
     run = ds.run(exec_config)
@@ -129,16 +191,4 @@ def exact_dups(
     for e in entries:
         if e.gidx not in written:
             write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name), EXACT_PARAMS)
-    result = ExactResult(counters=dict(sorted(run.counters.items())), params=dict(EXACT_PARAMS))
-    for rank, src in enumerate(srcs):
-        files = [e.name for e in entries if e.rank == rank]
-        c = {
-            "docs": run.counters.get(f"docs/{src.name}", 0),
-            "duplicates": run.counters.get(f"exact_duplicates/{src.name}", 0),
-        }
-        write_meta(attr_dir(out_dir, src.name), {
-            "kind": "exact", "source": src.name, "params": EXACT_PARAMS, "files": files, "counters": c,
-            "priority": src.priority,
-        })
-        result.sources[src.name] = {"attributes": AttributesDir.rel(src.name), **c}
-    return result
+    return dict(run.counters)

@@ -18,8 +18,13 @@ VERSION = "1"
 
 def _exact(ctx: StepContext, documents: dict[str, str], priority: dict[str, int]) -> dict:
     from datakit.dedup.exact import exact_dups
+    from datakit.dedup.keyed import Reuse
+    from datakit.steps import reuse
 
-    res = exact_dups(document_refs(ctx, documents, priority), ctx.output, ctx.exec_config)
+    # The state's settings hold only the stage's version: another source or priority still finds the
+    # earlier build's state (exact_incremental.py checks the sources' relative order).
+    res = exact_dups(document_refs(ctx, documents, priority), ctx.output, ctx.exec_config,
+                     reuse_from=Reuse(("exact-state", VERSION), reuse.load(ctx.earlier)))
     return AttributesResult.written(counters_only(res.to_dict()))
 
 
@@ -36,6 +41,7 @@ def build(graph: Graph) -> None:
 STAGE = Stage(name="exact", version=VERSION, build=build, refuse=require_one_row_per_id,
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
-              code=("datakit.dedup.exact", "datakit.dedup.hashing", "datakit.dedup.batches", "datakit.dedup.layout",
+              code=("datakit.dedup.exact", "datakit.dedup.exact_incremental", "datakit.dedup.key_index",
+                    "datakit.dedup.keyed", "datakit.dedup.hashing", "datakit.dedup.batches", "datakit.dedup.layout",
                     "datakit.stages.exact", "datakit.stages.dedup_common"),
               ferry_check="datakit.ferry.checks_data:check_exact")

@@ -1,5 +1,5 @@
-"""Fuzzy dedup as a change to the earlier build (datakit/dedup/fuzzy_incremental.py) writes byte for byte the
-marks of a full build of the final inputs, through a sequence of changes on real text: files added,
+"""Fuzzy and exact dedup as a change to the earlier build (datakit/dedup/fuzzy_incremental.py,
+exact_incremental.py) write byte for byte the marks of a full build of the final inputs, through a sequence of changes on real text: files added,
 removed and edited, a source added ahead of the others and one removed, the index compacted, and
 without verification. Near copies of the stdlib's email modules and a family of lightly mutated copies
 of a license (10 copies: buckets larger than clique_max, so a change shifts the members each one is paired with)
@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.core.layout import DocumentsDir, unit_part_name
-from datakit.dedup import DedupConfig, FuzzySource, fuzzy_dups, key_index, minhash_source
+from datakit.dedup import DedupConfig, FuzzySource, exact_dups, fuzzy_dups, key_index, minhash_source
 from datakit.dedup.keyed import Reuse
 from datakit.core.documents import content_id
 from datakit.shuffle import ExecConfig
@@ -150,3 +150,44 @@ def test_a_damaged_state_file_makes_a_full_build(tmp_path):
     inc, c = _build(tmp_path, "second", CHANGES[1][1], pool, first, cfg)
     full, _ = _build(tmp_path, "full", CHANGES[1][1], pool, None, cfg)
     assert "incremental_documents" not in c and _marks(inc) == _marks(full)
+
+
+EXACT_CHANGES = [
+    # "apache" is in both sources and twice in "a" (two of its files): copies across and within sources
+    ("first", {"a": (0, ["email-a", "apache", "apache-again"]), "b": (1, ["email-b", "apache", "json"])}),
+    ("add a file", {"a": (0, ["email-a", "apache", "apache-again"]), "b": (1, ["email-b", "apache", "json", "email-a"])}),
+    ("remove a file", {"a": (0, ["email-a", "apache-again"]), "b": (1, ["email-b", "apache", "json", "email-a"])}),
+    ("edit a file", {"a": (0, ["near-a", "apache-again"]), "b": (1, ["email-b", "apache", "json", "email-a"])}),
+    ("a source ahead", {"z": (-1, ["email-b"]), "a": (0, ["near-a", "apache-again"]),
+                        "b": (1, ["email-b", "apache", "json", "email-a"])}),
+    ("remove a source", {"z": (-1, ["email-b"]), "b": (1, ["email-b", "apache", "json", "email-a"])}),
+]
+
+
+def _exact(root, tag: str, layout: dict[str, tuple[int, list[str]]], pool, earlier: str | None):
+    srcs = [(name, _write_source(root / tag / "docs", name, {g: pool[g] for g in groups}), prio)
+            for name, (prio, groups) in layout.items()]
+    out = root / tag / "exact"
+    shutil.rmtree(out, ignore_errors=True)
+    res = exact_dups(srcs, str(out), EX, reuse_from=Reuse(("test",), reuse.load(earlier)))
+    verify.write_manifest(str(out))
+    return str(out), res.counters
+
+
+def test_exact_dedup_as_a_change_writes_the_marks_of_a_full_build(tmp_path, monkeypatch):
+    """Each change's marks equal a full build's; only the files holding a changed id are rewritten; with
+    one segment allowed the index compacts on every change and stays right."""
+    pool = _pool()
+    pool["apache-again"] = pool["apache"][:1] + pool["json"][:1]
+    for limit in (key_index.MAX_SEGMENTS, 1):
+        monkeypatch.setattr(key_index, "MAX_SEGMENTS", limit)
+        earlier = None
+        for i, (what, layout) in enumerate(EXACT_CHANGES):
+            inc, c_inc = _exact(tmp_path, f"inc{limit}-{i}", layout, pool, earlier)
+            full, c_full = _exact(tmp_path, f"full{limit}-{i}", layout, pool, None)
+            assert _marks(inc) == _marks(full), (limit, what)
+            assert {k: v for k, v in c_inc.items() if "/" in k} == {k: v for k, v in c_full.items() if "/" in k}
+            if earlier is not None:
+                assert 0 < c_inc["incremental_ids"] < sum(v for k, v in c_inc.items() if k.startswith("docs/"))
+            earlier = inc
+        assert sum(v for k, v in c_full.items() if k.startswith("exact_duplicates/")) >= 6
