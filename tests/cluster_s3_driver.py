@@ -14,7 +14,8 @@ own CPU and a custom resource naming it (`node_head`, `node_a`, `node_b`). Each 
 CONFIG: {"manifest": {...}, "prefix": "s3://...", "result": "out.json", "ray_temp": "/tmp/rc-xx",
          "kill_node_after": "<glob of store objects>" | null}
 With ``kill_node_after`` a thread waits until an object matching the glob exists (e.g. the first map
-output of a shuffle) and SIGKILLs worker node A's raylet by pid: mid-shuffle node loss.
+output of a shuffle) and worker node A runs an attempt, checked while the node is frozen (SIGSTOP), then
+SIGKILLs the node's raylet and workers by pid: mid-shuffle node loss that took a running attempt with it.
 The result file gets the run summary, attempts per node name, retry events and what was killed.
 """
 
@@ -74,26 +75,47 @@ def raylet_pid(node) -> int:
     return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
 
 
-def running_attempts(raylet: int) -> int:
-    """Attempts running on a node now: its raylet's worker processes titled after our Ray task."""
+def _node_processes(raylet: int) -> list:
+    """The node's raylet and every process under it (its workers): a lost machine takes all of them."""
     import psutil
 
     try:
-        procs = psutil.Process(raylet).children(recursive=True)
+        root = psutil.Process(raylet)
+        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
-    count = 0
+        return []
+
+
+def _runs_attempt(proc) -> bool:
+    """Whether a worker process is inside our Ray task now (Ray titles it ``ray::_run_attempt`` for the
+    whole execution, results stored included, and ``ray::IDLE`` after; the reply to the driver is sent
+    only once the task function has returned, so a worker stopped under this title has not reported)."""
+    import psutil
+
+    try:
+        return any("_run_attempt" in part for part in proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _signal_all(procs: list, sig: int) -> None:
+    import psutil
+
     for p in procs:
         try:
-            count += any("_run_attempt" in part for part in p.cmdline())
-        except psutil.Error:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
             pass
-    return count
 
 
 def kill_when(pattern: str, pid: int, killed: dict) -> None:
-    """Once `pattern` matches an object in the store (a shuffle has started writing) and the node runs
-    an attempt, SIGKILL `pid` (the node's raylet; its workers die with it): node loss mid-shuffle."""
+    """Once `pattern` matches an object in the store (a shuffle has started writing) and the node runs an
+    attempt, SIGKILL the node (its raylet and every worker under it, by pid): node loss mid-shuffle.
+
+    Why the node is frozen first: an attempt seen running may finish and report between the look and
+    the kill (a lost race failed CI). A SIGSTOPped worker can neither finish nor report, so the node is
+    stopped whole (raylet first, so it starts no new worker), the titles are read while it cannot move,
+    and only a node that holds a running attempt at that moment is killed; otherwise it is let go."""
     import fsspec
     import psutil
 
@@ -104,21 +126,19 @@ def kill_when(pattern: str, pid: int, killed: dict) -> None:
             found = fs.glob(pattern)
         except OSError:
             found = []
-        if found and running_attempts(pid):
-            # A lost machine takes its raylet and the workers under it at once: SIGKILL each by pid
-            # (killing only the raylet would let a running attempt finish and report to the driver).
-            workers = psutil.Process(pid).children(recursive=True)
-            os.kill(pid, signal.SIGKILL)
-            for w in workers:
-                try:
-                    w.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            gone, alive = psutil.wait_procs([psutil.Process(pid), *workers] if psutil.pid_exists(pid) else workers,
-                                            timeout=30)
-            killed.update({"pid": pid, "workers": [w.pid for w in workers], "after": found[0],
-                           "raylet_gone": not psutil.pid_exists(pid) and not alive})
-            return
+        if found and any(_runs_attempt(p) for p in _node_processes(pid)[1:]):
+            node = _node_processes(pid)
+            _signal_all(node[:1], signal.SIGSTOP)
+            node = _node_processes(pid)  # complete now: a stopped raylet forks no more workers
+            _signal_all(node[1:], signal.SIGSTOP)
+            running = [p.pid for p in node[1:] if _runs_attempt(p)]
+            if running:
+                _signal_all(node, signal.SIGKILL)
+                gone, alive = psutil.wait_procs(node, timeout=30)
+                killed.update({"pid": pid, "workers": [p.pid for p in node[1:]], "running": running,
+                               "after": found[0], "raylet_gone": not psutil.pid_exists(pid) and not alive})
+                return
+            _signal_all(node, signal.SIGCONT)
         time.sleep(0.05)
 
 

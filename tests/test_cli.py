@@ -310,3 +310,18 @@ def test_ray_runs_keep_shuffle_files_under_the_prefix_and_clean_them(tmp_path, r
     assert res.exit_code == 0, res.output
     assert (tmp_path / "out" / ".shuffle").is_dir()  # the engine worked there ...
     assert [p for p in (tmp_path / "out" / ".shuffle").rglob("*") if p.is_file()] == []  # ... and cleaned up
+
+
+def test_run_imports_no_jax_ferry_or_quality_rules_it_does_not_run(tmp_path):
+    """A run's fixed cost is mostly imports: planning (even of a train step) imports no JAX, the ferry's
+    checks (duckdb) or the quality rules' compiled expressions; the steps that use them import them."""
+    import subprocess
+    import sys
+
+    manifest = _corpus(tmp_path)
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "datakit.cli", "run", str(manifest), "--dry-run"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "datakit.pipeline" in imported  # the probe sees the run's imports
+    assert not {"jax", "duckdb", "datakit.ferry", "datakit.quality.text"} & imported

@@ -253,6 +253,7 @@ def test_worker_node_killed_mid_shuffle_completes_with_identical_outputs(store, 
     result, _ = _driver(tmp_path, store, prefix, src_url, kill_node_after=first_map_output)
 
     assert result["killed"].get("raylet_gone"), result["killed"]  # node A's raylet was SIGKILLed mid-shuffle
+    assert result["killed"]["running"], result["killed"]  # ... while it held an attempt (seen with the node frozen)
     died = [e for e in result["retries"] if e.get("cause") == "worker died"]
     assert died, f"no attempt was lost with the node: {result['retries']}"  # it held a running attempt
     assert result["summary"]["status"] == "succeeded"

@@ -793,3 +793,97 @@ def test_resumable_steps_keep_partial_output_others_start_clean(tmp_path, resuma
     else:  # the stale partial file was cleared, so the step crashed again from scratch
         assert second.status == "failed"
     assert step.identity == Step("resumable-or-not", _partial_then_succeed, {}).identity
+
+
+# ---------------------------------------------------------------- dry-run plan: reused, incremental, full
+
+
+def write_rows_keyed(ctx: StepContext) -> dict:
+    """write_rows, recording its file under a content key as a per-file reuse step does."""
+    from datakit.steps import reuse
+
+    out = write_rows(ctx)
+    reuse.write(ctx.output, {reuse.content_key(ctx.config["n"]): reuse.Unit(("rows.txt",), {"docs_out": 1})})
+    return {**out, "counters": {**out["counters"], "docs_out": ctx.config["n"]}}
+
+
+def test_dry_run_plan_says_reused_incremental_or_full(tmp_path):
+    from datakit.steps import fingerprint_files
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (src / name).write_text(name)
+
+    def steps(n: int) -> list[Step]:
+        fp = fingerprint_files(sorted(str(p) for p in src.iterdir()), None)
+        keyed = Step("keyed", write_rows_keyed, {"n": n, "input": fp.digest}, inputs=fp.files)
+        return [keyed, Step("plain", write_rows, {"n": n}), Step("sum", sum_rows, {}, deps=(Step("rows", write_rows, {"n": 1}),))]
+
+    prefix = tmp_path / "out"
+    assert run_steps(steps(3), str(prefix)).ok
+    plans = {e["name"]: e["plan"] for e in run_steps(steps(3), str(prefix), dry_run=True).steps}
+    assert set(m["mode"] for m in plans.values()) == {"reused"}
+    (src / "a.txt").write_text("changed")
+    (src / "c.txt").write_text("new")
+    plans = {e["name"]: e["plan"] for e in run_steps(steps(4), str(prefix), dry_run=True).steps}
+    earlier = next(p.name for p in prefix.iterdir() if p.name.startswith("keyed-"))
+    assert plans["keyed"] == {"mode": "incremental", "earlier": earlier, "earlier_documents": 3,
+                              "files": {"new": 1, "changed": 1, "removed": 0, "total": 3}}
+    assert plans["plain"] == {"mode": "full"}  # its earlier build recorded no per-file reuse: nothing to take
+    assert plans["rows"] == plans["sum"] == {"mode": "reused"}
+    forced = {e["name"]: e["plan"] for e in run_steps(steps(4), str(prefix), dry_run=True, force=["keyed"]).steps}
+    assert forced["keyed"] == {"mode": "full"}
+
+
+# ---------------------------------------------------------------- verified stamps: re-read only what changed
+
+
+def _settle(path: Path) -> None:
+    """Date a file's mtime 10 s back, as if written before the last run (a stamp needs a settled stat)."""
+    t = path.stat().st_mtime_ns - 10 * 10**9
+    os.utime(path, ns=(t, t))
+
+
+def test_a_verified_output_is_trusted_by_its_stat_and_any_write_rebuilds_it(tmp_path):
+    from datakit.core.fsio import xxh3_file
+    from datakit.steps.stamps import Stamps
+
+    prefix = tmp_path / "out"
+    rows, total = dag()
+    assert run_steps([total], str(prefix)).ok
+    out = prefix / rows.dirname / "rows.txt"
+    _settle(out)
+    assert [e["status"] for e in run_steps([total], str(prefix)).steps] == ["skipped", "skipped"]
+    stamps = Stamps.of_prefix(str(prefix))
+    assert stamps.vouches(str(out), xxh3_file(str(out))) is not None  # read once, stamped by the run
+
+    st = out.stat()
+    out.write_text(out.read_text().replace("3", "7"))  # same size, other bytes: a new mtime
+    s = run_steps([total], str(prefix))
+    assert [e["status"] for e in s.steps] == ["succeeded", "succeeded"]
+    assert "rows.txt content changed" in s.steps[0]["reason"]
+
+    # The stat is what is trusted (git's rule): bytes changed behind a restored mtime and inode are not
+    # read again. Any ordinary write changes the mtime, so this takes a deliberate os.utime.
+    _settle(out)
+    assert run_steps([total], str(prefix)).ok  # stamps the rebuilt file
+    st = out.stat()
+    out.write_text(out.read_text().replace("3", "7"))
+    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert [e["status"] for e in run_steps([total], str(prefix)).steps] == ["skipped", "skipped"]
+    assert [e["status"] for e in run_steps([total], str(prefix), fast=True).steps] == ["skipped", "skipped"]
+
+
+def test_a_just_written_output_is_never_stamped(tmp_path):
+    """A stat younger than the racy window could be kept by a rewrite within the clock's granularity."""
+    from datakit.core.fsio import xxh3_file
+    from datakit.steps.stamps import Stamps
+
+    prefix = tmp_path / "out"
+    rows, total = dag()
+    assert run_steps([total], str(prefix)).ok
+    assert run_steps([total], str(prefix)).ok
+    out = prefix / rows.dirname / "rows.txt"
+    stamps = Stamps.of_prefix(str(prefix))
+    assert stamps.vouches(str(out), xxh3_file(str(out))) is None

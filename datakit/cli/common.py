@@ -8,7 +8,8 @@ import sys
 
 import click
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130  # as datakit.ferry.run's
+# (named here, not imported from the ferry, so that every command does not pay for importing it)
 
 
 def default_manifest() -> str:

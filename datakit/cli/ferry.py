@@ -12,9 +12,7 @@ import sys
 
 import click
 
-from datakit.ferry.run import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK
-
-from .common import exit_on_disk_error, require_writable
+from .common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_LOCKED, EXIT_OK, exit_on_disk_error, require_writable
 
 DEFAULT_PREFIX = "ferry-out"
 

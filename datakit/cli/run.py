@@ -112,19 +112,39 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
     elif not as_json:
         _print_summary(d, out, wide)
     if as_json:
-        keys = ("name", "status", "output", "wall_s", "counters", "reason", "error")
+        keys = ("name", "status", "output", "wall_s", "counters", "reason", "error") + (("plan",) if dry_run else ())
         steps_out = [{k: s.get(k) for k in keys} for s in d["steps"]]
         click.echo(json.dumps({"status": d["status"], "prefix": out, "steps": steps_out, "data": d["data"]}))
     sys.exit(EXIT_OK if summary.ok else EXIT_FAILED)
 
 
+def _plan_line(plan: dict | None) -> str | None:
+    """What a step takes from its earlier build, in words: ``reused``; ``incremental`` with the earlier
+    build's documents and the input files it recomputes (documents of new files are not known before they
+    are read, so they are said as files); or a full build."""
+    if not plan:
+        return None
+    if plan["mode"] != "incremental":
+        return "reused" if plan["mode"] == "reused" else "full build (nothing to take from an earlier build)"
+    docs = plan.get("earlier_documents")
+    line = f"incremental from {plan['earlier']}" + (f" ({docs:,} documents)" if isinstance(docs, int) else "")
+    files = plan.get("files")
+    if files:
+        line += f": {files['changed']} changed, {files['removed']} removed of {files['total']} files recomputed"
+        if files["new"]:
+            line += f", + {files['new']} new files not yet read"
+    return line + "; the rest is taken"
+
+
 def _print_plan(steps: list[dict], notes: dict[str, str]) -> None:
-    """The dry-run plan: what would run and why, what would be skipped and where it already is, and what
-    a stage notes about a step (which tokenizer is pinned)."""
+    """The dry-run plan: what would run and why, what it takes from its earlier build, what would be
+    skipped and where it already is, and what a stage notes about a step (which tokenizer is pinned)."""
     for s in steps:
         click.echo(f"{s['status']:<11} {s['name']:<32} {s.get('output') or ''}")
         if s.get("reason"):
             click.echo(f"{'':<11} {'':<32} why: {s['reason']}")
+        if s["status"] == "would_run" and _plan_line(s.get("plan")):
+            click.echo(f"{'':<11} {'':<32} plan: {_plan_line(s.get('plan'))}")
         if notes.get(s["name"]):
             click.echo(f"{'':<11} {'':<32} note: {notes[s['name']]}")
     n = sum(s["status"] == "would_run" for s in steps)

@@ -56,6 +56,10 @@ RUNS_DIR = ".datakit/runs"
 """Live run records, ``<prefix>/.datakit/runs/<run-id>.json`` (``datakit.steps.runs``): every step dir a
 running run's plan reads, with a heartbeat; `gc` keeps what a live record names."""
 
+VERIFIED_DIR = ".datakit/verified"
+"""Output files whose xxh3-128 was read, by stat (``datakit.steps.stamps``): a built step's file whose
+stat is recorded there is not read again to be trusted. A cache: safe to delete."""
+
 TOKENIZER_FILE = "tokenizer.json"
 """What the tokenizer step writes (and the token cache keeps a copy of): one HF tokenizers JSON file."""
 

@@ -25,11 +25,11 @@ The run summary turns these into its per-language table, and warns when a source
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from datakit.manifest import Section
-from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS, Chain
 from datakit.quality.config import QualityConfig, QualityRules
 from datakit.steps import StepContext
 
@@ -37,13 +37,18 @@ from .contract import DOCUMENTS, LANG_IN, LANG_OUT, REMOVED_LANG, UNDETERMINED, 
 from .quality_common import add_source_steps
 from .transform import REMOVED_VALUE_SCHEMA, FileKey, documents_result, run_per_file, sort_unique
 
+if TYPE_CHECKING:  # the chain is imported where it runs: planning a run never compiles its rules
+    from datakit.quality.chain import Chain
+
 VERSION = "2"
 # removed/ rows: the transform's columns and value, then the language ID's label and score
 REMOVED_SCHEMA = REMOVED_VALUE_SCHEMA.append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float64()))
-_chains: dict[QualityRules, Chain] = {}  # one chain (lists loaded) per worker process and rules
+_chains: dict[QualityRules, "Chain"] = {}  # one chain (lists loaded) per worker process and rules
 
 
-def _chain(rules: QualityRules) -> Chain:
+def _chain(rules: QualityRules) -> "Chain":
+    from datakit.quality.chain import Chain
+
     chain = _chains.get(rules)
     if chain is None:
         chain = _chains[rules] = Chain(rules)
@@ -52,6 +57,8 @@ def _chain(rules: QualityRules) -> Chain:
 
 def output_schema(schema: pa.Schema) -> pa.Schema:
     """The input's columns (minus any earlier measure columns) + lang/lang_score + the float measures."""
+    from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS
+
     ours = set(LANG_COLUMNS) | set(MEASURE_COLUMNS)
     fields = [f for f in schema if f.name not in ours]
     fields += [pa.field("lang", pa.string()), pa.field("lang_score", pa.float64())]
@@ -81,6 +88,7 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
     """One documents file through the chain: (kept table with measures, removed rows, stats). Removed
     rows carry the language ID's columns too, so the removed documents of a language can be found."""
     from datakit.core.documents import content_id
+    from datakit.quality.chain import LANG_COLUMNS, MEASURE_COLUMNS
 
     chain = _chain(rules)
     schema = output_schema(table.schema)

@@ -38,6 +38,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from datakit.core import fsio
 from datakit.core.listing import common_root, relative_to
@@ -47,7 +48,7 @@ RACY_WINDOW_S = 2.0
 MAX_SEGMENTS = 16          # more than this and the next writer merges them into one
 HASH_THREADS = 8           # hashing is I/O bound: threads overlap reads (hashlib releases the GIL)
 _POOL_MIN_FILES = 4        # below this a pool costs more than it saves
-_SEGMENT = re.compile(r"^sha256-\d{20}-[0-9a-f]{12}\.jsonl$")
+DIGEST_HEX = {"sha256": 64, "xxh3_128": 32}  # the digests a cache may hold, and their length in hex
 log = logging.getLogger("datakit.steps.fingerprint")
 
 
@@ -84,25 +85,27 @@ class FileStat:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """One cache line: the sha256 of ``path`` while it had ``stat``."""
+    """One cache line: the digest (``algo``: sha256 or xxh3_128) of the file ``path`` names while it had
+    ``stat``. ``path`` is the cache's key: an absolute path for inputs; outputs are keyed by inode
+    (`datakit.steps.stamps`), so that hard links of one file share one entry."""
 
     path: str
     stat: FileStat
-    sha256: str
+    digest: str
 
-    def to_line(self) -> str:
+    def to_line(self, algo: str = "sha256") -> str:
         return json.dumps({"path": self.path, "size": self.stat.size, "mtime_ns": self.stat.mtime_ns,
-                           "inode": self.stat.inode, "sha256": self.sha256}, sort_keys=True)
+                           "inode": self.stat.inode, algo: self.digest}, sort_keys=True)
 
     @classmethod
-    def from_line(cls, line: str) -> "CacheEntry | None":
+    def from_line(cls, line: str, algo: str = "sha256") -> "CacheEntry | None":
         """The entry on a line, or None for anything else (torn write, foreign content)."""
         try:
             d = json.loads(line)
-            entry = cls(d["path"], FileStat(int(d["size"]), int(d["mtime_ns"]), int(d["inode"])), d["sha256"])
+            entry = cls(d["path"], FileStat(int(d["size"]), int(d["mtime_ns"]), int(d["inode"])), d[algo])
         except (ValueError, TypeError, KeyError):
             return None
-        ok = isinstance(entry.path, str) and isinstance(entry.sha256, str) and len(entry.sha256) == 64
+        ok = isinstance(entry.path, str) and isinstance(entry.digest, str) and len(entry.digest) == DIGEST_HEX[algo]
         return entry if ok else None
 
 
@@ -125,10 +128,12 @@ def relative_names(paths: list[str]) -> dict[str, str]:
 
 
 class HashCache:
-    """The segment store described in the module docstring. ``load`` once, ``lookup``, ``save`` once."""
+    """The segment store described in the module docstring. ``load`` once, ``lookup``, ``save`` once.
+    ``algo`` names the digest it keeps (and its segments: ``<algo>-<time_ns>-<random>.jsonl``)."""
 
-    def __init__(self, cache_dir: str | None):
-        self.cache_dir = cache_dir
+    def __init__(self, cache_dir: str | None, algo: str = "sha256"):
+        self.cache_dir, self.algo = cache_dir, algo
+        self._segment = re.compile(rf"^{algo}-\d{{20}}-[0-9a-f]{{12}}\.jsonl$")
         self.entries: dict[str, CacheEntry] = {}   # path -> newest entry read
         self.segments: list[str] = []              # names of the segments read in full
 
@@ -141,14 +146,14 @@ class HashCache:
                 continue
             self.segments.append(name)
             for line in raw.decode("utf-8", errors="replace").splitlines():
-                entry = CacheEntry.from_line(line)
+                entry = CacheEntry.from_line(line, self.algo)
                 if entry is not None:
                     self.entries[entry.path] = entry  # names sort by time: later segments win
         return self
 
     def lookup(self, path: str, stat: FileStat) -> str | None:
         entry = self.entries.get(path)
-        return entry.sha256 if entry is not None and entry.stat == stat else None
+        return entry.digest if entry is not None and entry.stat == stat else None
 
     def save(self, new: list[CacheEntry]) -> None:
         """Publish ``new`` as one segment (merging all segments read when there are too many).
@@ -157,8 +162,8 @@ class HashCache:
             return
         merge = len(self.segments) + 1 > MAX_SEGMENTS
         entries = {**self.entries, **{e.path: e for e in new}} if merge else {e.path: e for e in new}
-        data = "".join(e.to_line() + "\n" for e in entries.values()).encode("utf-8")
-        name = f"sha256-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.jsonl"
+        data = "".join(e.to_line(self.algo) + "\n" for e in entries.values()).encode("utf-8")
+        name = f"{self.algo}-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.jsonl"
         try:
             fsio.makedirs(self.cache_dir)
             fsio.atomic_write_bytes(posixpath.join(self.cache_dir, name), data)
@@ -168,7 +173,7 @@ class HashCache:
             log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
 
     def _segment_names(self) -> list[str]:
-        return [n for n in fsio.list_names(self.cache_dir) if _SEGMENT.match(n)]
+        return [n for n in fsio.list_names(self.cache_dir) if self._segment.match(n)]
 
     def _read_segment(self, name: str) -> bytes | None:
         return fsio.read_if_exists(fsio.join(self.cache_dir, name))  # None: merged away by a concurrent writer
@@ -179,20 +184,27 @@ class HashCache:
 
 
 @dataclass(frozen=True)
-class _Hashed:
-    sha256: str
+class Hashed:
+    """A file's digest, and the cache entry that may vouch for it later."""
+
+    digest: str
     entry: CacheEntry | None  # None: the file changed while hashed, or too recently to trust its stat
 
 
-def _hash_one(path: str, before: FileStat) -> _Hashed:
-    """sha256 of the file, plus a cache entry when its stat can vouch for that content later."""
-    sha = fsio.sha256_file(path)
+def hash_stamped(path: str, before: FileStat, key: str, digest: Callable[[str], str]) -> Hashed:
+    """``digest(path)``, plus a cache entry under ``key`` when the file's stat can vouch for that content
+    later: unchanged while it was read, and modified longer than ``RACY_WINDOW_S`` ago."""
+    value = digest(path)
     after = FileStat.of(path)
     settled = time.time_ns() - after.mtime_ns > RACY_WINDOW_S * 1e9
-    return _Hashed(sha, CacheEntry(path, after, sha) if after == before and settled else None)
+    return Hashed(value, CacheEntry(key, after, value) if after == before and settled else None)
 
 
-def _hash_all(todo: dict[str, FileStat]) -> dict[str, _Hashed]:
+def _hash_one(path: str, before: FileStat) -> Hashed:
+    return hash_stamped(path, before, path, fsio.sha256_file)
+
+
+def _hash_all(todo: dict[str, FileStat]) -> dict[str, Hashed]:
     paths = sorted(todo)
     if len(paths) < _POOL_MIN_FILES:
         return {p: _hash_one(p, todo[p]) for p in paths}
@@ -211,7 +223,7 @@ def fingerprint_files(paths: list[str], cache_dir: str | None, *, save: bool = T
     fresh = _hash_all({p: stats[p] for p, sha in shas.items() if sha is None})
     if save:
         cache.save([h.entry for h in fresh.values() if h.entry is not None])
-    shas.update({p: h.sha256 for p, h in fresh.items()})
+    shas.update({p: h.digest for p, h in fresh.items()})
     files = {name: shas[p] for p, name in relative_names(absolute).items()}
     return InputFingerprint(digest_of(files), dict(sorted(files.items())), hashed=len(fresh),
                             cached=len(absolute) - len(fresh))

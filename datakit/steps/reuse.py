@@ -13,6 +13,8 @@ Why this is safe: a key holds everything the unit's output depends on, and the f
 deterministic, so a taken file is byte for byte what computing it would write (the equality with a
 from-scratch build is tested per stage). A taken file is checked against the xxh3-128 the earlier build
 recorded in its outputs manifest; a file that no longer matches is never taken (the unit is computed).
+A hard link of a file whose stat the prefix's stamps vouch for (`stamps`: its content was read and
+found right while it had that stat) is not read again: any write since would have changed its stat.
 The earlier build's own markers say it finished (only SUCCESS builds are offered), and a build killed
 halfway leaves no SUCCESS, so nothing of it is ever reused. ``--force`` builds with no earlier build.
 """
@@ -20,7 +22,8 @@ halfway leaves no SUCCESS, so nothing of it is ever reused. ``--force`` builds w
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import posixpath
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import xxhash
@@ -28,6 +31,8 @@ import xxhash
 from datakit.core import fsio
 
 from . import verify
+from .fingerprint import FileStat
+from .stamps import Stamps, same_file
 
 REUSE_FILE = "reuse.json"
 REUSE_FORMAT = "datakit.reuse"
@@ -42,12 +47,14 @@ def content_key(*parts: Any) -> str:
 @dataclass(frozen=True)
 class Earlier:
     """The newest earlier build of a step (same name, another identity) as reuse sees it: its dir, the
-    files each content key produced there, and every output's recorded xxh3-128 (its outputs manifest).
-    Small and picklable, so engine tasks receive it with their job."""
+    files each content key produced there, and every output's recorded xxh3-128 (its outputs manifest);
+    ``vouched``: the stat of each file the prefix's stamps say holds that hash now (a link with this stat
+    is taken unread). Small and picklable, so engine tasks receive it with their job."""
 
     step_dir: str
     keys: dict[str, "Unit"]
     hashes: dict[str, str]
+    vouched: dict[str, FileStat] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,9 @@ def load(step_dir: str | None) -> Earlier | None:
                 for k, v in record["keys"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return Earlier(step_dir, keys, {f.path: f.xxh3_128 for f in files})
+    stamps = Stamps.of_prefix(posixpath.dirname(step_dir.rstrip("/")))
+    vouched = {f.path: st for f in files if (st := stamps.vouches(fsio.join(step_dir, f.path), f.xxh3_128))}
+    return Earlier(step_dir, keys, {f.path: f.xxh3_128 for f in files}, vouched)
 
 
 def take(earlier: Earlier | None, key: str, step_dir: str,
@@ -94,7 +103,8 @@ def take(earlier: Earlier | None, key: str, step_dir: str,
         dst = fsio.join(step_dir, place(rel) if place is not None else rel)
         try:
             fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
-            ok = fsio.xxh3_file(dst) == earlier.hashes[rel]
+            ok = (rel in earlier.vouched and same_file(dst, earlier.vouched[rel])) \
+                or fsio.xxh3_file(dst) == earlier.hashes[rel]
         except FileNotFoundError:
             ok = False
         done.append(dst)

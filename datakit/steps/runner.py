@@ -36,6 +36,8 @@ from .fingerprint import digest_of
 from .identity import IDENTITY_CHARS, canonical_json, config_mentions
 from .lease import Lease, LeaseLost, is_lease_name, read_holder
 from .runs import RunRecord
+from .reuse import REUSE_FILE
+from .stamps import Stamps
 from .step import Step, StepContext, StepRecord, collect_steps
 
 DEFAULT_LEASE_TIMEOUT_S = 60.0
@@ -51,7 +53,8 @@ class RunSummary:
     """Outcome of run_steps. ``steps`` are per-step dicts in run order:
     {name, identity, status, output, wall_s, counters, error, location, reason}; status is one of
     succeeded | skipped | failed | cascaded | would_run | would_skip; ``reason`` says why a step
-    would run / ran (None for skipped and cascaded ones). ``records`` maps the name of
+    would run / ran (None for skipped and cascaded ones). A dry run's entries add ``plan``: reused,
+    or what a step that would run takes from its earlier build (see _build_plan). ``records`` maps the name of
     every step whose output is usable (succeeded or skipped) to its StepRecord (typed result)."""
 
     status: str
@@ -116,22 +119,22 @@ def _built_artifact(d: str) -> dict | None:
     return art if isinstance(art, dict) else None
 
 
-def _load_built(loc: _Location, step: Step, fast: bool) -> StepRecord | None:
+def _load_built(loc: _Location, step: Step, fast: bool, stamps: Stamps | None = None) -> StepRecord | None:
     """StepRecord if ``step`` is built at ``loc`` (SUCCESS + matching artifact + outputs that still
     match their manifest: by content, or by size with ``fast``), else None."""
     art = _built_artifact(loc.step_dir(step))
     if art is None or art.get("identity") != step.identity:
         return None
-    if verify.damage_reason(loc.step_dir(step), fast=fast) is not None:
+    if verify.damage_reason(loc.step_dir(step), fast=fast, stamps=stamps) is not None:
         return None
     return StepRecord(step.name, step.identity, loc.step_dir(step), art.get("result") or {}, art.get("counters") or {})
 
 
 def _find_built(step: Step, prefix: _Location, mirror: _Location | None,
-                fast: bool) -> tuple[StepRecord, str] | None:
+                fast: bool, stamps: Stamps | None = None) -> tuple[StepRecord, str] | None:
     for loc in (prefix, mirror):
         if loc is not None:
-            rec = _load_built(loc, step, fast)
+            rec = _load_built(loc, step, fast, stamps)
             if rec is not None:
                 return rec, loc.kind
     return None
@@ -174,6 +177,7 @@ class _Decision:
     found: tuple[StepRecord, str] | None
     reason: str | None = None
     fresh: bool = False
+    plan: dict = field(default_factory=lambda: {"mode": "reused"})  # what it takes from an earlier build
 
 
 # ---------------------------------------------------------------- why a step runs
@@ -238,9 +242,9 @@ def _recorded_inputs(old: dict) -> dict[str, str]:
     return {str(k): str(v) for k, v in inputs.items()} if isinstance(inputs, dict) else {}
 
 
-def _inputs_reason(step: Step, old: dict) -> str | None:
-    """Which input files differ from the earlier build's, counted (what an incremental build recomputes
-    at most: the rest of its per-file work is taken from that build) and named."""
+def _input_changes(step: Step, old: dict) -> tuple[list[str], dict[str, int]]:
+    """Each input file that differs from the earlier build's, named with how (added, changed, removed),
+    and the counts of each kind."""
     before, after = _recorded_inputs(old), step.inputs
     changes, counts = [], {"added": 0, "changed": 0, "removed": 0}
     for name in sorted(set(before) | set(after)):
@@ -249,10 +253,17 @@ def _inputs_reason(step: Step, old: dict) -> str | None:
         if kind:
             changes.append(f"{name} ({kind})")
             counts[kind] += 1
+    return changes, counts
+
+
+def _inputs_reason(step: Step, old: dict) -> str | None:
+    """Which input files differ from the earlier build's, counted (what an incremental build recomputes
+    at most: the rest of its per-file work is taken from that build) and named."""
+    changes, counts = _input_changes(step, old)
     if not changes:
         return None
     return (f"input files changed (incremental: {counts['added']} new, {counts['changed']} changed, "
-            f"{counts['removed']} removed of {len(after)}): {_listed(changes)}")
+            f"{counts['removed']} removed of {len(step.inputs)}): {_listed(changes)}")
 
 
 def _deps_reason(step: Step, old: dict) -> str | None:
@@ -268,6 +279,24 @@ def _deps_reason(step: Step, old: dict) -> str | None:
     return f"dependency rebuilt: {_listed(changes)}" if changes else None
 
 
+def _build_plan(step: Step, earlier: _EarlierBuild | None, root: str) -> dict:
+    """What a step that runs will take from its earlier build, for `run --dry-run` (text and --json):
+    ``full`` when there is nothing to take (no earlier build, forced, damaged, or a build that recorded
+    no per-file reuse), else ``incremental``: the earlier build's documents (its ``docs_out``, when it
+    counts documents) and, for a step that reads files, how many are new, changed and removed. The rest
+    of its work is taken from that build; documents of new files are not known before they are read, so
+    they are counted as files."""
+    if earlier is None or not fsio.exists(fsio.join(root, earlier.dirname, REUSE_FILE)):
+        return {"mode": "full"}
+    counters = earlier.artifact.get("counters") if isinstance(earlier.artifact.get("counters"), dict) else {}
+    plan = {"mode": "incremental", "earlier": earlier.dirname, "earlier_documents": counters.get("docs_out")}
+    if step.inputs or _recorded_inputs(earlier.artifact):
+        _, counts = _input_changes(step, earlier.artifact)
+        plan["files"] = {"new": counts["added"], "changed": counts["changed"], "removed": counts["removed"],
+                         "total": len(step.inputs)}
+    return plan
+
+
 def _difference(step: Step, earlier: _EarlierBuild) -> str:
     """The first kind of difference from an earlier build: version, config, input files, deps."""
     for check in (_version_reason, _config_reason, _inputs_reason, _deps_reason):
@@ -277,7 +306,7 @@ def _difference(step: Step, earlier: _EarlierBuild) -> str:
     return f"identity differs from the earlier build {earlier.dirname} (no recorded field changed)"
 
 
-def _damage(loc: _Location, step: Step, fast: bool) -> str | None:
+def _damage(loc: _Location, step: Step, fast: bool, stamps: Stamps | None = None) -> str | None:
     """Why this identity's own dir cannot be trusted, or None when there is no such dir. Only called
     for steps that are not built, so a SUCCESS marker here has a bad artifact record."""
     d = loc.step_dir(step)
@@ -289,7 +318,7 @@ def _damage(loc: _Location, step: Step, fast: bool) -> str | None:
     elif status.get("status") == markers.SUCCESS:
         art = _built_artifact(d)
         same = art is not None and art.get("identity") == step.identity
-        damage = verify.damage_reason(d, fast=fast) if same else None
+        damage = verify.damage_reason(d, fast=fast, stamps=stamps) if same else None
         if damage:
             return damage
         state = f"SUCCESS but {markers.ARTIFACT_FILE} is unreadable or records another identity"
@@ -323,6 +352,7 @@ class _Run:
         self.prefix, self.mirror, self.events = prefix, mirror, events
         self.exec_config, self.lease_timeout_s = exec_config, lease_timeout_s
         self.fast = fast  # check built outputs by size only (--fast), not by content
+        self.stamps = Stamps.of_prefix(prefix.root)  # outputs whose content was checked, by stat
         self.records: dict[str, StepRecord] = {}
         self._prefix_names: list[str] | None = None  # listed once, on the first step that needs a reason
         # Steps rebuilt in this run because their built output was damaged (and, transitively, their
@@ -355,7 +385,7 @@ class _Run:
         newest earlier build of its name under the prefix; or never built. Reads only (dry runs too)."""
         if forced:
             return "forced (--force)"
-        damage = _damage(self.prefix, step, self.fast)
+        damage = _damage(self.prefix, step, self.fast, self.stamps)
         if damage:
             return damage
         earlier = self._earlier_build(step)
@@ -380,7 +410,8 @@ class _Run:
         say up front how many steps it builds and how many it reuses. Dependents of a damaged build
         are rebuilt too (they were built from the damaged bytes)."""
         damaged_deps = [d.name for d in step.deps if d.name in self.rebuilt_damaged]
-        found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror, self.fast)
+        found = None if forced or damaged_deps else _find_built(step, self.prefix, self.mirror, self.fast,
+                                                                self.stamps)
         outdated = step.recheck(found[0]) if found is not None and step.recheck is not None else None
         if found is not None and not outdated:
             return _Decision(found)
@@ -394,7 +425,8 @@ class _Run:
         if damaged_deps or reason.startswith("output damaged:"):
             self.rebuilt_damaged.add(step.name)
             fresh = True  # start from an empty dir: nothing of the damaged build is reused
-        return _Decision(None, reason, fresh)
+        earlier = None if fresh else self._earlier_build(step)  # a fresh build takes nothing (see _run_fn)
+        return _Decision(None, reason, fresh, _build_plan(step, earlier, self.prefix.root))
 
     def step_entry(self, step: Step, decision: _Decision, dry_run: bool) -> dict:
         """Skip, report (dry run) or build one step whose deps are usable, as decided."""
@@ -404,15 +436,16 @@ class _Run:
             if not dry_run:
                 self.records[step.name] = rec
             self.emit(f"step_{kind}", step, output=rec.output, location=where)
-            return _entry(step, kind, rec.output, counters=rec.counters, location=where)
+            entry = _entry(step, kind, rec.output, counters=rec.counters, location=where)
+            return {**entry, "plan": decision.plan} if dry_run else entry
         if not dry_run:
             try:
                 return self.build(step, decision.fresh, decision.reason)
             except OSError as e:  # the step dir, its lease or its RUNNING marker could not be written
                 return self._disk_failure(step, e, decision.reason)
         url = self.prefix.step_dir(step)
-        self.emit("step_would_run", step, output=url, reason=decision.reason)
-        return _entry(step, "would_run", url, reason=decision.reason)
+        self.emit("step_would_run", step, output=url, reason=decision.reason, plan=decision.plan)
+        return {**_entry(step, "would_run", url, reason=decision.reason), "plan": decision.plan}
 
     def build(self, step: Step, forced: bool, reason: str | None = None) -> dict:
         d = self.prefix.step_dir(step)
@@ -429,7 +462,7 @@ class _Run:
         waited = f" after waiting {time.perf_counter() - waited_from[0]:.1f}s for its lease" if waited_from else ""
         try:
             if not forced:
-                rec = _load_built(self.prefix, step, self.fast)
+                rec = _load_built(self.prefix, step, self.fast, self.stamps)
                 if rec is not None:  # a concurrent runner built it while we waited
                     self.records[step.name] = rec
                     self.emit("step_skipped", step, output=d, location="prefix",
@@ -465,7 +498,7 @@ class _Run:
                 result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
             lease.check()
-            verify.write_manifest(d)  # what `run` and `verify` will check this build against
+            verify.write_manifest(d, self.stamps, ctx.earlier)  # what `run` and `verify` will check it against
             lease.check()
             markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()
@@ -634,7 +667,7 @@ def _load_deps_outside_selection(run: _Run, order: list[Step], selected: set[str
         for dep in s.deps:
             if dep.name in selected or dep.name in run.records:
                 continue
-            found = _find_built(dep, run.prefix, run.mirror, run.fast)
+            found = _find_built(dep, run.prefix, run.mirror, run.fast, run.stamps)
             if found is None:
                 missing.append(f"{s.name} needs {dep.name} ({dep.dirname})")
             else:
@@ -726,6 +759,7 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0
     if not dry_run:
+        run.stamps.save()  # a cache: a run that cannot write it only reads those files again next time
         run.safe_emit({"event": "run_finished", "status": status, "wall_s": round(wall, 6)})
     records = {n: r for n, r in run.records.items() if n in selected}
     return RunSummary(status, entries, records, run.events.run_id, round(wall, 6), dry_run)

@@ -5,8 +5,10 @@ shard deleted by a cleanup script, a parquet part truncated by a full disk durin
 ``.stats.json``, one token id overwritten by another valid id were all trusted by ``datakit run`` and
 served downstream. With the manifest:
 
-- ``datakit run`` re-hashes every output of a built step before skipping it: any changed byte, even
+- ``datakit run`` checks every output of a built step before skipping it: any changed byte, even
   one that keeps the size, rebuilds the step and everything downstream, and the reason names the file.
+  A local file whose stat (size, mtime_ns, inode) is the one it had when its content was last read and
+  found right is not read again (`stamps`: any write changes the mtime, a copy the inode).
 - ``datakit verify`` and ``datakit ferry validate`` do the same check and report it per step.
 - ``--fast`` (on both commands) checks sizes only (a stat per file; small local files, such as JSON
   records, are hashed too, which is as cheap): for prefixes too large or too remote to read in full.
@@ -20,6 +22,7 @@ manifests existed have none: they are trusted as before (and ``verify`` says so)
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from dataclasses import asdict, dataclass, field
 
@@ -27,6 +30,7 @@ from datakit.core import fsio
 
 from . import markers
 from .lease import is_lease_name
+from .stamps import Stamps
 from .step import collect_steps
 
 MANIFEST_FORMAT = "datakit.step_outputs"
@@ -72,15 +76,47 @@ def _walk(step_dir: str) -> dict[str, int]:
     return {rel: size for rel, size in fsio.walk(step_dir).items() if is_output_name(rel)}
 
 
-def build_manifest(step_dir: str) -> list[OutputFile]:
-    """Every output file of the step dir, sorted by path, with size and hash."""
+def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
+    """(device, inode) -> recorded xxh3-128 of each local output of an earlier build: a file of this build
+    that is a hard link of one of them was taken from it (`reuse.take`, which checked it against this
+    very record), so its digest is known without reading it again."""
+    if earlier is None or not fsio.is_local(earlier):
+        return {}
+    try:
+        files = read_manifest(earlier) or []
+    except ValueError:
+        return {}
+    out = {}
+    for f in files:
+        try:
+            st = os.stat(fsio.local_path(fsio.join(earlier, f.path)))
+        except FileNotFoundError:
+            continue
+        if st.st_size == f.size:
+            out[(st.st_dev, st.st_ino)] = f.xxh3_128
+    return out
+
+
+def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None) -> str:
+    if linked:
+        st = os.stat(fsio.local_path(path))
+        if (st.st_dev, st.st_ino) in linked:
+            return linked[(st.st_dev, st.st_ino)]
+    return stamps.xxh3(path) if stamps is not None else fsio.xxh3_file(path)
+
+
+def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
+    """Every output file of the step dir, sorted by path, with size and hash. A file taken from the
+    ``earlier`` build by a hard link has that build's recorded hash, and a file whose stat ``stamps``
+    vouch for is not read again."""
     sizes = _walk(step_dir)
-    return [OutputFile(rel, sizes[rel], fsio.xxh3_file(fsio.join(step_dir, rel))) for rel in sorted(sizes)]
+    linked = _linked_digests(earlier) if fsio.is_local(step_dir) else {}
+    return [OutputFile(rel, sizes[rel], _digest(fsio.join(step_dir, rel), linked, stamps)) for rel in sorted(sizes)]
 
 
-def write_manifest(step_dir: str) -> list[OutputFile]:
+def write_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
     """Record the step's outputs (called by the runner after the step fn, before the artifact)."""
-    files = build_manifest(step_dir)
+    files = build_manifest(step_dir, stamps, earlier)
     record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "files": [asdict(f) for f in files]}
     fsio.atomic_write_bytes(fsio.join(step_dir, markers.OUTPUTS_FILE), markers.to_json_bytes(record))
     return files
@@ -101,23 +137,27 @@ def read_manifest(step_dir: str) -> list[OutputFile] | None:
         raise ValueError(f"{markers.OUTPUTS_FILE} is unreadable ({e})") from None
 
 
-def _problem(step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool) -> str | None:
+def _problem(step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool,
+             stamps: Stamps | None) -> str | None:
     size = sizes.get(f.path)
     if size is None:
         return f"{f.path} is missing"
     if size != f.size:
         return f"{f.path} size {size} != {f.size} recorded"
     if hash_it:
-        got = fsio.xxh3_file(fsio.join(step_dir, f.path))
+        path = fsio.join(step_dir, f.path)
+        got = stamps.xxh3(path) if stamps is not None else fsio.xxh3_file(path)
         if got != f.xxh3_128:
             return f"{f.path} content changed (xxh3-128 {got} != {f.xxh3_128} recorded)"
     return None
 
 
-def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20) -> VerifyReport:
+def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20,
+                    stamps: Stamps | None = None) -> VerifyReport:
     """Compare a step dir with its manifest: every file's size and xxh3-128 (default), or with ``fast``
     sizes only, plus hashes of small local files. Files the manifest does not list are ignored (they
-    were never trusted)."""
+    were never trusted). ``stamps``: the prefix's verified stats (a file with its stamped stat is not
+    read again; what is read is stamped)."""
     report = VerifyReport(step_dir, manifest=True, fast=fast)
     try:
         files = read_manifest(step_dir)
@@ -131,7 +171,7 @@ def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20
     local = fsio.is_local(step_dir)
     for f in files:
         hash_it = not fast or (local and f.size <= QUICK_HASH_BYTES)
-        problem = _problem(step_dir, f, sizes, hash_it)
+        problem = _problem(step_dir, f, sizes, hash_it, stamps)
         report.checked += 1
         if problem:
             report.problems.append(problem)
@@ -140,10 +180,10 @@ def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20
     return report
 
 
-def damage_reason(step_dir: str, *, fast: bool = False) -> str | None:
+def damage_reason(step_dir: str, *, fast: bool = False, stamps: Stamps | None = None) -> str | None:
     """One line saying why a built step's outputs cannot be trusted (content, or sizes with ``fast``),
     else None."""
-    report = verify_step_dir(step_dir, fast=fast, max_problems=3)
+    report = verify_step_dir(step_dir, fast=fast, max_problems=3, stamps=stamps)
     if report.ok:
         return None
     more = f" (and {len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
@@ -154,6 +194,7 @@ def verify_steps(steps, prefix: str, *, fast: bool = False) -> list[dict]:
     """``datakit verify``: each step of the DAG as {name, state, detail, path}; state is OK, DAMAGED,
     UNVERIFIED (built before output manifests existed) or NOT_BUILT."""
     root = fsio.store_url(prefix)
+    stamps = Stamps.of_prefix(root)
     rows = []
     for step in collect_steps(steps):
         d = fsio.join(root, step.dirname)
@@ -161,7 +202,7 @@ def verify_steps(steps, prefix: str, *, fast: bool = False) -> list[dict]:
         if not markers.is_built(d):
             rows.append({**row, "state": "NOT_BUILT", "detail": "not built under this prefix"})
             continue
-        report = verify_step_dir(d, fast=fast)
+        report = verify_step_dir(d, fast=fast, stamps=stamps)
         if not report.manifest and report.ok:
             state, detail = "UNVERIFIED", f"no {markers.OUTPUTS_FILE} (built before output manifests)"
         elif report.ok:
@@ -169,7 +210,7 @@ def verify_steps(steps, prefix: str, *, fast: bool = False) -> list[dict]:
         else:
             state, detail = "DAMAGED", "; ".join(report.problems)
         rows.append({**row, "state": state, "detail": detail})
-    return rows
+    return rows  # the stamps are only read: `verify` writes nothing under the prefix
 
 
 __all__ = ["OutputFile", "VerifyReport", "build_manifest", "write_manifest", "read_manifest", "verify_step_dir",

@@ -1,0 +1,96 @@
+"""Output files whose content was read and found right, remembered by stat: read a file again only when
+it changed.
+
+Why: a built step is trusted only when every output still hashes to what its outputs manifest recorded
+(`verify`), a file taken from an earlier build is checked against that build's record (`reuse.take`),
+and a build's manifest hashes every output, the taken ones included. On an incremental run that is
+every byte of the corpus read two or three times to change one file. Git's index settles the same
+question for a working tree: a file whose stat is the one it had when its content was read has that
+content still.
+
+So each time an output's xxh3-128 is read on a local disk, its stat (size, mtime_ns, inode, device) is
+recorded with the digest under ``<prefix>/.datakit/verified/`` (the segment store of
+`fingerprint.HashCache`: immutable JSONL segments, safe for concurrent runs; a cache, safe to delete).
+Entries are keyed by device and inode, not path, so a hard link of a file (how reuse takes a file)
+shares the entry of the file it links. A later check whose stat matches an entry uses its digest without
+reading the file. The safety of the content check stands: any write to a file, even one that keeps its
+size, changes its mtime (and a copy changes its inode), and then the file is read again. Only a stat
+that was already in the past when the file was read is recorded (``RACY_WINDOW_S``: a file rewritten
+within the file system's timestamp granularity could keep its stat), so a file just written is read
+once more later, never trusted early. Object stores have no such stat: there every check reads.
+"""
+from __future__ import annotations
+
+import os
+
+from datakit.core import fsio
+from datakit.core.layout import VERIFIED_DIR
+
+from .fingerprint import CacheEntry, FileStat, HashCache, hash_stamped
+
+ALGO = "xxh3_128"
+
+
+def _stat(path: str) -> tuple[str, FileStat]:
+    """The cache key of a local file (device and inode) and its stat."""
+    st = os.stat(path)
+    return f"inode:{st.st_dev}:{st.st_ino}", FileStat(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+class Stamps:
+    """The verified-stat record of one prefix: ``xxh3`` serves or reads a file's digest, ``vouches``
+    says whether a stat is recorded as holding a digest, ``save`` publishes what this process learned
+    (never called by a dry run, which writes nothing)."""
+
+    def __init__(self, cache: HashCache | None) -> None:
+        self.cache = cache
+        self.new: list[CacheEntry] = []
+
+    @classmethod
+    def of_prefix(cls, root: str | None) -> "Stamps":
+        """The record under a prefix root; an empty one that reads every file on an object store."""
+        if root is None or not fsio.is_local(root):
+            return cls(None)
+        return cls(HashCache(fsio.join(fsio.local_path(root), VERIFIED_DIR), ALGO).load())
+
+    def xxh3(self, path: str) -> str:
+        """The file's xxh3-128: the recorded one when its stat is the recorded stat, else read (and
+        recorded when its stat can vouch for it later)."""
+        if self.cache is None or not fsio.is_local(path):
+            return fsio.xxh3_file(path)
+        local = fsio.local_path(path)
+        key, before = _stat(local)
+        known = self.cache.lookup(key, before)
+        if known is not None:
+            return known
+        hashed = hash_stamped(local, before, key, fsio.xxh3_file)
+        if hashed.entry is not None:
+            self.new.append(hashed.entry)
+            self.cache.entries[key] = hashed.entry
+        return hashed.digest
+
+    def vouches(self, path: str, digest: str) -> FileStat | None:
+        """The file's stat when the record says that stat holds ``digest`` (no read), else None."""
+        if self.cache is None or not fsio.is_local(path):
+            return None
+        try:
+            key, st = _stat(fsio.local_path(path))
+        except FileNotFoundError:
+            return None
+        return st if self.cache.lookup(key, st) == digest else None
+
+    def save(self) -> None:
+        if self.cache is not None and self.new:
+            self.cache.save(self.new)
+            self.new = []
+
+
+def same_file(path: str, stat: FileStat) -> bool:
+    """Whether a local file has exactly this stat (a hard link of a vouched-for file has it)."""
+    try:
+        return fsio.is_local(path) and _stat(fsio.local_path(path))[1] == stat
+    except FileNotFoundError:
+        return False
+
+
+__all__ = ["Stamps", "same_file", "ALGO"]
