@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from datakit import pipeline
-from datakit.quality.takedown import TakedownFileError, parse_file
+from datakit.quality.takedown import TakedownConfig, TakedownFileError, Takedowns, parse_file
 
 LICENSES = ("Apache-2.0", "GPL-3", "LGPL-2.1", "MPL-2.0", "Artistic", "GPL-2")
 
@@ -124,3 +124,26 @@ def test_a_malformed_takedown_file_fails_naming_its_line(tmp_path):
     with pytest.raises(TakedownFileError, match="t.txt:1"):
         parse_file(b"host example.com\n", "t.txt")
     assert parse_file(b"# c\n\nurl https://a.b/c # x\n", "t.txt")["url"] == {"https://a.b/c"}
+
+
+def test_the_column_wise_lookup_finds_exactly_what_matching_each_document_finds(tmp_path):
+    """`Takedowns.rows` looks ids up in Arrow and runs `match` on candidates only; on real pages with ids
+    as strings or integers, nulls, URLs with surrounding spaces and domains it finds, row for row and
+    reason for reason, what `match` finds on every document."""
+    import pyarrow as pa
+
+    web = _web(tmp_path)
+    docs = [json.loads(line) for k in range(8) for line in open(os.path.join(web, f"part{k}.jsonl"))]
+    n = len(docs)
+    urls = [("  " + d["url"] + "\n") if i % 7 == 0 else (None if i % 11 == 0 else d["url"]) for i, d in enumerate(docs)]
+    base = {"id": pa.array([d["id"] for d in docs]), "url": pa.array(urls)}
+    listed = TakedownConfig(ids=(docs[3]["id"], docs[40]["id"], "17", "18"), urls=(docs[14]["url"], docs[15]["url"]),
+                            domains=("mozilla.org",))
+    for source_id in (pa.array([f"src-{i}" if i % 5 else None for i in range(n)]), pa.array(range(n), pa.int64()),
+                      pa.array([float(i) for i in range(n)])):
+        table = pa.table({**base, "source_id": source_id})
+        for cfg in (listed, TakedownConfig(ids=listed.ids)):
+            lists = Takedowns.of(cfg)
+            want = [(i, d["id"], why) for i, d in enumerate(table.to_pylist()) if (why := lists.match(d)) is not None]
+            assert lists.rows(table) == want
+            assert len(want) >= (3 if cfg.urls else 2)

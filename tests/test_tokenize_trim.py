@@ -128,12 +128,23 @@ def test_cut_keeps_exactly_the_marked_documents():
     assert kept.tolist() == [1, 1, 3, 4, 4] and off.tolist() == [0, 2, 3, 5]
     kept, off = trim.cut(tokens, offsets, np.array([False, True, False, False]))
     assert kept.tolist() == [2, 2, 2] and off.tolist() == [0, 3]
+    kept, off = trim.cut(tokens, offsets, np.zeros(4, dtype=bool))
+    assert kept.tolist() == [] and kept.dtype == tokens.dtype and off.tolist() == [0]
+    rng = np.random.default_rng(7)  # run by run equals the mask over every token, empty documents too
+    lengths = rng.integers(0, 6, 500)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype("<i8")
+    tokens = rng.integers(0, 2**16, int(offsets[-1])).astype("<u2")
+    for drop in (0.0, 0.01, 0.5, 1.0):
+        keep = rng.random(500) >= drop
+        kept, off = trim.cut(tokens, offsets, keep)
+        assert kept.tolist() == tokens[np.repeat(keep, lengths)].tolist() and kept.dtype == tokens.dtype
+        assert off.tolist() == [0, *np.cumsum(lengths[keep]).tolist()]
 
 
 def test_kept_rows_maps_documents_to_their_split_rows_and_refuses_anything_but_removals():
     ids = [f"doc-{n:03d}" for n in range(40)]
     texts = [f"text {n}" for n in range(40)]
-    old = trim.doc_hashes(ids, texts)
+    old = trim.doc_hashes(pa.array(ids), pa.array(texts))
     val = np.array([is_validation(i, 0.3) for i in ids])
     assert val.any() and not val.all()
     assert (trim.validation_mask(old[:, 0], 0.3) == val).all()
@@ -143,7 +154,25 @@ def test_kept_rows_maps_documents_to_their_split_rows_and_refuses_anything_but_r
     assert keep["train"].tolist() == kept[~val].tolist()
     assert keep["validation"].tolist() == kept[val].tolist()
     assert trim.kept_rows(old, old[[3, 1]], 0.3) is None  # another order
-    assert trim.kept_rows(old, trim.doc_hashes(["doc-001"], ["edited"]), 0.3) is None  # an edited text
+    assert trim.kept_rows(old, trim.doc_hashes(pa.array(["doc-001"]), pa.array(["edited"])), 0.3) is None  # edited
+
+
+def test_doc_hashes_read_from_arrow_are_the_hashes_of_the_utf8_bytes():
+    """The hashes come from the arrays' buffers, not from Python strings: on a sliced array, a large_string
+    one and non-ASCII text they are still xxh3 of (salt, id) and (id, NUL, text) as UTF-8 bytes."""
+    import xxhash
+
+    with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
+        texts = [p for p in f.read().split("\n\n") if p.strip()][:60] + ["Grüße, 東京 — ünïcödé", ""]
+    ids = [f"id-{n}-é" for n in range(len(texts))]
+    want = np.array([[xxhash.xxh3_64_intdigest(trim.SPLIT_SALT + i.encode()),
+                      xxhash.xxh3_64_intdigest(i.encode() + b"\x00" + t.encode())] for i, t in zip(ids, texts)],
+                    dtype="<u8")
+    assert (trim.doc_hashes(pa.array(ids), pa.array(texts)) == want).all()
+    assert (trim.doc_hashes(pa.array(ids, pa.large_string()), pa.array(texts, pa.large_string())) == want).all()
+    sliced = trim.doc_hashes(pa.array(["x"] + ids).slice(1), pa.array(["y"] + texts).slice(1))
+    assert (sliced == want).all()
+    assert trim.doc_hashes(pa.array([], pa.string()), pa.array([], pa.string())).shape == (0, 2)
 
 
 def test_a_build_from_before_trimming_is_taken_and_its_hashes_written(built, tmp_path):

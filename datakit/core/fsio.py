@@ -361,12 +361,20 @@ def read_if_exists(path: str) -> bytes | None:
 
 def read_table(path: str, columns: Sequence[str] | None = None):
     """One parquet file as an Arrow table (only ``columns`` when given). Local: pyarrow reads the
-    path itself; remote: through `open_read`, so every ranged GET is retried like any other call."""
+    path itself, through `ParquetFile` rather than `pq.read_table`, whose dataset layer costs every
+    process that first calls it half a CPU-second of imports (a worker of a small incremental run
+    spends more on that than on its data); remote: through `open_read`, so every ranged GET is
+    retried like any other call."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     cols = list(columns) if columns is not None else None
     if is_local(path):
-        return pq.read_table(local_path(path), columns=cols)
+        with pq.ParquetFile(local_path(path)) as pf:
+            missing = [c for c in cols or () if c not in pf.schema_arrow.names]
+            if missing:  # as pq.read_table says it (ParquetFile.read would skip the column)
+                raise pa.ArrowInvalid(f"No match for FieldRef.Name({missing[0]}) in {path}")
+            return pf.read(columns=cols)
     with open_read(path) as f:
         return pq.read_table(f, columns=cols)
 

@@ -31,23 +31,18 @@ REASON = "takedown"
 
 def _matches(table: pa.Table, cfg: TakedownConfig) -> list[tuple[int, str, str]]:
     """(row, id, the entry that matched) of every listed document of one file."""
-    lists = Takedowns.of(cfg)
-    out = []
-    for i, doc in enumerate(table.select([c for c in ("id", "source_id", cfg.url_column)
-                                          if c in table.column_names]).to_pylist()):
-        why = lists.match(doc)
-        if why is not None:
-            out.append((i, doc["id"], why))
-    return out
+    return Takedowns.of(cfg).rows(table)
 
 
 def file_matches(path: str, cfg: TakedownConfig) -> dict:
     """The per-file part of a file's reuse key: its rows and the listed documents it holds (read from
     the id and URL columns only). A new entry therefore rewrites only the files holding a document it
-    lists (the list itself is not in the key)."""
+    lists (the list itself is not in the key). The URL column is read only when URLs or domains are listed."""
+    lists = Takedowns.of(cfg)
     names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
-    table = read_table(path, columns=[c for c in ("id", "source_id", cfg.url_column) if c in names])
-    return {"rows": table.num_rows, "matches": _matches(table, cfg)}
+    wanted = ("id", "source_id", cfg.url_column) if lists.urls or lists.domains else ("id", "source_id")
+    table = read_table(path, columns=[c for c in wanted if c in names])
+    return {"rows": table.num_rows, "matches": lists.rows(table)}
 
 
 def untouched(part: dict) -> dict[str, int] | None:

@@ -205,16 +205,19 @@ def _reusable(spec: _ShardSpec, names: dict[str, str], fp: dict) -> dict | None:
     return found
 
 
+def _require_columns(path: str, names: list[str]) -> None:
+    for col in ("id", "text"):
+        if col not in names:
+            raise ValueError(f"{path}: missing column {col!r} (columns: {names}); expected consolidated records")
+
+
 def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Array]]:
     """(first row number, id column, text column) chunks of about ``batch_bytes`` of text, cut by the
     texts' byte lengths (not by row count: one record batch of long documents can hold far more than
     a chunk, and a shard read as one chunk would leave nothing to overlap with encoding)."""
     with C.open_read(path) as f:
         pf = pq.ParquetFile(f)
-        names = pf.schema_arrow.names
-        for col in ("id", "text"):
-            if col not in names:
-                raise ValueError(f"{path}: missing column {col!r} (columns: {names}); expected consolidated records")
+        _require_columns(path, pf.schema_arrow.names)
         ids: list[pa.Array] = []
         texts: list[pa.Array] = []
         size = 0
@@ -274,7 +277,7 @@ def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: 
             bad.add(path, first_row + int(r), "id" if not ids[int(r)].is_valid else "text")
         ids, texts = ids.filter(valid), texts.filter(valid)
     text_list = texts.to_pylist()
-    hashes = trim.doc_hashes(ids.to_pylist(), text_list)
+    hashes = trim.doc_hashes(ids, texts)
     val_mask = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
     pieces, piece_counts = to_pieces(text_list, spec.max_chars)
@@ -414,7 +417,7 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
         return None
     if trim.ids_rel(key) not in unit.files:  # a build from before trimming: hash the part's documents
         ids, texts = _read_part(path)
-        _write_ids(spec, key, trim.doc_hashes(ids.to_pylist(), texts.to_pylist()))
+        _write_ids(spec, key, trim.doc_hashes(ids, texts))
     counts = {s: {k: unit.stats[f"{s}/{k}"] for k in _COUNTS} for s in SPLITS}
     sums: dict[str, dict] = {s: {} for s in SPLITS}
     for rel in unit.files:  # take() checked each file against these recorded hashes
@@ -432,7 +435,9 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
 def _read_part(path: str) -> tuple[pa.Array, pa.Array]:
     """A part's id and text columns, whole: what trimming reads of it (no encoding)."""
     with C.open_read(path) as f:
-        table = pq.read_table(f, columns=["id", "text"], use_threads=False)
+        pf = pq.ParquetFile(f)  # not pq.read_table: its dataset layer costs a worker 0.5 CPU-s of imports
+        _require_columns(path, pf.schema_arrow.names)
+        table = pf.read(columns=["id", "text"], use_threads=False)
     return table.column("id").combine_chunks(), table.column("text").combine_chunks()
 
 
@@ -476,7 +481,7 @@ def _trimmed(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     _check_types(path, ids, texts)
     if ids.null_count or texts.null_count:
         return None
-    hashes = trim.doc_hashes(ids.to_pylist(), texts.to_pylist())
+    hashes = trim.doc_hashes(ids, texts)
     earlier_ids = _earlier_file(spec.earlier, trim.ids_rel(spec.trim_from[path]))
     if earlier_ids is None:
         return None

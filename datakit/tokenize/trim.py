@@ -21,6 +21,7 @@ import io
 import math
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 
 __all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "doc_hashes", "validation_mask", "kept_rows", "cut", "to_npy_bytes",
@@ -35,13 +36,32 @@ def ids_rel(key: str) -> str:
     return f"{IDS_DIR}{key}.npy"
 
 
-def doc_hashes(ids: list[str], texts: list[str]) -> np.ndarray:
-    """``(N, 2)`` uint64: the split hash of each id, and the hash of id and text together."""
+def _utf8(arr: pa.Array) -> tuple[memoryview, list[int]]:
+    """A string array's UTF-8 bytes and its value offsets into them (no Python string per value)."""
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    if arr.null_count:
+        raise ValueError("document hashes need every id and text (a null reached the hashing)")
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    _validity, offsets, data = arr.buffers()
+    ends = np.frombuffer(offsets, dtype=width)[arr.offset:arr.offset + len(arr) + 1]
+    return memoryview(data if data is not None else b""), ends.tolist()
+
+
+def doc_hashes(ids: pa.Array, texts: pa.Array) -> np.ndarray:
+    """``(N, 2)`` uint64: the split hash of each id, and the hash of id and text together, read from the
+    arrays' UTF-8 bytes (what ``str.encode`` gives)."""
     out = np.empty((len(ids), 2), dtype="<u8")
-    for n, (i, t) in enumerate(zip(ids, texts)):
-        b = i.encode("utf-8")
-        out[n, 0] = xxhash.xxh3_64_intdigest(SPLIT_SALT + b)
-        out[n, 1] = xxhash.xxh3_64_intdigest(b + b"\x00" + t.encode("utf-8"))
+    id_data, id_at = _utf8(ids)
+    text_data, text_at = _utf8(texts)
+    for n in range(len(ids)):
+        b = id_data[id_at[n]:id_at[n + 1]]
+        split = xxhash.xxh3_64(SPLIT_SALT)
+        split.update(b)
+        whole = xxhash.xxh3_64(b)
+        whole.update(b"\x00")
+        whole.update(text_data[text_at[n]:text_at[n + 1]])
+        out[n, 0] = split.intdigest()
+        out[n, 1] = whole.intdigest()
     return out
 
 
@@ -74,11 +94,14 @@ def kept_rows(earlier: np.ndarray, new: np.ndarray, fraction: float) -> dict[str
 
 
 def cut(tokens: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The shard's tokens and offsets with only the rows ``keep`` marks (offsets: int64, rows+1)."""
+    """The shard's tokens and offsets with only the rows ``keep`` marks (offsets: int64, rows+1). The
+    kept tokens are copied run by run (a takedown removes a few rows, so a shard is a few long runs),
+    not through a mask over every token."""
     lengths = np.diff(offsets)
-    kept_tokens = tokens[np.repeat(keep, lengths)]
     kept_offsets = np.concatenate([[0], np.cumsum(lengths[keep], dtype=np.int64)]).astype("<i8")
-    return kept_tokens, kept_offsets
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
+    runs = [tokens[offsets[a]:offsets[b]] for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist())]
+    return (np.concatenate(runs) if runs else tokens[:0].copy()), kept_offsets
 
 
 def to_npy_bytes(arr: np.ndarray) -> bytes:
