@@ -26,6 +26,15 @@ Measured, each single-process (one core); the reader measurements alternate ours
 and, for context, datakit's whole normalize step end to end (read, clean, exact-dedup shuffle, sorted
 zstd parquet) on the local backend with --workers workers.
 
+The parse floor (--mb MB of benchmarks/pipeline.py's corpus, its jsonl.zst files, one per 50 MB; 0
+skips it; --floor-only skips everything else): CPU-seconds of normalize_source (local backend, --workers
+workers, the process tree: the step's process and its workers) next to the floor, zstd decompression
+and JSON parsing of the same files alone (one process), each in a fresh interpreter, measured in the
+same run. Normalize is measured twice: "cold", the pool started inside the window as when normalize is
+the first step of a `datakit run` (each worker's interpreter start and imports included), then "warm",
+the same build again on the started pool. The ratios ours / floor are the figure of issue #32 (target
+<= 3 at 400 MB).
+
 Records/s and MB/s (MB of the uncompressed input: JSONL text, WARC bytes) are reported for each, plus
 ratios ours/peer. One JSON object on stdout.
 
@@ -36,6 +45,7 @@ The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours do
                                                    # zstandard datatrove reads 0 jsonl.zst documents
     .venv/bin/python -m benchmarks.normalize                       # defaults: ~40 MB jsonl, 1500 pages
     .venv/bin/python -m benchmarks.normalize --jsonl-mb 200 --pages 5000 --repeat 3   # the README's figures
+    .venv/bin/python -m benchmarks.normalize --mb 400 --floor-only        # normalize against its parse floor
 Without .venv-bench the peer figures are null, with the reason.
 """
 
@@ -43,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
 import shutil
@@ -256,6 +267,74 @@ def ours_pipeline(dirpath: Path, fmt: str, workers: int) -> dict:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def _tree_cpu() -> float:
+    """CPU seconds of this process and every live descendant (the local backend's pool workers)."""
+    import psutil
+
+    me = psutil.Process()
+    procs = [me, *me.children(recursive=True)]
+    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+
+def floor_child(kind: str, dirpath: str, workers: int) -> None:
+    """In a fresh interpreter: the parse floor (zstd + JSON of every line) or normalize, cold then warm."""
+    files = sorted(Path(dirpath).glob("*.jsonl.zst"))
+    if kind == "parse":
+        import orjson
+        import zstandard
+
+        cpu0, n = _cpu(), 0
+        for f in files:
+            with open(f, "rb") as fh, zstandard.ZstdDecompressor().stream_reader(fh) as r:
+                for line in io.BufferedReader(r, 1 << 20):
+                    orjson.loads(line)
+                    n += 1
+        print(json.dumps({"cpu_s": round(_cpu() - cpu0, 3), "records": n}))
+        return
+    from datakit.manifest import SourceSpec
+    from datakit.normalize import normalize_source
+    from datakit.shuffle import ExecConfig, list_files
+
+    spec = SourceSpec(name="corpus", uri=dirpath, format="jsonl", text_field="text", id_field="id")
+    listed = list_files(f"{dirpath}/*.jsonl.zst")
+    out: dict = {}
+    for run in ("cold", "warm"):
+        dst = Path(tempfile.mkdtemp(prefix="dk-norm-floor-"))
+        try:
+            cpu0, t0 = _tree_cpu(), time.perf_counter()
+            res = normalize_source(spec, files=listed, out_dir=str(dst),
+                                   exec_config=ExecConfig(backend="local", max_workers=workers))
+            out[run] = {"cpu_s": round(_tree_cpu() - cpu0, 3), "wall_s": round(time.perf_counter() - t0, 3),
+                        "parts": res.num_shards, "records": res.counters["records_in"]}
+        finally:
+            shutil.rmtree(dst, ignore_errors=True)
+    print(json.dumps(out))
+
+
+def parse_floor(work: Path, mb: float, workers: int) -> dict:
+    """Normalize's CPU-seconds against its parse floor on the pipeline benchmark's corpus (see the doc)."""
+    from benchmarks import _pipeline_corpus as corpus
+
+    corpus_dir, stamp = work / "floor-corpus", work / "floor-corpus.json"
+    params = {"mb": mb, "version": corpus.VERSION}
+    if stamp.exists() and json.loads(stamp.read_text()) == params:  # --work-dir: build once, measure often
+        info = corpus.CorpusInfo.load(work / "truth.json")
+    else:
+        info = corpus.build(corpus_dir, mb, max(2, round(mb / 50)))
+        stamp.write_text(json.dumps(params))
+
+    def child(kind: str) -> dict:
+        cmd = module_command(sys.executable, "normalize", "--floor-child", kind, "--dir", str(corpus_dir),
+                             "--workers", str(workers))
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    floor, ours = child("parse"), child("normalize")
+    return {"mb": info.mb, "files": len(info.files), "workers": workers, "floor": floor, "normalize": ours,
+            "ratio_cold": round(ours["cold"]["cpu_s"] / floor["cpu_s"], 2),
+            "ratio_warm": round(ours["warm"]["cpu_s"] / floor["cpu_s"], 2)}
+
+
 # ------------------------------------------------------------------------------------------------ peer (runs in .venv-bench)
 
 
@@ -392,6 +471,10 @@ def main() -> None:
                     help="rounds (ours and peer alternating, best kept) for the reader measurements")
     ap.add_argument("--workers", type=int, default=2, help="workers for the end-to-end normalize run")
     ap.add_argument("--work-dir", default=None, help="where to generate inputs (default: a temp dir)")
+    ap.add_argument("--mb", type=float, default=0.0,
+                    help="MB of the pipeline corpus for the parse-floor comparison (0: skip; issue #32: 400)")
+    ap.add_argument("--floor-only", action="store_true", help="only the parse-floor comparison (with --mb)")
+    ap.add_argument("--floor-child", choices=["parse", "normalize"], help=argparse.SUPPRESS)
     ap.add_argument("--peer", choices=["jsonl", "warc-read", "warc-extract", "warc-resiliparse",
                                        "warc-resiliparse-nosandbox"], help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
@@ -399,8 +482,15 @@ def main() -> None:
     if args.peer:
         peer_main(args.peer, args.dir)
         return
+    if args.floor_child:
+        floor_child(args.floor_child, args.dir, args.workers)
+        return
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dk-norm-bench-in-"))
     try:
+        if args.floor_only:
+            print(json.dumps({"parse_floor": parse_floor(work, args.mb, args.workers),
+                              "load_average_after": os.getloadavg()}, indent=1))
+            return
         jinfo = make_jsonl(work / "jsonl", args.jsonl_mb)
         winfo = make_warc(work / "warc", args.pages)
         result: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
@@ -434,6 +524,8 @@ def main() -> None:
             "ratio_ours_over_trafilatura": _ratio(ours_w, peer_w_ext),
             "ours_normalize_end_to_end": _rates(ours_pipeline(work / "warc", "warc", args.workers), winfo),
         }
+        if args.mb:
+            result["parse_floor"] = parse_floor(work, args.mb, args.workers)
         result["peer_version"] = {"datatrove": version}
         result["load_average_after"] = os.getloadavg()
         print(json.dumps(result, indent=1))

@@ -203,7 +203,8 @@ def test_units_are_stable_when_files_come_and_go():
     target = 40_000
 
     def units(rs):
-        return {u.name: tuple(r.rel for r in u.refs) for u in plan_units([Piece(r, r.size) for r in rs], target)}
+        return {u.names[0]: tuple(r.rel for r in u.refs)
+                for u in plan_units([Piece(r, r.size) for r in rs], target, part_bytes=target)}
 
     before = units(refs)
     assert 15 < len(before) < 100  # about target / 2 to target of text per unit

@@ -43,10 +43,11 @@ def _source(root: Path) -> Path:
     return src
 
 
-def _run(root: Path, prefix: str, src: Path, workers: int = 2) -> dict:
+def _run(root: Path, prefix: str, src: Path, workers: int = 2, part_bytes: int = TARGET) -> dict:
     m = pipeline.manifest_from_dict({
         "prefix": str(root / prefix), "sources": [{"name": "code", "uri": f"{src}/**/*", "format": "text"}],
-        "normalize": {"target_shard_bytes": TARGET}, "dedup": {"fuzzy": False}, "tokenize": {"vocab_size": 300}})
+        "normalize": {"target_shard_bytes": TARGET, "part_bytes": part_bytes}, "dedup": {"fuzzy": False},
+        "tokenize": {"vocab_size": 300}})
     s = pipeline.run(m, workers=workers, only=["normalize-code"])
     assert s.ok
     return next(x for x in s.to_dict()["steps"] if x["name"] == "normalize-code")
@@ -65,8 +66,8 @@ def _same_counters(a: dict, b: dict) -> None:
     assert strip(a["counters"]) == strip(b["counters"])
 
 
-def _rebuild_equals_fresh(tmp_path: Path, src: Path, step: dict) -> None:
-    fresh = _run(tmp_path, "fresh", src, workers=1)
+def _rebuild_equals_fresh(tmp_path: Path, src: Path, step: dict, part_bytes: int = TARGET) -> None:
+    fresh = _run(tmp_path, "fresh", src, workers=1, part_bytes=part_bytes)
     assert fresh["counters"]["files/reused"] == 0
     _same_counters(step, fresh)
     assert _tree(step["output"]) == _tree(fresh["output"])
@@ -138,6 +139,7 @@ def test_adding_or_removing_a_file_reads_few_units_and_equals_a_fresh_build(buil
 
 
 def test_workers_and_backends_give_identical_bytes(built, tmp_path):
+    """Units split into id-range parts (part_bytes below the units' size) included."""
     _root, src, _first = built
     spec = SourceSpec(name="code", uri="in", format="text")
     trees = []
@@ -145,9 +147,38 @@ def test_workers_and_backends_give_identical_bytes(built, tmp_path):
                             ExecConfig(backend="inline"))):
         out = tmp_path / f"o{i}"
         normalize_source(spec, files=list_files(f"{src}/**/*"), out_dir=str(out),
-                         cfg=NormalizeConfig(target_shard_bytes=TARGET, input_shard_bytes=30_000), exec_config=ec)
+                         cfg=NormalizeConfig(target_shard_bytes=TARGET, part_bytes=TARGET // 3,
+                                             input_shard_bytes=30_000, inline_bytes=0), exec_config=ec)
         trees.append(_tree(str(out)))
     assert trees[0] == trees[1] == trees[2] and len(trees[0]) > 10
+
+
+def _ids(path: Path) -> list[str]:
+    return pq.read_table(path, columns=["id"]).column("id").to_pylist()
+
+
+def test_a_big_unit_is_split_into_id_ranges_and_an_edit_rereads_its_unit_only(built, tmp_path):
+    """A unit of more than part_bytes is written as ceil(text / part_bytes) parts, each one id range
+    (so a source of few files still gives downstream stages several tasks); an edit recomputes the
+    parts of its own unit only, and the step equals a fresh build."""
+    _root, src, _first = built
+    small = TARGET // 3
+    first = _run(tmp_path, "split", src, part_bytes=small)
+    whole = _run(tmp_path, "whole", src)
+    assert first["counters"]["files/computed"] > whole["counters"]["files/computed"]
+    mains = sorted((Path(first["output"]) / "outputs" / "main").iterdir())
+    ids = [_ids(p) for p in mains]
+    assert sorted(i for part in ids for i in part) == sorted(
+        i for p in (Path(whole["output"]) / "outputs" / "main").iterdir() for i in _ids(p))
+    assert all(part == sorted(part) for part in ids)
+    work = tmp_path / "src"
+    shutil.copytree(src, work)
+    victim = work / "licenses" / "GPL-2.txt"
+    victim.write_bytes(victim.read_bytes().replace(b"GNU", b"GnU", 1))
+    step = _run(tmp_path, "split", work, part_bytes=small)
+    c = step["counters"]
+    assert 2 <= c["files/computed"] <= 4 and c["files/reused"] >= first["counters"]["files/computed"] - 4, c
+    _rebuild_equals_fresh(tmp_path, work, step, part_bytes=small)
 
 
 def test_dedup_none_keeps_the_copies_across_units(built, tmp_path):

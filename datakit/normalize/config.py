@@ -19,7 +19,8 @@ class NormalizeConfig:
 
     `max_record_chars` caps a record's text; raw units (a jsonl line, a file, a WARC payload) above
     `raw_bytes_per_char * max_record_chars` bytes are rejected before parsing, to bound memory.
-    `target_shard_bytes` sizes the units of input files, one output part each (`units.py`).
+    `target_shard_bytes` sizes the units of input files, `part_bytes` the output parts a unit is split
+into by id (`units.py`).
     `input_shard_bytes`/`max_files_per_input_shard` size the *read* tasks (many small files are packed
     into one task); they never change the outputs, so they stay out of the step identity
     (``identity: False``).
@@ -34,8 +35,18 @@ class NormalizeConfig:
     # times their size; units.py: units hold about half of it to all of it): small enough that a few
     # hundred MB feed every worker downstream.
     target_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1})
+    # The most estimated text per output part: a unit is written as ceil(its text / part_bytes) parts,
+    # each a range of the id space (units.py), so every per-file stage downstream has several tasks even
+    # for a source of two files or of one huge file. A function of sizes only: outputs never depend on
+    # the worker count.
+    part_bytes: int = field(default=8 * 2**20, metadata={"min": 1})
     input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
     max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})
+    # Stored input bytes up to which a read (or finish) job runs in the step's own process on the local
+    # backend: starting the worker pool (an interpreter, pyarrow and the readers: 0.5-0.8 CPU-s a worker)
+    # costs more than reading this much (about 0.3 CPU-s), which is what an edit of one file recomputes.
+    # Outputs never depend on where a job runs (0: always the pool).
+    inline_bytes: int = field(default=8 * 2**20, metadata={"min": 0, "identity": False})
     raw_bytes_per_char: int = field(default=8, metadata={"min": 1})
     # A document more than this fraction of whose characters are U+FFFD (undecodable bytes), control
     # characters or NULs is not text: it is rejected with reason `binary` (file:line, counted). 1 turns
@@ -56,7 +67,7 @@ class NormalizeConfig:
         return self.raw_bytes_per_char * self.max_record_chars
 
     def __post_init__(self) -> None:
-        for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "input_shard_bytes",
+        for name in ("max_whitespace_run", "max_record_chars", "target_shard_bytes", "part_bytes", "input_shard_bytes",
                      "max_files_per_input_shard", "raw_bytes_per_char"):
             if getattr(self, name) < 1:
                 raise ValueError(f"NormalizeConfig.{name} must be >= 1, got {getattr(self, name)}")

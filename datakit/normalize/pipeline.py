@@ -1,13 +1,15 @@
 """normalize_source: one source's files -> one id-sorted, exactly deduplicated part per unit of input.
 
     units (units.py)                         a stable cut of the sorted file list (big parquet files by
-                                             row-group ranges); one output part per unit, named by it
+                                             row-group ranges); k output parts per unit (id ranges,
+                                             k from its size), named by it
     take                                     units whose content key the earlier build has (incremental.py)
     from_shards(read tasks of the others)    files packed by bytes (only the reading: outputs do not
       .map_shard(read_stage)                 depend on it); lenient readers -> clean -> items
-      .group_by(unit, stream_unit,           every record, reject and count of a unit meets in its
-                sort_by=(id, file, pos))     reducer, in id order, copies in (file, position) order
-      .map_shard(write_unit)                 the unit's main + dups parts and its rejects, one summary
+      .group_by(part, stream_unit,           every record of a part meets in its reducer (a unit's
+                sort_by=(id, file, pos))     rejects and counts in its first part's), in id order,
+                                             copies in (file, position) order
+      .map_shard(write_unit)                 the part's main + dups files (and rejects), one summary
     finish (finish.py)                       one schema for every part, exact dedup across units (the
                                              first copy by file order), only the parts that change
 
@@ -17,6 +19,7 @@ rejected or nothing survived.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +31,7 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig
 from datakit.core.documents import CORE_SCHEMA
+from datakit.core import fsio
 from datakit.core.fsio import exists, is_local, join, list_names, open_read, remove
 from datakit.core.layout import DocumentsDir
 from datakit.manifest import SourceSpec
@@ -41,10 +45,11 @@ from .config import (
     COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, PlannedFile, SchemaConflictError,
 )
 from .finish import FinishJob, cross_unit_losses, write_final
-from .incremental import Part, UnitReuse, computed_part, final_key, move, taken_part, unit_key
+from .incremental import Part, UnitReuse, computed_part, final_key, move, taken_parts, unit_key, unit_record
 from .plan import ReadPlan, file_refs, read_plan, read_tasks, task_label
 from .planned import check_parquet_hashes, check_planned, planned_digests, planned_error, planned_failures
 from .schema import Conflict, ConflictFound, Examples, merge_examples, merge_schemas, schema_to_dict
+from .units import part_of
 from .write import REJECT, STATS, consolidate_rejects, item_sort, item_unit, stream_unit, write_unit
 
 REJECT_PREFIX = "reject/"
@@ -56,10 +61,12 @@ _IN_UNIT = -2
 # read stage (runs in workers)
 
 
-def _read_ref(u: int, ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig, columns: tuple[str, ...] | None,
-              stats: Counter) -> Iterator[tuple]:
-    """One file (or row-group range) of unit ``u``: its documents and rejects as shuffle items."""
+def _read_ref(split: tuple[int, int], ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig,
+              columns: tuple[str, ...] | None, stats: Counter) -> Iterator[tuple]:
+    """One file (or row-group range) of a unit whose parts are shards ``first .. first + k - 1``
+    (``split``): its documents (to their id range's part) and rejects (to the first) as shuffle items."""
     planned = ref.sha256 is not None or ref.planned_size is not None
+    u, k = split
 
     def reject(r: Reject, read: bool = True) -> tuple:
         stats["records_in"] += read
@@ -75,7 +82,7 @@ def _read_ref(u: int, ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig, colu
             out = clean_record(raw, spec, cfg, stats)
             if out is None:
                 continue
-            yield reject(out, read=False) if type(out) is Reject else (u, *out)
+            yield reject(out, read=False) if type(out) is Reject else (u + part_of(out[0], k), *out)
     except FileNotFoundError:
         if not planned:
             raise
@@ -87,14 +94,15 @@ def _read_ref(u: int, ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig, colu
 
 
 def read_stage(task: Iterable[tuple[int, FileRef]], *, spec: SourceSpec, cfg: NormalizeConfig,
-               columns: tuple[str, ...] | None) -> Iterator[tuple]:
-    """map_shard: read + clean one read task's files. Documents, rejects and, last, this task's counts
-    per unit go to the shuffle, routed to their unit's part (`write.item_unit`)."""
+               columns: tuple[str, ...] | None, splits: list[tuple[int, int]]) -> Iterator[tuple]:
+    """map_shard: read + clean one read task's files (each of unit ``u``, whose parts are the shards
+    ``splits[u]``: first, count). Documents, rejects and, last, this task's counts per unit go to the
+    shuffle, routed to their part (`write.item_unit`; rejects and counts to the unit's first part)."""
     stats: dict[int, Counter] = {}
     for u, ref in task:
-        yield from _read_ref(u, ref, spec, cfg, columns, stats.setdefault(u, Counter()))
+        yield from _read_ref(splits[u], ref, spec, cfg, columns, stats.setdefault(u, Counter()))
     for u, counts in stats.items():
-        yield (u, STATS, 0, 0, {k: v for k, v in counts.items() if v})
+        yield (splits[u][0], STATS, 0, 0, {k: v for k, v in counts.items() if v})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,21 +159,36 @@ def _validate(spec: SourceSpec) -> None:
                          f"'text' (got {spec.text_field!r})")
 
 
+def _engine(exec_config: ExecConfig | None, input_bytes: int, cfg: NormalizeConfig) -> ExecConfig | None:
+    """The engine for a job reading ``input_bytes``: in this process when the local pool would cost more
+    to start than the job (`NormalizeConfig.inline_bytes`; outputs never depend on the backend)."""
+    local = exec_config is None or exec_config.backend == "local"
+    if local and input_bytes <= cfg.inline_bytes:
+        return dataclasses.replace(exec_config or ExecConfig(), backend="inline")
+    return exec_config
+
+
 def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[tuple[int, str | None]],
              out_dir: str, exec_config: ExecConfig | None) -> list[dict]:
-    """Read the units ``todo`` (unit number, key) on the engine; their summaries, in ``todo`` order."""
+    """Read the units ``todo`` (unit number, key) on the engine; their parts' summaries, in ``todo``
+    order, then part order."""
     if not todo:
         return []
     units = [plan.units[i] for i, _ in todo]
+    splits, names, fixed = [], [], []
+    for (i, _), unit in zip(todo, units):
+        splits.append((len(names), unit.parts))
+        names.extend(unit.names)
+        fixed.extend([plan.fixed[i]] * unit.parts)
     tasks = read_tasks(list(enumerate(units)), cfg, exec_config)
     ds = (
         Dataset.from_shards(tasks, labels=[task_label(t) for t in tasks])
-        .map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=plan.columns))
-        .group_by(item_unit, stream_unit, sort_by=item_sort, num_shards=len(units))
-        .map_shard(partial(write_unit, out_dir=out_dir, names=[u.name for u in units],
-                           fixed=[plan.fixed[i] for i, _ in todo], dedup=spec.dedup))
+        .map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=plan.columns, splits=splits))
+        .group_by(item_unit, stream_unit, sort_by=item_sort, num_shards=len(names))
+        .map_shard(partial(write_unit, out_dir=out_dir, names=names, fixed=fixed, dedup=spec.dedup))
     )
-    return sorted(ds.run(exec_config).items, key=lambda s: s["index"])
+    engine = _engine(exec_config, sum(r.size for u in units for r in u.refs), cfg)
+    return sorted(ds.run(engine).items, key=lambda s: s["index"])
 
 
 def _schemas(out_dir: str, parts: list[Part]) -> None:
@@ -199,32 +222,36 @@ def _unified_schema(spec: SourceSpec, refs: list[FileRef], parts: list[Part], ex
 
 
 def _finish(out_dir: str, parts: list[Part], lost: list[tuple[str, ...]], schema: pa.Schema,
-            reuse_from: UnitReuse | None, exec_config: ExecConfig | None) -> dict[str, reuse.Unit]:
+            reuse_from: UnitReuse | None, cfg: NormalizeConfig, exec_config: ExecConfig | None
+            ) -> dict[str, reuse.Unit]:
     """Every part to its final form (`finish.py`): as read when nothing changes it, else taken finished
     from the earlier build (its final key) or written; returns this build's reuse records."""
     records: dict[str, reuse.Unit] = {}
     jobs: list[FinishJob] = []
     earlier = reuse_from.earlier if reuse_from is not None else None
+    by_key: dict[str, list[Part]] = {}
     for p in parts:
         final = not lost[p.index] and all(s == schema for s in p.schemas)
         move(out_dir, p, final)
         if p.key is not None:
-            records[p.key] = reuse.Unit(p.files(), p.stats)
+            by_key.setdefault(p.key, []).append(p)
         if final:
             continue
-        name = p.unit.name
+        name = p.name
         done = (DocumentsDir.rel_file("main", name), DocumentsDir.rel_file("dups", name))
-        fkey = final_key(p.key, lost[p.index], schema) if p.key is not None else None
+        fkey = final_key(p.key, name, lost[p.index], schema) if p.key is not None else None
         if fkey is not None:
             records[fkey] = reuse.Unit(done, {})
             if reuse.take(earlier, fkey, out_dir) is not None:
                 continue
         jobs.append(FinishJob(join(out_dir, p.main), join(out_dir, p.dups), join(out_dir, done[0]),
                               join(out_dir, done[1]), lost[p.index], schema))
+    records.update({key: unit_record(ps) for key, ps in by_key.items()})
     if jobs:
-        Dataset.from_items(jobs, num_shards=len(jobs)).map(write_final).collect(exec_config)
+        engine = _engine(exec_config, sum(fsio.size(j.raw_main) + fsio.size(j.raw_dups) for j in jobs), cfg)
+        Dataset.from_items(jobs, num_shards=len(jobs)).map(write_final).collect(engine)
     for p in parts:
-        if p.key is None and p.main != DocumentsDir.rel_file("main", p.unit.name):
+        if p.key is None and p.main != DocumentsDir.rel_file("main", p.name):
             remove(join(out_dir, p.main))  # kept only for reuse, and this unit has no key
             remove(join(out_dir, p.dups))
     return records
@@ -242,7 +269,7 @@ def _result(spec: SourceSpec, refs: list[FileRef], hidden: int, parts: list[Part
     counts["hidden_files_skipped"] = hidden
     taken = sum(p.taken for p in parts)
     counts.update({"files/reused": taken, "files/computed": len(parts) - taken})
-    names = sorted(p.unit.name for p in parts)
+    names = sorted(p.name for p in parts)
     result = NormalizeResult(
         source=spec.name, fmt=spec.format, num_shards=len(parts),
         main_files=[DocumentsDir.rel_file("main", n) for n in names],
@@ -257,13 +284,17 @@ def _result(spec: SourceSpec, refs: list[FileRef], hidden: int, parts: list[Part
 def _parts(spec: SourceSpec, cfg: NormalizeConfig, refs: list[FileRef], plan: ReadPlan, keys: list[str | None],
            out_dir: str, reuse_from: UnitReuse | None, planned: Sequence[PlannedFile] | None,
            exec_config: ExecConfig | None) -> tuple[list[Part], Examples]:
-    """Every unit's part as read: taken from the earlier build when its key is there, else computed
-    (only those units' files are read, and only those parquet files hashed against the plan)."""
-    got: dict[int, Part] = {}
+    """Every unit's parts as read, in unit then part order: taken from the earlier build when the
+    unit's key is there, else computed (only those units' files are read, and only those parquet files
+    hashed against the plan)."""
+    got: dict[int, list[Part]] = {}
+    first = [0]
+    for unit in plan.units:
+        first.append(first[-1] + unit.parts)
     for i, (unit, key) in enumerate(zip(plan.units, keys)):
-        p = taken_part(i, unit, key, reuse_from, out_dir)
-        if p is not None:
-            got[i] = p
+        ps = taken_parts(first[i], unit, key, reuse_from, out_dir)
+        if ps is not None:
+            got[i] = ps
     todo = [(i, k) for i, k in enumerate(keys) if i not in got]
     if planned is not None and spec.format == "parquet":
         check_parquet_hashes(spec.name, [r for i, _ in todo for r in plan.units[i].refs], planned)
@@ -274,9 +305,11 @@ def _parts(spec: SourceSpec, cfg: NormalizeConfig, refs: list[FileRef], plan: Re
     for s in summaries:
         if s["conflict"] is not None:
             raise _conflict_error(spec.name, spec.format, refs, s["conflict"])
-    for (i, key), s in zip(todo, summaries):
-        got[i] = computed_part(i, plan.units[i], key, s)
-    return [got[i] for i in range(len(plan.units))], examples
+    summary = iter(summaries)
+    for i, key in todo:
+        unit = plan.units[i]
+        got[i] = [computed_part(first[i] + j, unit, j, key, next(summary)) for j in range(unit.parts)]
+    return [p for i in range(len(plan.units)) for p in got[i]], examples
 
 
 def normalize_source(
@@ -320,7 +353,7 @@ def normalize_source(
     schema = _unified_schema(spec, refs, parts, examples)
     lost = (cross_unit_losses([join(out_dir, p.main) for p in parts]) if spec.dedup == "exact"
             else [()] * len(parts))
-    records = _finish(out_dir, parts, lost, schema, reuse_from, exec_config)
+    records = _finish(out_dir, parts, lost, schema, reuse_from, cfg, exec_config)
     docs = DocumentsDir(out_dir)
     consolidate_rejects([join(out_dir, p.rejects) for p in parts if p.rejects], docs.part("rejects", 0, 1))
     if reuse_from is not None:

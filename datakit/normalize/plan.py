@@ -172,11 +172,11 @@ def read_plan(spec: SourceSpec, refs: list[FileRef], cfg: NormalizeConfig) -> Re
     target = cfg.target_shard_bytes
     if spec.format == "parquet":
         pieces, file_types = plan_parquet(refs, spec.text_field, spec.id_field, spec.bare, target)
-        units = plan_units(pieces, target)
+        units = plan_units(pieces, target, cfg.part_bytes)
         columns = tuple(c for c in (spec.text_field, spec.id_field, "url") if c) if spec.bare else None
         fixed = [canonical_schema([]) if spec.bare else _unit_schema(u, file_types) for u in units]
         return ReadPlan(units, fixed, columns)
-    units = plan_units([Piece(r, estimated_text(r.path, r.size)) for r in refs], target)
+    units = plan_units([Piece(r, estimated_text(r.path, r.size)) for r in refs], target, cfg.part_bytes)
     if spec.format in ("html", "warc"):
         schema = canonical_schema([] if spec.bare else [pa.field("title", pa.string())])
     elif spec.format == "text" or spec.bare:

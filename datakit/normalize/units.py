@@ -26,6 +26,12 @@ So adding, removing or editing one file changes its own unit only, plus, when th
 after it, the units up to the next boundary chosen by name. A unit is named by its first member
 (`unit_name`: its relative name and first row group), never by its position, so an unchanged unit
 keeps its name when another is inserted before it.
+
+A unit is written as ``k = ceil(text / part_bytes)`` parts (`part_count`), each the documents whose id
+falls in one k-th of the id space (`part_of`): the ids are content hashes, so the parts are even, and
+every per-file stage downstream gets k tasks where it used to get one: a source of two files, or of one
+huge file, no longer runs on one core. ``k`` depends on the unit's estimated text only, never on the
+worker count, and a part is named by its unit's first member and ``j/k`` (`part_names`).
 """
 
 from __future__ import annotations
@@ -61,11 +67,15 @@ class Piece:
 
 @dataclass(frozen=True)
 class Unit:
-    """A run of consecutive pieces of one source, normalized into one part named ``name``."""
+    """A run of consecutive pieces of one source, normalized into ``len(names)`` parts (id ranges)."""
 
-    name: str
+    names: tuple[str, ...]
     refs: tuple[FileRef, ...]
     text_bytes: int
+
+    @property
+    def parts(self) -> int:
+        return len(self.names)
 
     def label(self) -> str:
         first = self.refs[0]
@@ -86,6 +96,26 @@ def unit_name(ref: FileRef) -> str:
     return unit_part_name(xxhash.xxh3_64_hexdigest(f"{ref.rel}\0{start}".encode()))
 
 
+def part_count(text_bytes: int, part_bytes: int) -> int:
+    """How many id-range parts a unit of ``text_bytes`` estimated text is written as."""
+    return max(1, -(-text_bytes // part_bytes))
+
+
+def part_names(ref: FileRef, k: int) -> tuple[str, ...]:
+    """The names of the ``k`` parts of the unit that starts with ``ref`` (one part: `unit_name`)."""
+    if k == 1:
+        return (unit_name(ref),)
+    start = ref.row_groups[0] if ref.row_groups else 0
+    return tuple(unit_part_name(xxhash.xxh3_64_hexdigest(f"{ref.rel}\0{start}\0{j}/{k}".encode()))
+                 for j in range(k))
+
+
+def part_of(doc_id: str, k: int) -> int:
+    """Which of a unit's ``k`` parts holds the document ``doc_id`` (32 hex digits): its k-th of the id
+    space, so each part is a contiguous range of the unit's id order."""
+    return (int(doc_id[:16], 16) * k) >> 64 if k > 1 else 0
+
+
 def ends_unit(rel: str, text_bytes: int, target: int) -> bool:
     """Whether the file named ``rel`` ends its unit (see the module doc): by name and size class."""
     if text_bytes <= 0:
@@ -94,12 +124,14 @@ def ends_unit(rel: str, text_bytes: int, target: int) -> bool:
     return xxhash.xxh3_64_intdigest(rel.encode()) < min(_SPACE, _SPACE * BOUNDARY_SHARE * size_class // target)
 
 
-def _unit(pieces: list[Piece]) -> Unit:
-    return Unit(unit_name(pieces[0].ref), tuple(p.ref for p in pieces), sum(p.text_bytes for p in pieces))
+def _unit(pieces: list[Piece], part_bytes: int) -> Unit:
+    text = sum(p.text_bytes for p in pieces)
+    return Unit(part_names(pieces[0].ref, part_count(text, part_bytes)), tuple(p.ref for p in pieces), text)
 
 
-def plan_units(pieces: Sequence[Piece], target: int) -> list[Unit]:
-    """The source's pieces (in sorted file order) cut into units by the rule of the module doc."""
+def plan_units(pieces: Sequence[Piece], target: int, part_bytes: int) -> list[Unit]:
+    """The source's pieces (in sorted file order) cut into units by the rule of the module doc, each
+    split into parts of about ``part_bytes`` of estimated text."""
     runs: list[list[Piece]] = []
     cur: list[Piece] = []
     acc = 0
@@ -114,15 +146,16 @@ def plan_units(pieces: Sequence[Piece], target: int) -> list[Unit]:
             cur, acc = [], 0
     if cur:
         runs.append(cur)
-    units = [_unit(run) for run in runs]
+    units = [_unit(run, part_bytes) for run in runs]
     seen: dict[str, Unit] = {}
-    for u in units:  # a 64-bit collision between two first members: never silently
-        if u.name in seen:
-            raise ValueError(f"units {seen[u.name].label()!r} and {u.label()!r} share the part name {u.name}; "
-                             "rename one of their first files")
-        seen[u.name] = u
+    for u in units:  # a 64-bit collision between two part names: never silently
+        for name in u.names:
+            if name in seen:
+                raise ValueError(f"units {seen[name].label()!r} and {u.label()!r} share the part name {name}; "
+                                 "rename one of their first files")
+            seen[name] = u
     return units
 
 
-__all__ = ["BOUNDARY_SHARE", "EXPANSION", "Piece", "Unit", "estimated_text", "ends_unit", "plan_units",
-           "unit_name"]
+__all__ = ["BOUNDARY_SHARE", "EXPANSION", "Piece", "Unit", "estimated_text", "ends_unit", "part_count",
+           "part_names", "part_of", "plan_units", "unit_name"]

@@ -27,7 +27,9 @@ from .schema import (
 BATCH_ROWS = 50_000
 BATCH_TEXT_BYTES = 32 << 20
 REJECT_ROW_GROUP = 65_536
-ZSTD_LEVEL = 3
+# zstd level 1: half the CPU of level 3 on text (0.31 vs 0.58 CPU-s for 97 MB of documents) for files
+# 15% bigger; normalize's parts are an intermediate every stage downstream reads once.
+ZSTD_LEVEL = 1
 
 REJECTS_SCHEMA = pa.schema([
     ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()), ("offset", pa.int64()),

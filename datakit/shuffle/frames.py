@@ -27,7 +27,9 @@ import zstandard
 from datakit.core.fsio import atomic_write_bytes, commit, discard, open_atomic, open_range, read_bytes
 
 SUB_BATCH_ROWS = 1024
-ZSTD_LEVEL = 3
+# Level 1: spill frames are read once and deleted; level 3 cost twice the CPU (normalize at 100 MB: 0.53
+# of its 3.3 CPU-s in compressing frames) for files about 15% smaller.
+ZSTD_LEVEL = 1
 _LEN = struct.Struct("<I")
 _CHECK_EVERY = 1024
 TARGET_PREFIX = 4  # bytes of big-endian target id in front of every record's key bytes

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # The removal reasons of the run summary, per normalize counter, in the order normalize applies them.
 _REASONS = {"rejects": "rejects", "dups": "in-source dups", "empty_dropped": "empty"}
 
-VERSION = "4"
+VERSION = "5"
 # What a source's own keys contribute to the identity: how to read it, not where it is or how it mixes.
 _SOURCE_KEYS = ("name", "format", "text_field", "id_field", "bare", "dedup", "html_main_content")
 
