@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from .frames import RECORD_KEY, Record, RunRef, iter_run, new_spill_path, read_sidecar_runs, write_spill_run
 from . import columnar
+from datakit.core.fsio import is_local
 
 _ZSTD_WINDOW = 1 << 20
 _PY_OVERHEAD = 4  # decoded Python objects weigh several times their pickled bytes
@@ -36,11 +37,16 @@ class MergeStats:
 
 
 def gather_runs(index_paths: list[str], target: int, threads: int = 8) -> list[RunRef]:
-    """Read every map task's sidecar (in map order) and keep only this target's byte ranges."""
+    """Read every map task's sidecar (in map order) and keep only this target's byte ranges. Local
+    sidecars are read in this thread (a read is microseconds: a thread pool per reducer cost more than
+    the reads, thousands of thread starts per step); remote ones concurrently (each is a GET)."""
     if not index_paths:
         return []
-    with ThreadPoolExecutor(max_workers=min(threads, len(index_paths))) as pool:
-        per_map = list(pool.map(lambda p: read_sidecar_runs(p, target), index_paths))
+    if all(is_local(p) for p in index_paths):
+        per_map = [read_sidecar_runs(p, target) for p in index_paths]
+    else:
+        with ThreadPoolExecutor(max_workers=min(threads, len(index_paths))) as pool:
+            per_map = list(pool.map(lambda p: read_sidecar_runs(p, target), index_paths))
     return [run for runs in per_map for run in runs]
 
 
