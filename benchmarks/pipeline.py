@@ -52,23 +52,18 @@ reads the .zst files; without zstandard datatrove reads 0 documents):
                                                # its fastest: whitespace words instead of spaCy's
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
-Measured before the PSS, thread-pinning and training changes above (2-core machine, 2026-11-25, one run
-per size, peer with whitespace words and unpinned threads, datakit handed the tokenizer, tree memory as
-RSS sums; the 410 MB peer figures were a reused earlier run), at 1/4, 1/2 and full size:
-  100 MB (15,938 docs): datakit 25.1 CPU-s (15.3 s) vs 133.8 CPU-s (72.2 s): 4.7x wall, 5.3x CPU
-  200 MB (31,199 docs): datakit 48.1 CPU-s (27.7 s) vs 271.7 CPU-s (145.2 s): 5.3x wall, 5.7x CPU
-  410 MB (78,374 docs): datakit 105.4 CPU-s (60.4 s) vs 437.6 CPU-s (233.3 s): 3.9x wall, 4.2x CPU
-datakit's largest process 362 / 352 / 393 MB and tree 811 / 816 / 884 MB (flat within 1.12x), every
-stage on 1.66-1.91 cores; datatrove's tree 4.6-5.0 GB, 2.3-2.5 GB in one tokenizer worker. Planted near
-copies caught 96.7 / 97.5 / 98.05% vs 96.9 / 97.3 / 97.9% (by true Jaccard at 410 MB, 0.7-0.8: 1,883 vs
-1,876 of 1,994; 0.8-0.9: 5,154 vs 5,143 of 5,183; 0.9-1: all 645 both), exact 100% both; documents
-removed that were not planted 493 / 857 / 8,953 vs 641 / 1,219 / 11,330. At 410 MB per stage, CPU-s:
-normalize 22.5, exact 0.7, minhash 15.6, fuzzy 11.7, consolidate 3.1, tokenize 50.5 (99.6M tokens, 2.0M
-per CPU-second); datatrove read + exact signatures 9.1, MinHash signatures 160.7, buckets 8.1, filter +
-tokenize 256.7. Core-hours per TB 72 vs 297.
-Earlier (another 2-core machine, 2026-11-24, 100 MB): datakit 16.7-18.0 CPU-s (9.9-10.7 s wall) vs
-datatrove 184 CPU-s (96 s) with its default spaCy words (9.8x wall) and 73 CPU-s (39 s) with whitespace
-words (3.7x wall).
+Measured (2-core machine shared with other jobs, load average 7-11, so wall times are not comparable;
+2026-11-26, one run, --mb 100 --peer-words whitespace, datakit training its tokenizer): datakit 29.1
+CPU-s, of which tokenizer training 7.4 (21.7 without it), against datatrove's 83.6: 2.87x per CPU-second
+with training, 3.86x without. Per stage, CPU-s: normalize 6.0, exact 0.2, minhash 2.9, fuzzy 2.1,
+consolidate 1.5, tokenizer (training) 7.4, tokenize 8.0 (26.8M tokens, 3.35M per CPU-second), outside
+the steps 1.1; datatrove read + exact signatures 1.9, MinHash signatures 25.9, buckets 1.7, filter +
+tokenize 53.4. Peak PSS 892 MB tree / 384 MB largest process vs 4.5 GB / 2.4 GB (one tokenizer worker).
+Planted near copies caught 96.6% vs 97.2%, exact 100% both; 491 vs 642 documents removed that were not
+planted (367 by both). Core-hours per TB 80 vs 230.
+Before this run the peer's tokenizer threads were not pinned, and the same 100 MB cost it 133.8 CPU-s
+(2026-11-25, RSS sums, datakit handed the tokenizer: 25.1 CPU-s, 5.3x). The two runs are on different
+days and loads, so how much of the peer's drop to 83.6 the pinning explains is not measured here.
 """
 
 from __future__ import annotations
