@@ -3,12 +3,18 @@
 Why a timeline: both pipelines run as one command (``datakit run``; one peer process running its blocks
 one after another), and each reports when its stages started and ended (datakit's events.jsonl, the
 peer's own timestamps). Sampling the whole process tree every 50 ms and cutting the timeline at those
-times gives every stage its wall time, CPU-seconds and peak RSS by the same method on both sides, with
+times gives every stage its wall time, CPU-seconds and peak PSS by the same method on both sides, with
 no extra process starts (running datakit's steps one by one with ``--only`` would add an interpreter
 start, imports and fingerprinting to each). A stage's CPU is the growth of the tree's cumulative CPU
 between its start and end samples; cumulative CPU counts every process ever seen, at its last sample,
 so workers that exit still count (each one's final < 50 ms may be missed). Time outside every stage
 (interpreter start, planning, summaries) is reported as ``outside_stages``.
+
+Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): each page shared by N processes counts
+1/N in each, so the tree's sum is what the tree really holds. An RSS sum counts a forked worker's pages
+shared with its parent (interpreter, imported modules, a model loaded before the fork) once per process
+and overstates a tree of workers several times over. Reported: the tree's PSS sum and its largest
+process's PSS, each at its peak sample. Linux only (smaps_rollup: kernel 4.14+).
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ INTERVAL_S = 0.05
 class Sample:
     t: float          # time.time()
     cpu_s: float      # cumulative CPU of every process of the tree seen so far
-    rss: int          # sum of RSS over the tree now
-    largest: int      # largest single process RSS now
+    pss: int          # sum of PSS over the tree now (bytes)
+    largest: int      # largest single process's PSS now (bytes)
 
 
 @dataclass
@@ -43,9 +49,22 @@ class Timeline:
     reaped_cpu_s: float = 0.0  # rusage of reaped descendants: misses processes nobody waits for
 
 
+def pss_bytes(pid: int) -> int:
+    """The process's PSS from /proc/<pid>/smaps_rollup (0 when it is gone or unreadable). Read directly:
+    psutil's memory_full_info parses the whole smaps, far slower for a process with many mappings."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
 def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
-    """(sum, max) of RSS over the process and all its descendants; records each one's CPU seconds in
-    ``cpu_seen`` (keyed by pid and start time, so a reused pid is another process)."""
+    """(sum, max) of PSS in bytes over the process and all its descendants; records each one's CPU
+    seconds in ``cpu_seen`` (keyed by pid and start time, so a reused pid is another process)."""
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
@@ -55,21 +74,21 @@ def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
     for q in procs:
         try:
             with q.oneshot():
-                rss = q.memory_info().rss
                 t = q.cpu_times()
                 cpu_seen[(q.pid, q.create_time())] = t.user + t.system
         except psutil.NoSuchProcess:
             continue
-        total += rss
-        largest = max(largest, rss)
+        pss = pss_bytes(q.pid)
+        total += pss
+        largest = max(largest, pss)
     return total, largest
 
 
 def _sampler(proc: subprocess.Popen, tl: Timeline, stop: threading.Event) -> None:
     cpu_seen: dict = {}
     while True:
-        rss, big = tree_sample(proc.pid, cpu_seen)
-        tl.samples.append(Sample(time.time(), sum(cpu_seen.values()), rss, big))
+        pss, big = tree_sample(proc.pid, cpu_seen)
+        tl.samples.append(Sample(time.time(), sum(cpu_seen.values()), pss, big))
         if stop.wait(INTERVAL_S):
             return
 
@@ -99,17 +118,17 @@ def run_sampled(cmd: list[str], env: dict, cwd: str, timeout: float) -> Timeline
 
 
 def window(tl: Timeline, start: float, end: float) -> dict:
-    """Wall, CPU-seconds, cores used and peak RSS (tree sum, largest process) between two times."""
+    """Wall, CPU-seconds, cores used and peak PSS (tree sum, largest process) between two times."""
     before = [s for s in tl.samples if s.t <= start]
     after = [s for s in tl.samples if s.t >= end]
-    # a stage shorter than the interval may hold no sample: its RSS is the nearest samples' on each side
+    # a stage shorter than the interval may hold no sample: its PSS is the nearest samples' on each side
     inside = [s for s in tl.samples if start <= s.t <= end] or before[-1:] + after[:1]
     c0 = before[-1].cpu_s if before else 0.0
     c1 = after[0].cpu_s if after else (tl.samples[-1].cpu_s if tl.samples else 0.0)
     wall = max(end - start, 1e-9)
     return {"wall_s": round(end - start, 2), "cpu_s": round(c1 - c0, 2), "cores_used": round((c1 - c0) / wall, 2),
-            "peak_rss_tree_mb": round(max((s.rss for s in inside), default=0) / 2**20, 1),
-            "peak_rss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1)}
+            "peak_pss_tree_mb": round(max((s.pss for s in inside), default=0) / 2**20, 1),
+            "peak_pss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1)}
 
 
 def per_stage(tl: Timeline, stages: list[tuple[str, float, float]]) -> dict:

@@ -25,12 +25,12 @@ Contenders, all with matched LSH parameters (word 5-grams, 14 bands x 8 rows = 1
   datasketch              MinHash + MinHashLSH(params=(14, 8)), query-then-insert (one process)
 Each runs in its own subprocess, once untimed (warm-up: page cache, bytecode, spaCy's files) and then
 --repeats times (default 3), the same for every contender; wall and CPU are the medians of the timed runs.
-The parent samples the process tree's RSS every 50 ms (peak of the sum over all its processes, and the
-largest single process) and its CPU time (rusage of reaped processes, or the per-process sampled CPU
-times when larger: datatrove's forkserver workers are never reaped by the contender). A contender that
+The parent samples the process tree's PSS every 50 ms (benchmarks/_pipeline_measure.py: peak of the sum
+over all its processes, and the largest single process) and its CPU time (rusage of reaped processes,
+or the per-process sampled CPU times when larger: datatrove's forkserver workers are never reaped by the contender). A contender that
 reads fewer documents than the corpus holds (0, say, from a broken environment) is an error, never a
 figure. Reported per contender: wall and per-stage seconds, docs/s per core (docs / wall / cores it
-was given), docs per CPU-second, peak RSS, precision / recall / F1 of removed documents, and recall of
+was given), docs per CPU-second, peak PSS, precision / recall / F1 of removed documents, and recall of
 the planted copies by their true Jaccard to the original (bins of 0.1; below 0.8 they are not
 duplicates by this benchmark's truth, so catching them is by design for LSH-only tools and not for
 datakit, which verifies at 0.8). `ratios` gives BOTH speed ratios against the best peer (per core of
@@ -444,15 +444,15 @@ def run_contender(python: str, role_args: list[str], result_file: Path, timeout:
     # forkserver workers) but misses each one's last 50 ms. Both are lower bounds: take the larger.
     reaped = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     res["cpu_s"] = max(reaped, sum(cpu_seen.values()))
-    res["peak_rss_tree_mb"] = round(peak / 2**20, 1)
-    res["peak_rss_largest_process_mb"] = round(largest / 2**20, 1)
+    res["peak_pss_tree_mb"] = round(peak / 2**20, 1)
+    res["peak_pss_largest_process_mb"] = round(largest / 2**20, 1)
     return res
 
 
 def measure(name: str, python: str, src: Path, work: Path, workers: int, repeats: int, warmup: bool,
             timeout: float) -> dict:
     """One warm-up run (discarded: page cache, bytecode, model files) then `repeats` timed runs, the same
-    for every contender. Wall and CPU are the medians of the timed runs, peak RSS their maximum, the
+    for every contender. Wall and CPU are the medians of the timed runs, peak PSS their maximum, the
     removed set that of the last run (and whether every run removed the same documents)."""
     import statistics
 
@@ -472,8 +472,8 @@ def measure(name: str, python: str, src: Path, work: Path, workers: int, repeats
     res["wall_s"] = statistics.median(r["wall_s"] for r in runs)
     res["cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
     res["wall_s_runs"] = [round(r["wall_s"], 2) for r in runs]
-    res["peak_rss_tree_mb"] = max(r["peak_rss_tree_mb"] for r in runs)
-    res["peak_rss_largest_process_mb"] = max(r["peak_rss_largest_process_mb"] for r in runs)
+    res["peak_pss_tree_mb"] = max(r["peak_pss_tree_mb"] for r in runs)
+    res["peak_pss_largest_process_mb"] = max(r["peak_pss_largest_process_mb"] for r in runs)
     res["same_removals_every_run"] = all(sorted(r["removed_ids"]) == sorted(res["removed_ids"]) for r in runs)
     res["stages"] = {k: statistics.median(r["stages"][k] for r in runs) for k in res["stages"]}
     return res

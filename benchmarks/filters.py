@@ -69,8 +69,8 @@ omits regex, which its text utilities import, and LanguageFilter needs fasteners
     .venv/bin/python -m benchmarks.filters --mb 15          # several minutes
     .venv/bin/python -m benchmarks.filters                  # 200 MB
     .venv/bin/python -m benchmarks.filters --peer-python /path/to/other/venv/bin/python
-    .venv/bin/python -m benchmarks.filters --work-dir W --reuse   # after a change to ours: datatrove's
-                                                                   # outputs in W are reused, ours re-measured
+    .venv/bin/python -m benchmarks.filters --work-dir W --reuse   # the corpus in W again; both sides
+                                                                   # run again (figures only side by side)
 
 Measured (--mb 15, 2026-11-25, on the 2-core machine shared with other work: load average 7-9, so the
 figures are indicative; 2,519 documents, 577 of them English by our label, 27 labels): English settings:
@@ -788,16 +788,10 @@ def _run_env(cmd: list[str], what: str, env: dict[str, str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _english_pass(work: Path, corpus: Path, peer_python: str, reuse: bool) -> tuple[dict, dict]:
-    """Both sides' English-settings workers (datatrove's reused from ``work`` when asked and present)."""
-    peer_path = work / "peer.stats.json"
+def _english_pass(work: Path, corpus: Path, peer_python: str) -> tuple[dict, dict]:
+    """Both sides' English-settings workers, both run now (no figure of an earlier run is reused)."""
     ours = _run(module_command(sys.executable, "filters", "--ours", str(corpus), str(work / "ours.jsonl")), "ours")
-    if reuse and peer_path.exists():
-        peer = json.loads(peer_path.read_text())
-    else:
-        peer = _run(module_command(peer_python, "filters", "--peer", str(corpus), str(work / "peer.jsonl")),
-                    "datatrove")
-        peer_path.write_text(json.dumps(peer))
+    peer = _run(module_command(peer_python, "filters", "--peer", str(corpus), str(work / "peer.jsonl")), "datatrove")
     if not peer.get("docs"):
         raise SystemExit("datatrove read 0 documents: no figure to compare")
     if peer["docs"] != ours["docs"]:
@@ -805,22 +799,17 @@ def _english_pass(work: Path, corpus: Path, peer_python: str, reuse: bool) -> tu
     return ours, peer
 
 
-def _language_pass(work: Path, corpus: Path, peer_python: str, reuse: bool) -> tuple[dict, dict, dict]:
+def _language_pass(work: Path, corpus: Path, peer_python: str) -> tuple[dict, dict, dict]:
     """Both sides' language workers: ours first (its labels and settings are the peer's input), then
-    datatrove's (reused when asked and given the same labels and settings)."""
+    datatrove's, both run now."""
     from datakit.quality.langid import model_path
 
-    spec_path, peer_path = work / "languages.json", work / "peer.lang.stats.json"
+    spec_path = work / "languages.json"
     ours = _run(module_command(sys.executable, "filters", "--ours-lang", str(corpus), str(work / "ours.lang.jsonl"),
                                str(spec_path)), "ours (languages)")
-    spec_digest = digest(spec_path.read_text())
-    peer = json.loads(peer_path.read_text()) if reuse and peer_path.exists() else {}
-    if peer.get("spec_digest") != spec_digest:
-        peer = _run_env(module_command(peer_python, "filters", "--peer-lang", str(corpus),
-                                       str(work / "peer.lang.jsonl"), str(spec_path), model_path()),
-                        "datatrove (languages)", {"HF_ASSETS_CACHE": str(work / "hf-assets")})
-        peer["spec_digest"] = spec_digest
-        peer_path.write_text(json.dumps(peer))
+    peer = _run_env(module_command(peer_python, "filters", "--peer-lang", str(corpus),
+                                   str(work / "peer.lang.jsonl"), str(spec_path), model_path()),
+                    "datatrove (languages)", {"HF_ASSETS_CACHE": str(work / "hf-assets")})
     if peer["docs"] != ours["docs"]:
         raise SystemExit(f"ours read {ours['docs']} documents, datatrove {peer['docs']}")
     return ours, peer, json.loads(spec_path.read_text())
@@ -891,8 +880,6 @@ def _corpus(work: Path, mb: float, reuse: bool) -> tuple[Path, dict]:
     info = build_multilingual_corpus(corpus, mb)
     info["build_s"] = round(time.perf_counter() - t0, 1)
     info_path.write_text(json.dumps(info))
-    for stale in ("peer.stats.json", "peer.lang.stats.json"):
-        (work / stale).unlink(missing_ok=True)
     return corpus, info
 
 
@@ -902,9 +889,8 @@ def main() -> None:
     ap.add_argument("--peer-python", default=str(PEER_PYTHON), help="the peer venv's python (datatrove 0.10)")
     ap.add_argument("--work-dir", default=None, help="where to write the corpus (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true",
-                    help="with --work-dir: reuse its corpus and datatrove's outputs from an earlier run (datatrove's "
-                         "side does not depend on datakit's code, except on the labels and settings ours gives "
-                         "its language worker; re-measure ours after a change)")
+                    help="with --work-dir: reuse its corpus (both sides always run again: no figure of an "
+                         "earlier run is reused)")
     ap.add_argument("--ours", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--peer", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--ours-lang", nargs=3, help=argparse.SUPPRESS)
@@ -924,8 +910,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         corpus, info = _corpus(work, args.mb, args.reuse)
-        ours, peer = _english_pass(work, corpus, args.peer_python, args.reuse)
-        o_lang, p_lang, spec = _language_pass(work, corpus, args.peer_python, args.reuse)
+        ours, peer = _english_pass(work, corpus, args.peer_python)
+        o_lang, p_lang, spec = _language_pass(work, corpus, args.peer_python)
         result = {
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "corpus": info,

@@ -7,26 +7,33 @@ substituted/inserted/deleted), each near copy's true word-5-gram Jaccard to its 
 Deterministic for a given --mb, --files and --seed.
 
 A byte-level BPE tokenizer (--vocab, default 8192) is trained once with datakit's trainer on a sample of
-the corpus; both sides tokenize with that same tokenizer.json and its EOS.
+the corpus (untimed) and handed to the peer, whose users bring a tokenizer.json.
 
   datakit    `datakit run MANIFEST --workers 2` (the CLI, local backend): one jsonl source with
              id_field: id -> normalize (with its within-source exact dedup) -> exact -> minhash -> fuzzy
              (word 5-grams, 14 bands x 8 rows, verification at its default threshold) -> consolidate ->
-             tokenizer (the given file) -> tokenize. No quality section (the peer runs no filters), no
-             train section, no benchmarks to decontaminate.
+             tokenizer -> tokenize. The tokenizer step trains a BPE of --vocab on the corpus, as a default
+             run does; its cost is reported on its own line (``tokenizer_training``) and the ratios are
+             given with and without it. --given-tokenizer copies the peer's file instead. No quality
+             section (the peer runs no filters; benchmarks/fineweb.py runs them), no train section, no
+             benchmarks to decontaminate.
   datatrove  datatrove 0.10, as its users write it (see benchmarks/_pipeline_peer.py): JsonlReader ->
              ExactDedupSignature / ExactFindDedups / ExactDedupFilter -> MinHash in 4 blocks (signature,
              buckets, cluster, filter; word 5-grams, 14 x 8, its default spaCy English words, or
              whitespace-split words with --peer-words whitespace) ->
-             DocumentTokenizer, LocalPipelineExecutor with 2 workers.
+             DocumentTokenizer, LocalPipelineExecutor with 2 workers; RAYON_NUM_THREADS=1 in its env, so
+             HF tokenizers runs one thread per worker process as datakit's tokenize does.
 
 Measured (benchmarks/_pipeline_measure.py): each side runs as one command whose process tree is sampled
 every 50 ms; the timeline is cut at each stage's start and end (datakit: the step_started and
 step_succeeded events of its events.jsonl; datatrove: each executor block's start and end). Per stage and
-in total: wall, CPU-seconds (cores used = CPU / wall), peak RSS of the whole tree and of its largest
-process (datatrove's forkserver workers are never reaped, so only sampling sees their CPU;
-``cpu_s_reaped_rusage`` is the rusage cross-check, right for datakit, near 0 for datatrove). Before each side the corpus is read once (page cache) and the side's imports are loaded once
-(warm), and each side runs once. Quality: planted exact and near copies caught (a planted pair
+in total: wall, CPU-seconds (cores used = CPU / wall), peak PSS of the whole tree and of its largest
+process (PSS, not RSS: a forked worker's pages shared with its parent count once, not once per process;
+datatrove's forkserver workers are never reaped, so only sampling sees their CPU; ``cpu_s_reaped_rusage``
+is the rusage cross-check, right for datakit, near 0 for datatrove). Before each side the corpus is read
+once (page cache) and the side's imports are loaded once (warm), and each side runs once, both fresh in
+the same invocation: no figure of an earlier run is ever reused (--reuse keeps only the corpus and the
+tokenizer). Quality: planted exact and near copies caught (a planted pair
 {original, copy} is caught when either is removed), near copies by Jaccard bin, planted pairs where both
 were removed, and documents removed that were no plant (natural near-duplicates in the real text, shown
 with how many both sides removed). Projection: core-hours per TB of text = CPU-seconds / MB of text
@@ -39,30 +46,24 @@ reads the .zst files; without zstandard datatrove reads 0 documents):
     python3 -m venv .venv-bench
     .venv-bench/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy zstandard tokenizers
     .venv/bin/python -m benchmarks.pipeline --mb 20                     # a smoke run, a few minutes
-    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus, the
-    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        #   tokenizer and the peer's figures
-                                                                        #   (they do not depend on our code)
-    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe --rerun-peer
+    .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus and the
+                                                                        #   tokenizer, reruns both sides
     .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe --peer-words whitespace   # the peer at
                                                # its fastest: whitespace words instead of spaCy's
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
-Measured (2-core machine, 2026-11-25, one run per size, peer with whitespace words, the tiktoken tokenize
-engine), at 1/4, 1/2 and full size:
-  100 MB (15,938 docs): datakit 25.1 CPU-s (15.3 s) vs 133.8 CPU-s (72.2 s): 4.7x wall, 5.3x CPU
-  200 MB (31,199 docs): datakit 48.1 CPU-s (27.7 s) vs 271.7 CPU-s (145.2 s): 5.3x wall, 5.7x CPU
-  410 MB (78,374 docs): datakit 105.4 CPU-s (60.4 s) vs 437.6 CPU-s (233.3 s): 3.9x wall, 4.2x CPU
-datakit's largest process 362 / 352 / 393 MB and tree 811 / 816 / 884 MB (flat within 1.12x), every
-stage on 1.66-1.91 cores; datatrove's tree 4.6-5.0 GB, 2.3-2.5 GB in one tokenizer worker. Planted near
-copies caught 96.7 / 97.5 / 98.05% vs 96.9 / 97.3 / 97.9% (by true Jaccard at 410 MB, 0.7-0.8: 1,883 vs
-1,876 of 1,994; 0.8-0.9: 5,154 vs 5,143 of 5,183; 0.9-1: all 645 both), exact 100% both; documents
-removed that were not planted 493 / 857 / 8,953 vs 641 / 1,219 / 11,330. At 410 MB per stage, CPU-s:
-normalize 22.5, exact 0.7, minhash 15.6, fuzzy 11.7, consolidate 3.1, tokenize 50.5 (99.6M tokens, 2.0M
-per CPU-second); datatrove read + exact signatures 9.1, MinHash signatures 160.7, buckets 8.1, filter +
-tokenize 256.7. Core-hours per TB 72 vs 297.
-Earlier (another 2-core machine, 2026-11-24, 100 MB): datakit 16.7-18.0 CPU-s (9.9-10.7 s wall) vs
-datatrove 184 CPU-s (96 s) with its default spaCy words (9.8x wall) and 73 CPU-s (39 s) with whitespace
-words (3.7x wall).
+Measured (2-core machine shared with other jobs, load average 7-11, so wall times are not comparable;
+2026-11-26, one run, --mb 100 --peer-words whitespace, datakit training its tokenizer): datakit 29.1
+CPU-s, of which tokenizer training 7.4 (21.7 without it), against datatrove's 83.6: 2.87x per CPU-second
+with training, 3.86x without. Per stage, CPU-s: normalize 6.0, exact 0.2, minhash 2.9, fuzzy 2.1,
+consolidate 1.5, tokenizer (training) 7.4, tokenize 8.0 (26.8M tokens, 3.35M per CPU-second), outside
+the steps 1.1; datatrove read + exact signatures 1.9, MinHash signatures 25.9, buckets 1.7, filter +
+tokenize 53.4. Peak PSS 892 MB tree / 384 MB largest process vs 4.5 GB / 2.4 GB (one tokenizer worker).
+Planted near copies caught 96.6% vs 97.2%, exact 100% both; 491 vs 642 documents removed that were not
+planted (367 by both). Core-hours per TB 80 vs 230.
+Before this run the peer's tokenizer threads were not pinned, and the same 100 MB cost it 133.8 CPU-s
+(2026-11-25, RSS sums, datakit handed the tokenizer: 25.1 CPU-s, 5.3x). The two runs are on different
+days and loads, so how much of the peer's drop to 83.6 the pinning explains is not measured here.
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ from benchmarks import _pipeline_measure as measure
 from benchmarks.common import PEER_PYTHON, REPO, module_command
 
 NGRAM, BANDS, ROWS = 5, 14, 8
+TOKENIZER_STEP = "tokenizer"  # datakit's step that trains (or copies) the tokenizer
+# The peer's env: HF tokenizers' Rust pool pinned to one thread per worker process, as datakit's
+# tokenize runs one thread per worker (datatrove's DocumentTokenizer would otherwise start a pool of
+# every core in each of its worker processes)
+PEER_ENV = {"RAYON_NUM_THREADS": "1"}
 JACCARD_BINS = [(0.0, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)]
 
 
@@ -106,7 +112,7 @@ def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[P
     params = {"mb": mb, "files": files, "seed": seed, "vocab": vocab, "corpus_version": corpus_mod.VERSION}
     stamp, corpus_dir = work / "params.json", work / "corpus"
     if not (stamp.exists() and json.loads(stamp.read_text()) == params and (work / "truth.json").exists()):
-        for p in [corpus_dir, work / "tokenizer", *work.glob("peer_report-*.json")]:
+        for p in [corpus_dir, work / "tokenizer"]:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
         t = time.perf_counter()
         corpus_mod.build(corpus_dir, mb, files, seed)
@@ -136,15 +142,17 @@ def warm(python: str, imports: str, corpus_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ datakit
-def datakit_manifest(s: Setup, prefix: Path) -> str:
-    return json.dumps({
+def datakit_manifest(s: Setup, prefix: Path, vocab: int | None) -> dict:
+    """The datakit side's manifest: with ``vocab`` its tokenizer stage trains a BPE of that size, as a
+    default run does; with None it copies the peer's tokenizer.json (``--given-tokenizer``)."""
+    return {
         "prefix": str(prefix), "backend": "local", "workers": s.workers,
         "sources": [{"name": "corpus", "uri": str(s.corpus_dir / "*.jsonl.zst"), "format": "jsonl",
                      "text_field": "text", "id_field": "id"}],
         "dedup": {"exact": True, "fuzzy": True, "ngram": NGRAM, "ngram_unit": "word", "num_perms": BANDS * ROWS,
                   "bands": BANDS, "rows": ROWS},
-        "tokenize": {"tokenizer": str(s.tokenizer)},
-    }, indent=1)
+        "tokenize": {"vocab_size": vocab} if vocab else {"tokenizer": str(s.tokenizer)},
+    }
 
 
 def _datakit_removed(prefix: Path, all_ids: set[str]) -> tuple[set[str], int]:
@@ -157,11 +165,13 @@ def _datakit_removed(prefix: Path, all_ids: set[str]) -> tuple[set[str], int]:
     return all_ids - kept, len(kept)
 
 
-def run_datakit(s: Setup, all_ids: set[str]) -> dict:
+def run_datakit(s: Setup, manifest_of, all_ids: set[str]) -> dict:
+    """Run ``datakit run`` on the manifest ``manifest_of(prefix)`` builds, sampled; per-stage figures,
+    the removed ids and the run's counters (``prefix`` holds its outputs)."""
     prefix = s.work / "datakit-out"
     shutil.rmtree(prefix, ignore_errors=True)
     manifest = s.work / "datakit.yaml"  # JSON is YAML
-    manifest.write_text(datakit_manifest(s, prefix))
+    manifest.write_text(json.dumps(manifest_of(prefix), indent=1))
     dk = str(Path(sys.executable).with_name("datakit"))
     warm(sys.executable, "import datakit.pipeline, datakit.dedup, datakit.tokenize.tokenize_step", s.corpus_dir)
     tl = measure.run_sampled([dk, "run", str(manifest), "--workers", str(s.workers), "--json"],
@@ -177,6 +187,11 @@ def run_datakit(s: Setup, all_ids: set[str]) -> dict:
     counters = {st["name"]: st.get("counters", {}) for st in summary.get("steps", [])
                 if isinstance(st, dict) and "name" in st}
     res = measure.per_stage(tl, windows)
+    training = res["stages"].get(TOKENIZER_STEP)
+    if training is not None:  # the tokenizer stage trained (or copied) the tokenizer: its cost on its own line
+        res["tokenizer_training"] = training
+        res["total_without_tokenizer_training"] = {
+            k: round(res["total"][k] - training[k], 2) for k in ("wall_s", "cpu_s")}
     tokens = sum(c.get("tokenize/tokens", 0) for c in counters.values())
     res.update({"docs_in": len(all_ids), "docs_kept": kept, "removed_ids": removed, "tokens_with_eos": tokens,
                 "counters": counters})
@@ -198,7 +213,7 @@ def run_datatrove(s: Setup, peer_python: str, all_ids: set[str]) -> dict:
     warm(peer_python, "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard", s.corpus_dir)
     result = work / "result.json"
     tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer", json.dumps(args), str(result)),
-                             dict(os.environ), str(REPO), s.timeout)
+                             dict(os.environ, **PEER_ENV), str(REPO), s.timeout)
     if tl.returncode != 0 or not result.exists():
         return {"error": f"datatrove exited {tl.returncode}: {tl.stderr[-3000:]}"}
     r = json.loads(result.read_text())
@@ -255,14 +270,27 @@ def _rounded_side(res: dict, mb: float) -> dict:
     return out
 
 
+def ratios(ours: dict, peer: dict) -> dict:
+    """Peer over ours (above 1: datakit is faster or smaller), whole runs; where datakit trained its
+    tokenizer, also without that training (the peer is handed a ready tokenizer.json)."""
+    a, b = ours["total"], peer["total"]
+    out = {"wall_peer_over_ours": round(b["wall_s"] / a["wall_s"], 2),
+           "cpu_peer_over_ours": round(b["cpu_s"] / a["cpu_s"], 2),
+           "peak_pss_tree_peer_over_ours": round(b["peak_pss_tree_mb"] / a["peak_pss_tree_mb"], 2),
+           "peak_pss_largest_process_peer_over_ours": round(b["peak_pss_largest_process_mb"]
+                                                            / a["peak_pss_largest_process_mb"], 2)}
+    if "total_without_tokenizer_training" in ours:
+        c = ours["total_without_tokenizer_training"]
+        out["wall_peer_over_ours_without_training"] = round(b["wall_s"] / c["wall_s"], 2)
+        out["cpu_peer_over_ours_without_training"] = round(b["cpu_s"] / c["cpu_s"], 2)
+    return out
+
+
 def compare(ours: dict, peer: dict, info) -> dict:
     """Ratios (peer / ours: above 1 means datakit is faster) and quality side by side."""
     report: dict = {}
     if "error" not in ours and "error" not in peer:
-        a, b = ours["total"], peer["total"]
-        report["ratios"] = {"wall_peer_over_ours": round(b["wall_s"] / a["wall_s"], 2),
-                            "cpu_peer_over_ours": round(b["cpu_s"] / a["cpu_s"], 2),
-                            "peak_rss_tree_peer_over_ours": round(b["peak_rss_tree_mb"] / a["peak_rss_tree_mb"], 2)}
+        report["ratios"] = ratios(ours, peer)
         ro, rp = ours["removed_ids"], peer["removed_ids"]
         planted = set(info.exact_plants) | set(info.near_plants) | set(info.exact_plants.values()) \
             | set(info.near_plants.values())
@@ -274,20 +302,6 @@ def compare(ours: dict, peer: dict, info) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ main
-def _peer_figures(s: Setup, args, all_ids: set[str]) -> dict:
-    """The peer's result: measured now, or reused from the work dir (same corpus, same parameters)."""
-    saved = s.work / f"peer_report-{s.peer_words}-w{s.workers}.json"
-    if args.reuse and saved.exists() and not args.rerun_peer:
-        res = json.loads(saved.read_text())
-        res["removed_ids"] = set(res["removed_ids"])
-        res["reused_from"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(saved.stat().st_mtime))
-        return res
-    res = run_datatrove(s, args.peer_python, all_ids)
-    if "error" not in res:
-        saved.write_text(json.dumps({**res, "removed_ids": sorted(res["removed_ids"])}))
-    return res
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=400, help="MB of text in the corpus (default 400)")
@@ -296,8 +310,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--reuse", default=None, metavar="WORKDIR",
-                    help="keep corpus, tokenizer and the peer's figures here and reuse them on the next run")
-    ap.add_argument("--rerun-peer", action="store_true", help="with --reuse: measure the peer again")
+                    help="keep the corpus and the peer's tokenizer here and reuse them on the next run "
+                         "(both sides are always run again)")
+    ap.add_argument("--given-tokenizer", action="store_true",
+                    help="datakit copies the peer's tokenizer.json instead of training its own")
     ap.add_argument("--peer-python", default=str(PEER_PYTHON))
     ap.add_argument("--peer-words", choices=["spacy", "whitespace"], default="spacy",
                     help="the peer's MinHash word splitter: spacy (its default, as its users run it) or "
@@ -313,15 +329,17 @@ def main() -> None:
     s = Setup(work, corpus_dir, info, tok, EOS_TOKEN, args.workers, args.timeout, args.peer_words)
     all_ids = {f"b{i:07d}" for i in range(info.base_docs)} | set(info.exact_plants) | set(info.near_plants)
     load0 = os.getloadavg()
-    ours = run_datakit(s, all_ids)
+    vocab = None if args.given_tokenizer else args.vocab
+    ours = run_datakit(s, lambda prefix: datakit_manifest(s, prefix, vocab), all_ids)
     print(f"datakit: {json.dumps(_rounded_side(ours, info.mb))[:2000]}", file=sys.stderr)
-    peer = _peer_figures(s, args, all_ids)
+    peer = run_datatrove(s, args.peer_python, all_ids)
     print(f"datatrove: {json.dumps(_rounded_side(peer, info.mb))[:2000]}", file=sys.stderr)
     report = {
         "corpus": {"mb_text": info.mb, "docs": info.docs, "files": len(info.files), **info.by_kind,
                    "compressed_mb": round(sum(os.path.getsize(f) for f in info.files) / 1e6, 1)},
         "params": {"ngram": f"word {NGRAM}", "bands": BANDS, "rows": ROWS, "workers": args.workers,
-                   "peer_words": args.peer_words,
+                   "peer_words": args.peer_words, "peer_env": PEER_ENV,
+                   "datakit_tokenizer": "given (the peer's)" if args.given_tokenizer else f"trained (vocab {vocab})",
                    "tokenizer_vocab": args.vocab, "cpu_count": os.cpu_count(), "load_avg_at_start": load0,
                    "load_avg_at_end": os.getloadavg(), "work": str(work)},
         "datakit": _rounded_side(ours, info.mb),

@@ -26,7 +26,8 @@ What is measured (each pipeline in its own fresh subprocess, same tokenizer, sam
 - ``reader``: ``TrainBatches`` (Feistel + 2-source block mixture) served tokens/s.
 
 Throughput counts document tokens without EOS for every contender, so numbers compare like for like.
-Peak RSS is sampled every 20 ms over the whole process tree (driver + engine workers), summed.
+Peak memory is PSS, sampled every 50 ms over the whole process tree (driver + engine workers), summed
+(benchmarks/_pipeline_measure.py: a page shared by N processes counts 1/N in each).
 Besides wall-clock tokens/s (what the issue's target is stated in), every contender reports tokens per
 CPU-second (``cpu_efficiency_vs_raw``): for datakit and datatrove the CPU of the whole process tree from
 start to exit (interpreter start, imports, worker processes included), for the raw limit only its encode
@@ -62,16 +63,11 @@ import argparse
 import filecmp
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-
-import psutil
 
 from benchmarks.common import PEER_PYTHON, module_command
 from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
@@ -170,54 +166,18 @@ print("RESULT " + json.dumps({"tokens": tokens - docs, "tokens_with_eos": tokens
 
 
 def _measure(cmd: list[str], env: dict) -> tuple[dict, int, int, float]:
-    """Run a child; return (its RESULT json, peak summed RSS of its tree, peak single-process RSS, CPU
-    seconds of the whole tree). CPU is the last sample of each process's user+system time (every 20 ms),
-    plus what the direct child reports for descendants it reaped."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak_sum = peak_one = 0
-    cpu_seen: dict[int, float] = {}
-    stop = threading.Event()
+    """Run a child; return (its RESULT json, peak summed PSS of its tree, peak single-process PSS, CPU
+    seconds of the whole tree), sampled by benchmarks/_pipeline_measure.py every 50 ms. CPU is the larger
+    of the sampled total (every process at its last sample) and the reaped children's rusage."""
+    from benchmarks import _pipeline_measure as measure
 
-    def sample() -> None:
-        nonlocal peak_sum, peak_one
-        try:
-            root = psutil.Process(proc.pid)
-        except psutil.NoSuchProcess:
-            return
-        while not stop.is_set():
-            total = 0
-            try:
-                procs = [root] + root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                break
-            for p in procs:
-                try:
-                    with p.oneshot():
-                        rss = p.memory_info().rss
-                        t = p.cpu_times()
-                except psutil.Error:
-                    continue
-                cpu_seen[p.pid] = t.user + t.system
-                total += rss
-                peak_one = max(peak_one, rss)
-            peak_sum = max(peak_sum, total)
-            stop.wait(0.02)
-
-    t = threading.Thread(target=sample, daemon=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t.start()
-    out, err = proc.communicate()
-    stop.set()
-    t.join()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[:3]} failed ({proc.returncode}):\n{err[-4000:]}")
-    # the direct child's own CPU, exactly, from its exit accounting (includes children it reaped);
-    # descendants it did not reap (pooled engine workers that exit with it) come from the samples
-    direct = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    others = sum(v for pid, v in cpu_seen.items() if pid != proc.pid)
-    cpu = max(direct, cpu_seen.get(proc.pid, 0.0) + others)
-    line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1]
+    tl = measure.run_sampled(cmd, env, os.getcwd(), timeout=24 * 3600)
+    if tl.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed ({tl.returncode}):\n{tl.stderr[-4000:]}")
+    cpu = max(tl.reaped_cpu_s, tl.samples[-1].cpu_s if tl.samples else 0.0)
+    line = [ln for ln in tl.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    peak_sum = max((x.pss for x in tl.samples), default=0)
+    peak_one = max((x.largest for x in tl.samples), default=0)
     return json.loads(line[len("RESULT "):]), peak_sum, peak_one, cpu
 
 
@@ -226,8 +186,8 @@ def _run_child(mode: str, args: dict, env: dict) -> dict:
     res, peak_sum, peak_one, cpu = _measure(cmd, env)
     if mode != "raw":  # e2e contenders: the whole process tree, start to exit; raw: encode calls only
         res["cpu_s"] = cpu
-    res["peak_rss_mb"] = round(peak_sum / 2**20, 1)
-    res["peak_rss_one_process_mb"] = round(peak_one / 2**20, 1)
+    res["peak_pss_mb"] = round(peak_sum / 2**20, 1)
+    res["peak_pss_one_process_mb"] = round(peak_one / 2**20, 1)
     _rates(res)
     return res
 
@@ -375,8 +335,8 @@ def main() -> None:
             args = {"parts": parts_dir, "out": out, "logs": logs, "tokenizer": tokenizer, "eos": "<|endoftext|>",
                     "tasks": a.parts, "workers": a.workers}
             r, peak_sum, peak_one, cpu = _measure([str(PEER_PYTHON), "-c", _DATATROVE, json.dumps(args)], env)
-            r.update(cpu_s=cpu, peak_rss_mb=round(peak_sum / 2**20, 1),
-                     peak_rss_one_process_mb=round(peak_one / 2**20, 1))
+            r.update(cpu_s=cpu, peak_pss_mb=round(peak_sum / 2**20, 1),
+                     peak_pss_one_process_mb=round(peak_one / 2**20, 1))
             _rates(r)
             dt_runs.append(r)
 
@@ -455,7 +415,7 @@ def main() -> None:
         "cache_bytes_identical_auto_vs_hf": result["cache_bytes_identical_auto_vs_hf"],
         "fraction_of_raw_limit>=0.9": dk["fraction_of_raw_limit"] >= 0.9,
         "tiktoken_step_faster_than_hf_step": result["step_engine_speedup"]["per_cpu_s"] > 1,
-        "peak_rss<1GB": dk["peak_rss_mb"] < 1024,
+        "peak_pss<1GB": dk["peak_pss_mb"] < 1024,
     }
     print(json.dumps(result, indent=1))
 

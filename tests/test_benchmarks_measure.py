@@ -1,0 +1,58 @@
+"""The benchmarks' measuring and scoring helpers: tree memory as PSS, and the FineWeb benchmark's decision
+comparison (what its README figures rest on)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from benchmarks import _pipeline_measure as measure
+from benchmarks.fineweb import compare_decisions
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_pss_counts_a_forked_childs_shared_pages_once():
+    """A child forked after its parent touched 64 MB shares those pages: the RSS sum counts them twice,
+    the PSS sum once (each process gets half)."""
+    code = ("import os, sys, time\n"
+            "buf = bytearray(64 << 20)\n"
+            "for i in range(0, len(buf), 4096): buf[i] = 1\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    time.sleep(30); os._exit(0)\n"
+            "print(pid, flush=True); sys.stdin.readline(); os.kill(pid, 9)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(proc.stdout.readline())
+        total, largest = measure.tree_sample(proc.pid, {})
+        rss_sum = _rss_bytes(proc.pid) + _rss_bytes(child)
+        assert 0 < largest < total
+        assert total < rss_sum - (48 << 20)  # the 64 MB buffer counted once, not twice
+        assert total > (64 << 20)
+    finally:
+        proc.communicate("\n")
+
+
+def test_pss_of_a_gone_process_is_zero():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert measure.pss_bytes(proc.pid) == 0
+    assert measure.pss_bytes(os.getpid()) > 0
+
+
+def test_decisions_agree_by_kept_or_removed_and_differences_name_both_rules():
+    ids = {"a", "b", "c", "d", "e"}
+    ours = {"a": "langid.languages", "b": "gopher_quality.min_stop_words", "c": "c4.min_sentences"}
+    peer = {"a": "langid", "b": "gopher_repetition", "d": "fineweb"}
+    out = compare_decisions(ids, ours, peer, {"a": ("de", 0.9)}, {"a": ("de", 0.91)})
+    assert (out["agree"], out["agreement"]) == (3, 0.6)  # a, b removed by both; e kept by both
+    assert out["same_group_share"] == 0.4  # a (langid) and e (kept)
+    assert [(d["datakit"], d["datatrove"], d["count"]) for d in out["differences"]] == [
+        ("c4.min_sentences", "kept", 1), ("kept", "fineweb", 1)]
+    assert out["removed_by"] == {"datakit": {"langid": 1, "gopher_quality": 1, "c4": 1},
+                                 "datatrove": {"langid": 1, "gopher_repetition": 1, "fineweb": 1}}
