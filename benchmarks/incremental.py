@@ -71,7 +71,7 @@ def run(m: dict, work: Path, name: str, timeout: float) -> dict:
     summary = json.loads(tl.stdout.strip().splitlines()[-1])
     built = [s["name"] for s in summary["steps"] if s.get("status") == "succeeded"]
     return {"cpu_s": round(whole["cpu_s"], 2), "wall_s": round(tl.end - tl.start, 2),
-            "peak_rss_mb": round(whole.get("peak_rss", 0) / 2**20, 1), "steps_built": len(built),
+            "peak_pss_tree_mb": whole["peak_pss_tree_mb"], "steps_built": len(built),
             "step_cpu_s": _step_cpu(tl, Path(m["prefix"])), "reuse": (summary.get("data") or {}).get("reuse") or {}}
 
 
