@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from datakit.shuffle import ExecConfig, counters
+from datakit.shuffle import ExecConfig, counters, small_job_config_for_files
 from datakit.core.documents import content_id
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 from datakit.core.layout import AttributesDir, DocumentsDir, join
@@ -164,6 +163,7 @@ def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
     pending = _cut_rows(src, schema, marks, cut_ids)
     stats["cut_decontaminate"] = pending.num_rows
     f_out, tmp = open_atomic(dst_main)
+    writer = None
     try:
         writer = pq.ParquetWriter(f_out, schema, compression="zstd")
         last, row0, at = None, 0, 0
@@ -193,6 +193,7 @@ def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
         writer.close()
         f_out.close()
     except BaseException:
+        _abandon(writer)
         f_out.close()
         discard(tmp)
         raise
@@ -204,6 +205,16 @@ def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
     if stats["docs_in"] != stats["docs_out"] + sum(stats[f"removed_{k}"] for k in REASONS):
         raise RuntimeError(f"{src}: counts do not add up {stats} (internal error)")
     return {"file": basename(src), **stats}
+
+
+def _abandon(writer: pq.ParquetWriter | None) -> None:
+    """Close a writer whose file is being thrown away, so that it does not close itself later on a
+    closed file (noise in the driver, where a small job runs inline)."""
+    if writer is not None:
+        try:
+            writer.close()
+        except Exception:  # the file is discarded: nothing written to it matters
+            pass
 
 
 def _apply_marks(ids: pa.Array, marks: list[_Marks], found: list[np.ndarray], removed: list, stats: dict
@@ -334,19 +345,56 @@ def _stats_only(job: tuple, marks: list[_Marks]) -> dict[str, int]:
     return {k: v for k, v in out.items() if k != "file"}
 
 
-def _keyed_file(job: tuple, out_dir: str) -> keyed.Done:
-    """One file: taken from the earlier build when its key (its documents file by recorded content, and
-    what its marks decide) is there, else consolidated. Its marks are read once, for both."""
-    base, earlier, inner = job
-    marks = [_marks(kind, path) for kind, path in inner[1]]
-    name = basename(inner[0])
-    unit = keyed.Job(None if base is None else reuse.content_key(base, marks_digest(marks)),
-                     (f"{DocumentsDir.MAIN}/{name}", f"{DocumentsDir.REMOVED}/{name}"), inner, earlier)
-    done = keyed.run(unit, out_dir, partial(_stats_only, marks=marks))
-    if done.taken:  # a computed file counted itself
-        for k, v in done.stats.items():
-            counters.increment(k, v)
-    return done
+def _read_marks(job: tuple) -> list[_Marks]:
+    return [_marks(kind, path) for kind, path in job[1]]
+
+
+def _unit(base: str | None, job: tuple, marks: list[_Marks], earlier: reuse.Earlier | None) -> keyed.Job:
+    """A file's keyed unit: its key is the base (settings, name, recorded documents) and what its marks
+    decide."""
+    name = basename(job[0])
+    return keyed.Job(None if base is None else reuse.content_key(base, marks_digest(marks)),
+                     (f"{DocumentsDir.MAIN}/{name}", f"{DocumentsDir.REMOVED}/{name}"), job, earlier)
+
+
+def _keyed_file(todo: tuple) -> keyed.Done:
+    """One file consolidated in its task, with its key; its marks are read once, for both (here, unless
+    the driver read them already to look the file up in the earlier build)."""
+    base, job, marks = todo
+    marks = _read_marks(job) if marks is None else marks
+    unit = _unit(base, job, marks, None)
+    return keyed.Done(unit.key, unit.files, _stats_only(job, marks), False)
+
+
+def _take_known(bases: list[str | None], jobs: list[tuple], earlier: reuse.Earlier | None, out_dir: str
+                ) -> tuple[list[keyed.Done | None], list[tuple]]:
+    """(each file taken here, in the driver, or None; what is left to compute: (key base, job, marks)).
+    With an earlier build, each file's marks are read here (small: the marked ids only) and the file
+    taken when its key is there (a link and a hash check, cheaper than a task: a change to a few files
+    then starts no worker pool for the others); without one, nothing is read here."""
+    done: list[keyed.Done | None] = []
+    todo = []
+    for base, job in zip(bases, jobs):
+        marks = _read_marks(job) if earlier is not None and base is not None else None
+        taken = keyed.take(_unit(base, job, marks, earlier), out_dir) if marks is not None else None
+        done.append(taken)
+        if taken is None:
+            todo.append((base, job, marks))
+    return done, todo
+
+
+def _run_keyed(jobs: list[tuple], normalized_dir: str, reuse_from: Reuse, out_dir: str,
+               exec_config: ExecConfig | None) -> list[keyed.Done]:
+    """Every file, in order: taken from the earlier build, or consolidated on the engine (inline when
+    the files to compute are few bytes, `small_job_config_for_files`)."""
+    done, todo = _take_known(_file_keys(jobs, normalized_dir, reuse_from.settings), jobs, reuse_from.earlier,
+                             out_dir)
+    if todo:
+        paths = [job[0] for _, job, _ in todo]
+        engine = small_job_config_for_files(exec_config, paths)
+        computed = iter(per_file_tasks(todo, paths).map(_keyed_file).run(engine).items)
+        done = [d if d is not None else next(computed) for d in done]
+    return [d for d in done if d is not None]
 
 
 def _file_keys(jobs: list[tuple], normalized_dir: str, settings: tuple) -> list[str | None]:
@@ -395,17 +443,14 @@ def consolidate(
     for f, fn in zip(files, file_names):
         attrs = [(kind, AttributesDir(sets[kind][0]).file(fn)) for kind in REASONS if kind in sets]
         jobs.append((f.path, attrs, join(docs.main, fn), join(docs.removed, fn)))
-    reused: dict[str, int] = {}
-    if reuse_from is None:
-        run = per_file_tasks(jobs, [f.path for f in files]).map(_consolidate_file).run(exec_config)
-    else:
-        file_keys = _file_keys(jobs, normalized_dir, reuse_from.settings)
-        units = [(k, reuse_from.earlier, job) for k, job in zip(file_keys, jobs)]
-        run = per_file_tasks(units, [f.path for f in files]).map(partial(_keyed_file, out_dir=out_dir)
-                                                                   ).run(exec_config)
-        reused = keyed.record(out_dir, run.items)
     keys = ["docs_in", "docs_out", *(f"removed_{k}" for k in REASONS), "cut_decontaminate", "annotated_decontaminate"]
-    c = {k: int(run.counters.get(k, 0)) for k in keys}
-    c.update(reused)
+    if reuse_from is None:
+        paths = [f.path for f in files]
+        run = per_file_tasks(jobs, paths).map(_consolidate_file).run(small_job_config_for_files(exec_config, paths))
+        c = {k: int(run.counters.get(k, 0)) for k in keys}
+    else:
+        done = _run_keyed(jobs, normalized_dir, reuse_from, out_dir, exec_config)
+        c = {k: sum(int(d.stats.get(k, 0)) for d in done) for k in keys}
+        c.update(keyed.record(out_dir, done))
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,
                              attributes={k: v[1].get("params") for k, v in sets.items()})

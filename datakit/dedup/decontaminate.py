@@ -568,8 +568,7 @@ def _scan(srcs: Sequence[SourceRef], entries: Sequence[FileEntry], table: Benchm
     file, and the counters (documents per source; files reused and computed)."""
     paths, jobs = _scan_jobs(srcs, entries, table, ngram, out_dir, reuse_from)
     compute = partial(_scan_file, table_path=table_path, ngram=ngram)
-    done = per_file_tasks(jobs, [j.job[0].path for j in jobs]).map(partial(
-        keyed.run, step_dir=out_dir, compute=compute)).run(exec_config).items
+    done = keyed.run_all(jobs, [j.job[0].path for j in jobs], out_dir, compute, exec_config)
     docs = {d.files[0]: d.stats["docs"] for d in done}
     c: dict[str, int] = {}
     for e, path in zip(entries, paths):

@@ -10,11 +10,15 @@ recorded xxh3 of exactly what the unit reads); the helper takes or computes it a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 from datakit.core.fsio import join
+from datakit.shuffle import ExecConfig, small_job_config_for_files
 from datakit.steps import reuse
+
+from .layout import per_file_tasks
 
 # The step's counters saying how much per-file work was taken from the earlier build or computed.
 REUSED, COMPUTED = "files/reused", "files/computed"
@@ -70,11 +74,34 @@ def key_of(settings: tuple, *parts: Any) -> str | None:
 
 def run(job: Job, step_dir: str, compute: Callable[[Any], dict[str, int]]) -> Done:
     """Take the unit from the earlier build, or compute it (``compute(job.job)`` writes ``job.files``
-    and returns its stats)."""
-    unit = reuse.take(job.earlier, job.key, step_dir) if job.key is not None else None
-    if unit is not None:
-        return Done(job.key, job.files, dict(unit.stats), True)
+    and returns its stats): one task's unit."""
+    taken = take(job, step_dir)
+    if taken is not None:
+        return taken
     return Done(job.key, job.files, compute(job.job), False)
+
+
+def take(job: Job, step_dir: str) -> Done | None:
+    """The unit taken from the earlier build (a link and a hash check), or None."""
+    unit = reuse.take(job.earlier, job.key, step_dir) if job.key is not None else None
+    return None if unit is None else Done(job.key, job.files, dict(unit.stats), True)
+
+
+def run_all(jobs: Sequence[Job], inputs: Sequence[str], step_dir: str, compute: Callable[[Any], dict[str, int]],
+            exec_config: ExecConfig | None) -> list[Done]:
+    """Every unit, in ``jobs`` order: taken here, in the driver, when the earlier build has it (cheaper
+    than a task: an edit of one file of many then starts no worker pool for the others), the rest
+    computed on the engine, one task per unit labelled with the file it reads (``inputs``, one per job);
+    a few computed files (an edit's) run inline (`small_job_config_for_files`)."""
+    done = [take(job, step_dir) for job in jobs]
+    todo = [(replace(job, earlier=None), path) for job, path, d in zip(jobs, inputs, done) if d is None]
+    if not todo:
+        return [d for d in done if d is not None]
+    paths = [path for _, path in todo]
+    engine = small_job_config_for_files(exec_config, paths)
+    computed = iter(per_file_tasks([job for job, _ in todo], paths)
+                    .map(partial(run, step_dir=step_dir, compute=compute)).run(engine).items)
+    return [d if d is not None else next(computed) for d in done]
 
 
 def record(step_dir: str, done: Sequence[Done]) -> dict[str, int]:

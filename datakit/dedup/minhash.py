@@ -37,7 +37,6 @@ from .layout import (
     invalidate,
     iter_batches,
     main_files,
-    per_file_tasks,
     write_meta,
     write_parquet_atomic,
 )
@@ -252,9 +251,8 @@ def minhash_source(
     adir = AttributesDir.of(out_dir, name)
     invalidate(adir.root)
     compute = partial(_minhash_file, params=params)
-    run = per_file_tasks(jobs, [j.job[0] for j in jobs]).map(partial(keyed.run, step_dir=out_dir, compute=compute)
-                                                           ).run(exec_config)
-    per_file = sorted(run.items, key=lambda d: d.files[0])
+    done = keyed.run_all(jobs, [j.job[0] for j in jobs], out_dir, compute, exec_config)
+    per_file = sorted(done, key=lambda d: d.files[0])
     c = {k: sum(d.stats[k] for d in per_file) for k in COUNTS}
     write_meta(adir.root, {
         "kind": "minhash", "source": name, "params": params, "files": [basename(d.files[0]) for d in per_file],

@@ -19,7 +19,6 @@ rejected or nothing survived.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datakit.shuffle import Dataset, ExecConfig
+from datakit.shuffle import Dataset, ExecConfig, small_job_config
 from datakit.core.documents import CORE_SCHEMA
 from datakit.core import fsio
 from datakit.core.fsio import exists, is_local, join, list_names, open_read, remove
@@ -159,15 +158,6 @@ def _validate(spec: SourceSpec) -> None:
                          f"'text' (got {spec.text_field!r})")
 
 
-def _engine(exec_config: ExecConfig | None, input_bytes: int, cfg: NormalizeConfig) -> ExecConfig | None:
-    """The engine for a job reading ``input_bytes``: in this process when the local pool would cost more
-    to start than the job (`NormalizeConfig.inline_bytes`; outputs never depend on the backend)."""
-    local = exec_config is None or exec_config.backend == "local"
-    if local and input_bytes <= cfg.inline_bytes:
-        return dataclasses.replace(exec_config or ExecConfig(), backend="inline")
-    return exec_config
-
-
 def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[tuple[int, str | None]],
              out_dir: str, exec_config: ExecConfig | None) -> list[dict]:
     """Read the units ``todo`` (unit number, key) on the engine; their parts' summaries, in ``todo``
@@ -187,7 +177,8 @@ def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[
         .group_by(item_unit, stream_unit, sort_by=item_sort, num_shards=len(names))
         .map_shard(partial(write_unit, out_dir=out_dir, names=names, fixed=fixed, dedup=spec.dedup))
     )
-    engine = _engine(exec_config, sum(r.size for u in units for r in u.refs), cfg)
+    # a small job (an edit's unit) runs in this process: the pool would cost more to start than the job
+    engine = small_job_config(exec_config, sum(r.size for u in units for r in u.refs), cfg.inline_bytes)
     return sorted(ds.run(engine).items, key=lambda s: s["index"])
 
 
@@ -248,7 +239,8 @@ def _finish(out_dir: str, parts: list[Part], lost: list[tuple[str, ...]], schema
                               join(out_dir, done[1]), lost[p.index], schema))
     records.update({key: unit_record(ps) for key, ps in by_key.items()})
     if jobs:
-        engine = _engine(exec_config, sum(fsio.size(j.raw_main) + fsio.size(j.raw_dups) for j in jobs), cfg)
+        engine = small_job_config(exec_config, sum(fsio.size(j.raw_main) + fsio.size(j.raw_dups) for j in jobs),
+                                  cfg.inline_bytes)
         Dataset.from_items(jobs, num_shards=len(jobs)).map(write_final).collect(engine)
     for p in parts:
         if p.key is None and p.main != DocumentsDir.rel_file("main", p.name):

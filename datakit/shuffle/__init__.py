@@ -12,9 +12,11 @@ from .executor import ExecConfig, RunResult, ShardFailed, StageStats, WorkerDeat
 from .io import read_jsonl, read_parquet, read_text
 from .keys import KeyEncodingError, decode_key, encode_key, route
 from .plan import PlanError
+from .sizing import SMALL_JOB_BYTES, small_job_config, small_job_config_for_files
 
 __all__ = [
     "Capabilities", "backend_capabilities", "Dataset", "ExecConfig", "RunResult", "ShardFailed", "StageStats", "WorkerDeaths", "format_stats",
     "FileInfo", "list_files", "read_jsonl", "read_parquet", "read_text", "counters", "current_shard",
-    "ShardInfo", "KeyEncodingError", "encode_key", "decode_key", "route", "PlanError",
+    "ShardInfo", "KeyEncodingError", "encode_key", "decode_key", "route", "PlanError", "SMALL_JOB_BYTES",
+    "small_job_config", "small_job_config_for_files",
 ]

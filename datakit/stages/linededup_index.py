@@ -120,8 +120,7 @@ def _removal_tables(found: batches.Batch, files: list[tuple[int, int, str, str, 
 def index(ctx: StepContext, inputs: list[tuple[str, str, str, int]]) -> dict:
     """The step. inputs: (source, its documents step, unit, min_chars), in manifest order."""
     files, jobs = _segment_jobs(ctx, inputs)
-    done = (Dataset.from_items(jobs, num_shards=max(1, len(jobs)))
-            .map(partial(keyed.run, step_dir=ctx.output, compute=_file_segments)).collect(ctx.exec_config))
+    done = keyed.run_all(jobs, [j.job[0] for j in jobs], ctx.output, _file_segments, ctx.exec_config)
     parts = max(1, min(len(files), 512))
     emit = [(rank, idx, join(ctx.output, rel)) for rank, idx, _s, _n, rel in files]
     ds = Dataset.from_items(emit, num_shards=max(1, len(emit))).flat_map(partial(_emit, parts=parts))

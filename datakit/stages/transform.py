@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from datakit.core.fsio import atomic_write_bytes, link_or_copy, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
-from datakit.shuffle import Dataset, counters
+from datakit.shuffle import Dataset, counters, small_job_config_for_files
 from datakit.steps import StepContext, reuse
 
 REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])
@@ -85,29 +85,54 @@ class _Job:
     unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
 
 
+def _result(job: _Job, stats: dict[str, int], taken: bool) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
+    """(key, the two files relative to the step dir, stats, whether it was taken) of one file."""
+    rel = (f"{DocumentsDir.MAIN}/{posixpath.basename(job.dst_main)}",
+           f"{DocumentsDir.REMOVED}/{posixpath.basename(job.dst_removed)}")
+    return job.key, rel, stats, taken
+
+
+def _take(job: _Job, output: str) -> tuple[str | None, tuple[str, str], dict[str, int], bool] | None:
+    """The file's earlier result taken whole (a link and a hash check), or None."""
+    unit = reuse.take(job.earlier, job.key, output) if job.key is not None else None
+    return None if unit is None else _result(job, dict(unit.stats), True)
+
+
 def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str
            ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
-    """One file through ``file_fn``, or its earlier result taken whole: (key, the two files relative to
-    the step dir, stats, whether it was taken)."""
+    """One file through ``file_fn``, or its earlier result taken whole (a file keyed by a per-file part,
+    which only its task reads): `_result`."""
     if job.key is not None and job.key_fn is not None:
         part = job.key_fn(job.src)
         job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
                                   unchanged=job.is_unchanged(part) if job.is_unchanged else None)
-    unit = reuse.take(job.earlier, job.key, output) if job.key is not None else None
-    if unit is not None:
-        stats = unit.stats
-    elif job.unchanged is not None:  # nothing to do to this file: its bytes, and an empty removed file
+    done = _take(job, output)
+    if done is None and job.unchanged is not None:  # nothing to do to this file: its bytes, an empty removed file
         link_or_copy(job.src, job.dst_main)
         atomic_write_bytes(job.dst_removed, table_bytes(removed_table([], removed_schema)))
-        stats = job.unchanged
-    else:
+        done = _result(job, job.unchanged, False)
+    elif done is None:
         kept, removed, stats = file_fn(job.src.rstrip("/").rsplit("/", 1)[-1], read_table(job.src))
         write_file(job.dst_main, job.dst_removed, kept, removed, removed_schema)
-    for k, v in stats.items():
+        done = _result(job, stats, False)
+    for k, v in done[2].items():
         counters.increment(k, v)
-    rel = (f"{DocumentsDir.MAIN}/{posixpath.basename(job.dst_main)}",
-           f"{DocumentsDir.REMOVED}/{posixpath.basename(job.dst_removed)}")
-    return job.key, rel, stats, unit is not None
+    return done
+
+
+def _take_known(jobs: list[_Job], output: str) -> tuple[list[tuple], list[_Job]]:
+    """(the files taken here, in the driver, the jobs left to compute). A file whose key is known before
+    its task is taken here: a link and a hash check cost less than a task, and an edit of one file of
+    many then starts no worker pool for the others. A file keyed by a per-file part is left to its task
+    (only reading it gives the key); a job taking nothing here does not try again in its task."""
+    done, todo = [], []
+    for job in jobs:
+        taken = _take(job, output) if job.key_fn is None else None
+        if taken is not None:
+            done.append(taken)
+        else:
+            todo.append(job if job.key_fn is not None else dataclasses.replace(job, earlier=None))
+    return done, todo
 
 
 def input_names(ctx: StepContext, documents: str, what: str) -> tuple[DocumentsDir, list[str]]:
@@ -163,13 +188,18 @@ def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
     ``reuse_key``: None when a file's output depends on more than that file and the step's settings.
     Otherwise each file's output is keyed by (step name, version, the key's settings, the input file's
     name and recorded xxh3, and its ``per_file`` part) and taken from the earlier build of this step
-    when its key is there (steps/reuse.py): an edit to one input file recomputes that file only. The
-    counts of taken and computed files are the step's ``files/reused`` and ``files/computed`` counters."""
+    when its key is there (steps/reuse.py): an edit to one input file recomputes that file only. Files
+    whose key needs no read are taken here, before any task; the files left to compute run inline
+    when they are few bytes (`small_job_config_for_files`). The counts of taken and computed files are
+    the step's ``files/reused`` and ``files/computed`` counters."""
     src, names = input_names(ctx, documents, what)
     jobs = _jobs(ctx, names, src, reuse_key)
-    done = (Dataset.from_items(jobs, num_shards=len(jobs))
-            .map(partial(_apply, file_fn=file_fn, removed_schema=removed_schema, output=ctx.output))
-            .collect(ctx.exec_config))
+    done, todo = _take_known(jobs, ctx.output)
+    if todo:  # a few files (an edit's) run in this process: the pool would cost more to start than they do
+        engine = small_job_config_for_files(ctx.exec_config, [j.src for j in todo])
+        done += (Dataset.from_items(todo, num_shards=len(todo))
+                 .map(partial(_apply, file_fn=file_fn, removed_schema=removed_schema, output=ctx.output))
+                 .collect(engine))
     totals: dict[str, int] = {}
     units: dict[str, reuse.Unit] = {}
     taken = 0

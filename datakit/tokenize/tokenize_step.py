@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
-from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, current_shard
+from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core.fsio import atomic_write_bytes, copy_file, is_dir, read_bytes, sha256_file, store_url
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
@@ -95,6 +95,7 @@ class _ShardSpec:
     keys: dict[str, str] = field(default_factory=dict)  # input part path -> its content key (reuse)
     earlier: reuse.Earlier | None = None  # an earlier build of this cache to take shards from
     trim_from: dict[str, str] = field(default_factory=dict)  # input part path -> earlier key of its name
+    in_process: bool = False  # tasks run in the driver: RAYON_NUM_THREADS is not theirs to set
 
 
 @dataclass
@@ -137,7 +138,7 @@ def _tokenizer_for(spec: _ShardSpec):
     """Load once per worker process (a task per shard would otherwise re-parse the JSON each time)."""
     key = (spec.tokenizer_path, spec.identity["sha256"])
     if key not in _TOKENIZERS:
-        if spec.threads and "RAYON_NUM_THREADS" not in os.environ:
+        if spec.threads and not spec.in_process and "RAYON_NUM_THREADS" not in os.environ:
             os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
         tok, ident = load_tokenizer(spec.tokenizer_path)
         if ident.sha256 != spec.identity["sha256"]:
@@ -427,7 +428,6 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
         sums[next(s for s in SPLITS if TokenCacheDir.split_rel(s) == split_dir)][kind] = spec.earlier.hashes[rel]
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     _write_markers(dirs, names, fp, counts, _BadRows(), sums)
-    _count_shard(counts, 0)
     return {"index": index, "input": fp["input"], "reused": True, "splits": counts, "bad": 0, "bad_samples": [],
             "checksums": sums}
 
@@ -506,26 +506,47 @@ def _trimmed(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
             "bad_samples": [], "checksums": sums}
 
 
+def _shard_counters(counts: dict[str, dict], n_bad: int) -> dict[str, int]:
+    """The step counters one shard adds."""
+    out = {"tokenize/docs": sum(c["rows"] for c in counts.values()),
+           "tokenize/tokens": sum(c["tokens"] for c in counts.values()),
+           "tokenize/bytes": sum(c["bytes"] for c in counts.values())}
+    return {**out, "tokenize/bad_records": n_bad} if n_bad else out
+
+
 def _count_shard(counts: dict[str, dict], n_bad: int) -> None:
-    counters.increment("tokenize/docs", sum(c["rows"] for c in counts.values()))
-    counters.increment("tokenize/tokens", sum(c["tokens"] for c in counts.values()))
-    counters.increment("tokenize/bytes", sum(c["bytes"] for c in counts.values()))
-    if n_bad:
-        counters.increment("tokenize/bad_records", n_bad)
+    for k, v in _shard_counters(counts, n_bad).items():
+        counters.increment(k, v)
+
+
+def _done_here(spec: _ShardSpec, files: list[FileInfo]) -> tuple[list[dict | None], dict[str, int]]:
+    """Each shard finished already (a resumed build) or taken from the earlier build, here in the driver
+    (markers read, or a link and a hash check: cheaper than a task, so an edit of one part of many starts
+    no worker pool for the others), else None (left to its task: cut or encoded); and the counters
+    their tasks would have added."""
+    results: list[dict | None] = []
+    added: dict[str, int] = {}
+    for index, file in enumerate(files):
+        names, fp, key = C.shard_file_names(index, len(files)), _fingerprint(spec, file), spec.keys.get(file.path)
+        done = _reusable(spec, names, fp)
+        if done is not None:
+            results.append({**_reused_result(index, fp, done), "key": key})
+            counts = {"tokenize/shards_reused": 1}
+        else:
+            taken = _taken(spec, file.path, key, index, names, fp) if key is not None else None
+            results.append(None if taken is None else {**taken, "key": key})
+            counts = {} if taken is None else _shard_counters(taken["splits"], 0)
+        for k, v in counts.items():
+            added[k] = added.get(k, 0) + v
+    return results, added
 
 
 def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> dict:
-    """Tokenize one input part into shard ``index`` of both splits; returns its counts."""
+    """Tokenize one input part into shard ``index`` of both splits (cut from the earlier build's shard
+    when only documents were removed, else encoded); returns its counts."""
     names = C.shard_file_names(index, total)
     fp = _fingerprint(spec, file)
     key = spec.keys.get(file.path)
-    done = _reusable(spec, names, fp)
-    if done is not None:
-        counters.increment("tokenize/shards_reused")
-        return {**_reused_result(index, fp, done), "key": key}
-    taken = _taken(spec, file.path, key, index, names, fp) if key is not None else None
-    if taken is not None:
-        return {**taken, "key": key}
     trimmed = _trimmed(spec, file.path, key, names, fp) if file.path in spec.trim_from else None
     if trimmed is not None:
         return {**trimmed, "index": index, "key": key}
@@ -550,13 +571,10 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
             "bad_samples": bad.samples, "checksums": sums, "engine": encoder.record(), "key": key}
 
 
-def _shard_task(spec: _ShardSpec):
-    def run(files: Iterator[FileInfo]) -> Iterator[dict]:
-        info = current_shard()
-        for f in files:
-            yield tokenize_shard(f, info.index, info.total, spec)
-
-    return run
+def _shard_task(job: tuple[FileInfo, int, int], spec: _ShardSpec) -> dict:
+    """One task: (the part, its shard index, the shard count)."""
+    file, index, total = job
+    return tokenize_shard(file, index, total, spec)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -567,6 +585,36 @@ def _default_threads(exec_config: ExecConfig | None, n_files: int) -> int:
     cfg = exec_config or ExecConfig()
     workers = 1 if backend_capabilities(cfg.backend).in_process else (cfg.max_workers or cpus)
     return max(1, cpus // max(1, min(workers, n_files)))
+
+
+def _run_shards(spec: _ShardSpec, files: list[str], exec_config: ExecConfig | None, threads: int | None,
+                batch_bytes: int | None) -> tuple[list[dict], dict[str, int]]:
+    """Every shard's result in shard order, and the counters: shards finished or taken here, the rest
+    on the engine, one task per part; a few parts (an edit's) run in this process, where the pool would
+    cost more to start than they do (`small_job_config`)."""
+    infos = list_files(files)
+    done, run_counters = _done_here(spec, infos)
+    todo = [(f, i, len(files)) for i, (f, d) in enumerate(zip(infos, done)) if d is None]
+    if todo:
+        engine = small_job_config(exec_config, sum(f.size for f, _, _ in todo))
+        spec = _task_threads(spec, engine, len(todo), threads, batch_bytes)
+        run = (Dataset.from_shards([[t] for t in todo], labels=[f.path for f, _, _ in todo])
+               .map(partial(_shard_task, spec=spec)).run(engine))
+        done += run.items
+        for k, v in run.counters.items():
+            run_counters[k] = run_counters.get(k, 0) + v
+    return _shard_results(spec.name, [d for d in done if d is not None], len(files)), run_counters
+
+
+def _task_threads(spec: _ShardSpec, engine: ExecConfig | None, n_tasks: int, threads: int | None,
+                  batch_bytes: int | None) -> _ShardSpec:
+    """The spec with the tokenizer threads and batch size for ``n_tasks`` tasks on ``engine`` (the CPUs
+    shared by the tasks running at once; the bytes never depend on either), unless the caller gave them.
+    Tasks in this process leave its environment alone (a worker pool started later inherits it)."""
+    in_process = backend_capabilities((engine or ExecConfig()).backend).in_process
+    threads = threads or _default_threads(engine, n_tasks)
+    batch_bytes = batch_bytes or max(1 << 20, min(8 << 20, threads * (512 << 10)))
+    return replace(spec, threads=threads, batch_bytes=int(batch_bytes), in_process=in_process)
 
 
 def _ledger(name: str, split: str, spec: _ShardSpec, shard_results: list[dict], total: int,
@@ -661,13 +709,10 @@ def tokenize_source(
     out_dir = out_dir.rstrip("/")
     cache_dir = TokenCacheDir(out_dir)
     tok_copy = _prepare_cache_dir(cache_dir, tokenizer_path, identity.sha256)
-    threads = threads or _default_threads(exec_config, total)
-    if batch_bytes is None:
-        batch_bytes = max(1 << 20, min(8 << 20, threads * (512 << 10)))
     spec = _ShardSpec(
         name=name, out_dir=out_dir, tokenizer_path=tok_copy, identity=identity.to_dict(),
         validation_fraction=float(validation_fraction), bos=bool(bos), max_chars=int(max_chars),
-        batch_bytes=int(batch_bytes), threads=threads,
+        batch_bytes=int(batch_bytes or 0), threads=threads,
         dtype=token_dtype(identity.vocab_size).str, engine=engine, engine_check_pieces=int(engine_check_pieces),
         engine_check_chars=int(engine_check_chars),
     )
@@ -679,8 +724,7 @@ def tokenize_source(
         C.write_json_atomic(cache_dir.ledger(s), _ledger(name, s, spec, [], total, False))
         _clear_foreign_files(cache_dir.split(s), total)
 
-    run = Dataset.from_files(files).map_shard(_shard_task(spec)).run(exec_config)
-    results = _shard_results(name, run.items, total)
+    results, run_counters = _run_shards(spec, files, exec_config, threads, batch_bytes)
     if keys:
         _record_reuse(out_dir, results, total)
     splits = _commit_splits(name, spec, cache_dir, results, total)
@@ -692,7 +736,7 @@ def tokenize_source(
     return TokenizeResult(
         name=name, out_dir=out_dir, splits=splits, tokenizer=identity.to_dict(), num_shards=total,
         reused_shards=reused, bad_records=sum(r["bad"] for r in results), bad_samples=bad_samples,
-        counters={**run.counters, **_file_counters(results)}, **engine_record,
+        counters={**run_counters, **_file_counters(results)}, **engine_record,
     )
 
 
