@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datakit.shuffle import SMALL_JOB_BYTES, Dataset, ExecConfig, small_job_config, small_job_config_for_files
+import pytest
+
+from datakit.shuffle import SMALL_JOB_BYTES, Dataset, ExecConfig, backends, small_job_config, small_job_config_for_files
+
+
+@pytest.fixture(autouse=True)
+def no_warm_pool():
+    """Each test starts with no local pool in this process (an earlier test may have left one warm)."""
+    backends._close_pools()
+    yield
+    backends._close_pools()
 
 
 def test_a_small_local_job_runs_inline_with_the_rest_of_its_config():
@@ -42,3 +52,12 @@ def test_files_are_sized_until_they_pass_the_limit(tmp_path: Path):
 def test_an_inline_small_job_gives_what_the_pool_gives():
     ds = Dataset.from_items(list(range(40)), num_shards=4).map(lambda x: x * x)
     assert ds.collect(small_job_config(ExecConfig(max_workers=2), 1)) == ds.collect(ExecConfig(max_workers=2))
+
+
+def test_a_warm_pool_takes_small_jobs_too():
+    """Once this process runs a local pool, a small job costs nothing to start there: it keeps its config."""
+    cfg = ExecConfig(max_workers=2)
+    assert small_job_config(cfg, 1).backend == "inline"
+    Dataset.from_items([1, 2], num_shards=2).map(lambda x: x).collect(cfg)  # starts the pool
+    assert small_job_config(cfg, 1) is cfg
+    assert small_job_config(ExecConfig(max_workers=3), 1).backend == "inline"  # another size: none warm

@@ -199,6 +199,12 @@ def local_backend(max_workers: int | None) -> LocalBackend:
     return pool
 
 
+def pool_is_warm(max_workers: int | None) -> bool:
+    """A local pool of this size is already running in this process (a job on it starts nothing)."""
+    pool = _POOLS.get(max(1, max_workers or os.cpu_count() or 1))
+    return pool is not None and bool(pool.workers)
+
+
 @atexit.register
 def _close_pools() -> None:
     for pool in _POOLS.values():

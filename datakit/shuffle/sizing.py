@@ -9,7 +9,8 @@ local and inline write the same bytes), so this is a cost decision only.
 
 Why the limit is small: an inline task runs in the driver, so a worker death there (out of memory, a
 crash in native code) is the run's death, not a retried attempt, and the driver cannot overlap tasks.
-Other backends (ray, an explicit inline) and jobs over the limit are left as they are.
+Other backends (ray, an explicit inline) and jobs over the limit are left as they are, and so is a
+job when this process already runs a warm local pool (a job on it starts nothing, and runs beside others).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Iterable
 
 from datakit.core import fsio
 
+from .backends import pool_is_warm
 from .executor import ExecConfig
 
 # A job reading at most this many stored bytes runs inline on the local backend (about 0.3 CPU-s of
@@ -50,4 +52,6 @@ def small_job_config_for_files(exec_config: ExecConfig | None, paths: Iterable[s
 
 
 def _local(exec_config: ExecConfig | None) -> bool:
-    return exec_config is None or exec_config.backend == "local"
+    """The local backend, with no warm pool yet in this process."""
+    local = exec_config is None or exec_config.backend == "local"
+    return local and not pool_is_warm(exec_config.max_workers if exec_config is not None else None)
