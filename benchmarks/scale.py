@@ -36,8 +36,8 @@ flatness of peak PSS per worker from 1 GB to 4 GB (target <= 1.2x).
 
 Resumable: everything lives under --work (default /tmp/datakit-scale): the pool, the corpus files
 (built once, in order, for the largest size), the tokenizer, and each size's result.json (a size with
-a result is not run again unless --rerun). A run's outputs are deleted after it is measured (4 GB of
-text writes ~10 GB) unless --keep-outputs; its events.jsonl, plan.json and every step's artifact.json
+a result is not run again unless --rerun). A run's outputs are deleted after it is measured (normalize
+alone writes a quarter of the text's size as parquet) unless --keep-outputs; its events.jsonl, plan.json and every step's artifact.json
 are kept under runs/<MB>/. One progress line per corpus file and per step on stderr; the report as
 JSON on stdout and in report.json.
 
@@ -373,7 +373,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--rerun", action="store_true", help="measure sizes that already have a result again")
-    ap.add_argument("--keep-outputs", action="store_true", help="keep each run's prefix (~2.5x its text)")
+    ap.add_argument("--keep-outputs", action="store_true", help="keep each run's prefix")
     ap.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per run")
     ap.add_argument("--quality-filters", action="store_true",
                     help="let the quality layer remove documents (default: annotate_only, every stage sees the "
