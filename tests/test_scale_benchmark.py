@@ -1,0 +1,80 @@
+"""benchmarks/scale.py's code path on a corpus of ~1 MB: the streamed corpus (pool, recombined text past
+the pool, plants, resume) and one measured run of the whole pipeline. Never at size: the benchmark's
+figures come from running it (see its docstring), not from this test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from benchmarks import _scale_corpus as sc
+from benchmarks import scale
+
+LICENSES = Path("/usr/share/common-licenses")
+FILE_MB = 0.25
+
+
+def _rows(path: Path) -> list[dict]:
+    data = zstandard.ZstdDecompressor().decompress(path.read_bytes(), max_output_size=2**28)
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if not LICENSES.is_dir():
+        pytest.skip(f"{LICENSES} is absent (Debian's base-files ships it)")
+    work = tmp_path_factory.mktemp("scale")
+    kinds = sc.build_pool(work / "pool", {"doc": ("doc", sorted(LICENSES.iterdir()))})
+    pool_mb = sum(v["bytes"] for v in kinds.values()) / 1e6
+    n_files = int(2 * pool_mb / FILE_MB) + 2  # twice the pool: recombined text in the later files
+    parts = sc.build_parts(work / "corpus", work / "pool", kinds, n_files, FILE_MB, seed=0)
+    return work, kinds, parts
+
+
+def test_corpus_goes_past_the_pool_without_repeating_a_document(built):
+    work, kinds, parts = built
+    pool = {json.loads(line) for k in kinds for line in open(work / "pool" / f"{k}.jsonl", encoding="utf-8")}
+    assert len(pool) == sum(v["docs"] for v in kinds.values())
+    assert parts[0].recombined_bytes == 0 and parts[-1].unique_bytes == 0 and parts[-1].recombined_bytes > 0
+    seen_ids, base_texts = set(), []
+    for p in parts:
+        rows = _rows(work / "corpus" / p.name)
+        assert len(rows) == p.docs and sum(len(r["text"].encode()) for r in rows) == p.text_bytes
+        seen_ids.update(r["id"] for r in rows)
+        base_texts += [r["text"] for r in rows if "-" in r["id"]]  # planted copies have no '-'
+        assert p.plants["exact"] + p.plants["near"] == len(rows) - sum("-" in r["id"] for r in rows)
+    assert len(seen_ids) == sum(p.docs for p in parts)
+    assert len(set(base_texts)) == len(base_texts)  # the pool once, then only new documents
+    recombined = [t for t in base_texts if t not in pool]
+    assert recombined and all(t.count("\n\n") >= sc.MIN_PIECES - 1 for t in recombined)
+
+
+def test_a_stopped_build_resumes_with_the_same_bytes(built):
+    work, kinds, parts = built
+    digests = [hashlib.sha256((work / "corpus" / p.name).read_bytes()).hexdigest() for p in parts]
+    for p in parts[-2:]:
+        (work / "corpus" / p.name.replace(".jsonl.zst", ".json")).unlink()
+    again = sc.build_parts(work / "corpus", work / "pool", kinds, len(parts), FILE_MB, seed=0)
+    assert [hashlib.sha256((work / "corpus" / p.name).read_bytes()).hexdigest() for p in again] == digests
+
+
+def test_one_size_is_measured_step_by_step(built):
+    work, _, parts = built
+    tok, training = scale.prepare_tokenizer(work, parts, vocab=512)
+    assert tok.exists() and training["vocab"] == 512
+    s = scale.Setup(work, parts, tok, FILE_MB, workers=2, timeout=600, keep_outputs=False)
+    r = scale.run_size(s, 3 * FILE_MB)
+    steps = {v["stage"] for v in r["steps"].values()}
+    assert {"normalize", "quality", "exact", "fuzzy", "consolidate", "tokenize"} <= steps
+    assert r["total"]["cpu_s"] > 0 and r["total"]["peak_pss_worker_mb"] > 0 and r["total"]["workers_seen"] >= 1
+    assert r["total"]["peak_pss_tree_mb"] >= r["total"]["peak_pss_worker_mb"]
+    assert set(r["fuzzy_phases"]) == {"candidates", "components", "marks", "rest"}
+    tokenize = next(n for n, v in r["steps"].items() if v["stage"] == "tokenize")
+    assert r["rates"][tokenize]["tokens_per_cpu_s"] > 0 and "marin" in r["rates"][tokenize]
+    assert not (work / "runs" / "0.75" / "prefix").exists()  # outputs deleted, records kept
+    assert (work / "runs" / "0.75" / "events.jsonl").exists() and (work / "runs" / "0.75" / "result.json").exists()
+    assert scale.cost_model_args(r)["command"].startswith("python scripts/cost_model.py --cpu-s-per-mb ")
