@@ -8,6 +8,7 @@ library only: the peer's venv (datatrove, Ray Data) imports this module too, and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,3 +18,12 @@ PEER_PYTHON = REPO / ".venv-bench" / "bin" / "python"  # the peers' venv (see ea
 def module_command(python: str | Path, name: str, *args: str) -> list[str]:
     """The command running benchmarks.<name> with ``args`` in ``python`` (ours or the peer's)."""
     return [str(python), "-m", f"benchmarks.{name}", *args]
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's run would see it, plus ``extra``: without
+    PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images), which makes every measured process
+    compile every module from source on each start (~0.3 CPU-s per process here) where an installed
+    package runs from its cached bytecode. Applied to both sides of a comparison."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, **extra}

@@ -74,7 +74,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_measure as measure
 from benchmarks import pipeline as pipe
-from benchmarks.common import PEER_PYTHON, REPO, module_command
+from benchmarks.common import PEER_PYTHON, REPO, module_command, user_env
 
 LANG_THRESHOLD = 0.65
 GROUPS = ("langid", "gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -171,7 +171,7 @@ def run_datatrove(s: pipe.Setup, peer_python: str, all_ids: set[str]) -> dict:
                            "datatrove.pipeline.filters, spacy, zstandard, fasttext", s.corpus_dir)
     result = work / "result.json"
     tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer_fineweb", json.dumps(args), str(result)),
-                             dict(os.environ, **pipe.PEER_ENV), str(REPO), s.timeout)
+                             user_env(**pipe.PEER_ENV), str(REPO), s.timeout)
     if tl.returncode != 0 or not result.exists():
         return {"error": f"datatrove exited {tl.returncode}: {tl.stderr[-3000:]}"}
     r = json.loads(result.read_text())

@@ -35,7 +35,7 @@ from pathlib import Path
 import zstandard
 
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import REPO
+from benchmarks.common import REPO, user_env
 from benchmarks.pipeline import BANDS, NGRAM, ROWS, prepare, warm
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -64,7 +64,7 @@ def run(m: dict, work: Path, name: str, timeout: float) -> dict:
     path = work / f"{name}.yaml"
     path.write_text(json.dumps(m, indent=1))  # JSON is YAML
     dk = str(Path(sys.executable).with_name("datakit"))
-    tl = measure.run_sampled([dk, "run", str(path), "--json"], dict(os.environ), str(REPO), timeout)
+    tl = measure.run_sampled([dk, "run", str(path), "--json"], user_env(), str(REPO), timeout)
     if tl.returncode != 0:
         raise SystemExit(f"{name}: datakit run exited {tl.returncode}: {tl.stderr[-3000:]}{tl.stdout[-2000:]}")
     whole = measure.window(tl, tl.start, tl.end)

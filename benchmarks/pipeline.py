@@ -81,7 +81,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_corpus as corpus_mod
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import PEER_PYTHON, REPO, module_command
+from benchmarks.common import PEER_PYTHON, REPO, module_command, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TOKENIZER_STEP = "tokenizer"  # datakit's step that trains (or copies) the tokenizer
@@ -175,7 +175,7 @@ def run_datakit(s: Setup, manifest_of, all_ids: set[str]) -> dict:
     dk = str(Path(sys.executable).with_name("datakit"))
     warm(sys.executable, "import datakit.pipeline, datakit.dedup, datakit.tokenize.tokenize_step", s.corpus_dir)
     tl = measure.run_sampled([dk, "run", str(manifest), "--workers", str(s.workers), "--json"],
-                             dict(os.environ), str(REPO), s.timeout)
+                             user_env(), str(REPO), s.timeout)
     if tl.returncode != 0:
         return {"error": f"datakit run exited {tl.returncode}: {tl.stderr[-3000:]}{tl.stdout[-2000:]}"}
     events = [json.loads(x) for x in (prefix / "events.jsonl").read_text().splitlines() if x.strip()]
@@ -213,7 +213,7 @@ def run_datatrove(s: Setup, peer_python: str, all_ids: set[str]) -> dict:
     warm(peer_python, "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard", s.corpus_dir)
     result = work / "result.json"
     tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer", json.dumps(args), str(result)),
-                             dict(os.environ, **PEER_ENV), str(REPO), s.timeout)
+                             user_env(**PEER_ENV), str(REPO), s.timeout)
     if tl.returncode != 0 or not result.exists():
         return {"error": f"datatrove exited {tl.returncode}: {tl.stderr[-3000:]}"}
     r = json.loads(result.read_text())

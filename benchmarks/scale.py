@@ -60,7 +60,7 @@ from pathlib import Path
 
 from benchmarks import _scale_corpus as corpus
 from benchmarks import _scale_measure as measure
-from benchmarks.common import REPO
+from benchmarks.common import REPO, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 MARIN = {"exact": {"docs_per_cpu_s": 16_900}, "minhash": {"docs_per_cpu_s": 1_200},
@@ -234,7 +234,7 @@ def run_size(s: Setup, mb: float) -> dict:
     progress = Progress(prefix / "events.jsonl", f"{mb:g} MB")
     dk = str(Path(sys.executable).with_name("datakit"))
     tl = measure.run_sampled([dk, "run", str(dest / "manifest.yaml"), "--workers", str(s.workers), "--json"],
-                             dict(os.environ), str(REPO), s.timeout, progress)
+                             user_env(), str(REPO), s.timeout, progress)
     if tl.returncode != 0:
         raise SystemExit(f"datakit run at {mb:g} MB exited {tl.returncode}: {tl.stderr[-3000:]}{tl.stdout[-2000:]}")
     windows, counters = _step_windows(prefix)

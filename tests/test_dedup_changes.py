@@ -191,3 +191,32 @@ def test_exact_dedup_as_a_change_writes_the_marks_of_a_full_build(tmp_path, monk
                 assert 0 < c_inc["incremental_ids"] < sum(v for k, v in c_inc.items() if k.startswith("docs/"))
             earlier = inc
         assert sum(v for k, v in c_full.items() if k.startswith("exact_duplicates/")) >= 6
+
+
+def test_component_labels_partition_like_a_union_find():
+    """The vectorized labels group nodes exactly as a plain union-find does, on random graphs with long
+    chains (the worst case for label propagation) and isolated nodes."""
+    from datakit.dedup.fuzzy_incremental import component_labels
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for trial in range(100):
+        n = int(rng.integers(1, 200))
+        u, v = rng.integers(0, n, int(rng.integers(0, 150))), rng.integers(0, n, 0)
+        v = rng.integers(0, n, len(u))
+        if trial % 3 == 0 and n > 2:
+            chain = rng.permutation(n)
+            u, v = np.concatenate([u, chain[:-1]]), np.concatenate([v, chain[1:]])
+        parent = list(range(n))
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for a, b in zip(u.tolist(), v.tolist()):
+            parent[find(a)] = find(b)
+        roots = [find(x) for x in range(n)]
+        labels = component_labels(u.astype(np.int64), v.astype(np.int64), n).tolist()
+        assert len(set(zip(labels, roots))) == len(set(labels)) == len(set(roots)), trial

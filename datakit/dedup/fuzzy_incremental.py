@@ -190,20 +190,36 @@ def verify(u: np.ndarray, v: np.ndarray, nodes: Nodes, minhash_params: dict) -> 
     return jaccard_of(allsets, np.searchsorted(need, u), np.searchsorted(need, v))
 
 
-def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of, ) -> dict[str, np.ndarray]:
+def component_labels(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """A label per node 0..n-1, equal exactly within each connected component of the edges (u, v):
+    min-label propagation over the edges with pointer jumping, vectorized (a round costs one pass
+    over the edges; rounds grow with the log of a component's diameter)."""
+    label = np.arange(n, dtype=np.int64)
+    while True:
+        low = np.minimum(label[u], label[v])
+        new = label.copy()
+        np.minimum.at(new, u, low)
+        np.minimum.at(new, v, low)
+        while True:  # pointer jumping: every label points at a root
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            return label
+        label = new
+
+
+def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.ndarray]:
     """Connected components of the edge graph and the canonical member of each (the highest-priority
     source, then the lowest id): one marks row per member, as fuzzy._choose_canonical gives them."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
     members, inv = np.unique(np.concatenate([edges_u, edges_v]), return_inverse=True)
     n, m = len(members), len(edges_u)
     if not n:
         empty = np.empty(0, np.int64)
         return {"node": empty, "hi": np.empty(0, U64), "lo": np.empty(0, U64), "is_canonical": np.empty(0, bool),
                 "c_hi": np.empty(0, U64), "c_lo": np.empty(0, U64), "c_rank": empty, "size": empty}
-    graph = coo_matrix((np.ones(m, np.int8), (inv[:m], inv[m:])), shape=(n, n))
-    _, label = connected_components(graph, directed=False)
+    label = component_labels(inv[:m], inv[m:], n)
     hi, lo = hi_of(members)
     rank = node_rank(members)
     order = np.lexsort((lo, hi, rank, label))
