@@ -220,3 +220,20 @@ def test_component_labels_partition_like_a_union_find():
         roots = [find(x) for x in range(n)]
         labels = component_labels(u.astype(np.int64), v.astype(np.int64), n).tolist()
         assert len(set(zip(labels, roots))) == len(set(labels)) == len(set(roots)), trial
+
+
+def test_a_change_to_most_of_the_corpus_is_built_in_full(tmp_path, monkeypatch):
+    """Past key_index.MAX_CHANGE_SHARE of the documents, the change is not applied on the driver: a full
+    build on the engine, with the same marks."""
+    monkeypatch.setattr(key_index, "MAX_CHANGE_SHARE", 0.01)
+    pool = _pool()
+    cfg = DedupConfig()
+    first, _ = _build(tmp_path, "first", CHANGES[0][1], pool, None, cfg)
+    inc, c = _build(tmp_path, "second", CHANGES[1][1], pool, first, cfg)
+    full, _ = _build(tmp_path, "full", CHANGES[1][1], pool, None, cfg)
+    assert "incremental_documents" not in c and _marks(inc) == _marks(full)
+    pool["apache-again"] = pool["apache"][:1] + pool["json"][:1]
+    e_first, _ = _exact(tmp_path, "e-first", EXACT_CHANGES[0][1], pool, None)
+    e_inc, ce = _exact(tmp_path, "e-second", EXACT_CHANGES[1][1], pool, e_first)
+    e_full, _ = _exact(tmp_path, "e-full", EXACT_CHANGES[1][1], pool, None)
+    assert "incremental_ids" not in ce and _marks(e_inc) == _marks(e_full)

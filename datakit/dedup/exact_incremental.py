@@ -149,8 +149,12 @@ class Change:
 
 
 def run(ch: Change) -> dict[str, int] | None:
-    """Apply the change; the counters a full build gives (None: the earlier state is unusable)."""
+    """Apply the change; the counters a full build gives (None: the earlier state is unusable, or the
+    change is too big to pay off on the driver, key_index.change_too_big)."""
     if [s for s in ch.old.sources if s in ch.names] != [s for s in ch.names if s in ch.old.sources]:
+        return None
+    if key_index.change_too_big({int(f["token"], 16): int(f["rows"]) for f in ch.old.files},
+                                {int(t): int(n) for t, n in zip(ch.tokens, ch.rows)}):
         return None
     old_tokens = {int(f["token"], 16) for f in ch.old.files}
     current = {int(t) for t in ch.tokens}

@@ -271,8 +271,10 @@ class Outcome:
 
 
 def run(ch: Change) -> Outcome | None:
-    """Apply the change; None when the earlier state cannot be used (then fuzzy.py builds in full)."""
-    if not sources_in_order(ch.old, ch.names):
+    """Apply the change; None when the earlier state cannot be used or the change is too big to pay off
+    on the driver (key_index.change_too_big): then fuzzy.py builds in full."""
+    if not sources_in_order(ch.old, ch.names) or key_index.change_too_big(
+            {f.token: f.rows for f in ch.old.files}, {int(t): int(n) for t, n in zip(ch.tokens, ch.rows)}):
         return None
     nodes = Nodes(ch.entries, ch.tokens)
     old_files = {f.token: f for f in ch.old.files}

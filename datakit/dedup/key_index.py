@@ -32,6 +32,18 @@ COLUMNS = ("key", "tok", "row")
 MAX_SEGMENTS = 8        # more segments than this: compact (every query searches each one)
 MAX_DEAD_SHARE = 0.5    # more dead entries than this share: compact
 ENTRIES_PER_PART = 1 << 22  # a compacted segment's partitions: ~80 MB each
+# A change to more than this share of the documents is built in full on the engine: the change is applied
+# on the driver alone, which pays off for a new snapshot's files, not for half the corpus.
+MAX_CHANGE_SHARE = 0.5
+
+
+def change_too_big(old: dict[int, int], new: dict[int, int]) -> bool:
+    """Whether the documents of removed files (``old``: token -> rows) and of new files (``new``) are
+    more than MAX_CHANGE_SHARE of all documents either build has."""
+    gone = sum(n for t, n in old.items() if t not in new)
+    added = sum(n for t, n in new.items() if t not in old)
+    every = sum(old.values()) + added
+    return gone + added > MAX_CHANGE_SHARE * max(every, 1)
 
 
 def file_token(source: str, name: str, content_hash: str) -> int:
