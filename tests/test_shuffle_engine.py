@@ -545,3 +545,51 @@ def test_task_peak_rss_is_the_tasks_own_peak():
     with tasks._PeakRSS() as small:
         pass
     assert big.peak - small.peak > 120 << 20
+
+
+_ORPHAN_DRIVER = """
+import os, sys, time
+from datakit.shuffle import Dataset, ExecConfig
+
+def task(x, out=sys.argv[1]):
+    with open(os.path.join(out, f"worker-{os.getpid()}"), "w") as f:
+        f.write("busy")
+    time.sleep(600)
+    return x
+
+Dataset.from_items([1, 2], num_shards=2).map(task).collect(ExecConfig(backend="local", max_workers=2))
+"""
+
+
+def test_workers_do_not_outlive_a_killed_driver(tmp_path):
+    """A driver killed mid-task (SIGKILL: no atexit, no cleanup) takes its busy workers with it: they run
+    in their own session, so only their watch on the driver ends them."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "driver.py"
+    script.write_text(_ORPHAN_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("worker-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.name.split("-")[1]) for p in tmp_path.glob("worker-*")]
+    assert len(pids) == 2, "the workers never started their tasks"
+    driver.kill()
+    driver.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped by init is gone too
+            return f.read().split(") ")[-1][0] != "Z"
+
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their driver"

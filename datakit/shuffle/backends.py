@@ -16,6 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections import deque
 from multiprocessing.connection import Connection, wait as mp_wait
 from typing import Any
@@ -48,8 +50,24 @@ class InlineBackend(Backend):
             return [(key, "error", error_info(e))]
 
 
+DRIVER_POLL_S = 1.0  # how often a worker checks that its driver is alive
+
+
+def _exit_with_driver(driver: int) -> None:
+    """End this worker as soon as its driver is gone. Workers run in their own session (a Ctrl-C or a
+    SIGTERM to the driver's group does not reach them), and a worker busy with a task only notices a
+    closed pipe when it next talks to the driver: a driver killed by SIGTERM or SIGKILL left its workers
+    running their tasks to the end, orphaned. A task's outputs are temp files until the driver commits
+    them, so exiting mid-task loses nothing a rerun would trust."""
+    while True:
+        time.sleep(DRIVER_POLL_S)
+        if os.getppid() != driver:
+            os._exit(1)
+
+
 def _worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    threading.Thread(target=_exit_with_driver, args=(os.getppid(),), daemon=True, name="driver-watch").start()
     while True:
         try:
             msg = conn.recv()
