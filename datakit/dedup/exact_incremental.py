@@ -109,7 +109,7 @@ def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, 
 
 def load(earlier: reuse.Earlier | None, folder: str) -> State | None:
     """The earlier build's state when every file it names is there as recorded (None: build in full)."""
-    if earlier is None or not _intact(earlier, f"{folder}/state.json"):
+    if earlier is None or not reuse.intact(earlier, f"{folder}/state.json"):
         return None
     try:
         body = json.loads(fsio.read_bytes(fsio.join(earlier.step_dir, folder, "state.json")))
@@ -120,17 +120,7 @@ def load(earlier: reuse.Earlier | None, folder: str) -> State | None:
         needed = [ids_rel(int(f["token"], 16)) for f in state.files] + key_index.files_of(state.segments)
     except (ValueError, KeyError, TypeError):
         return None
-    return state if all(_intact(earlier, f"{folder}/{r}") for r in needed) else None
-
-
-def _intact(earlier: reuse.Earlier, rel: str) -> bool:
-    want = earlier.hashes.get(rel)
-    if want is None:
-        return False
-    try:
-        return fsio.xxh3_file(fsio.join(earlier.step_dir, rel)) == want
-    except FileNotFoundError:
-        return False
+    return state if all(reuse.intact(earlier, f"{folder}/{r}") for r in needed) else None
 
 
 # ---------------------------------------------------------------- the incremental build
@@ -302,7 +292,7 @@ def _write_marks(ch: Change, marks: dict[int, dict[str, np.ndarray]], changed: t
         rel = f"{AttributesDir.rel(e.source)}/{e.name}"
         path = fsio.join(ch.out_dir, rel)
         counters[f"docs/{e.source}"] = counters.get(f"docs/{e.source}", 0) + int(ch.rows[e.gidx])
-        if tok in old_tokens and e.gidx not in touched and _take(ch, rel, path):
+        if tok in old_tokens and e.gidx not in touched and reuse.take_file(ch.earlier, rel, path):
             n = read_columns(path, ["id"]).num_rows
         else:
             table = _merged(ch, rel, tok in old_tokens, marks.get(e.gidx), changed, ch.schema)
@@ -311,21 +301,6 @@ def _write_marks(ch: Change, marks: dict[int, dict[str, np.ndarray]], changed: t
         if n:  # as exact.py counts: only files with marks
             counters[f"exact_duplicates/{e.source}"] = counters.get(f"exact_duplicates/{e.source}", 0) + n
     return counters
-
-
-def _take(ch: Change, rel: str, path: str) -> bool:
-    """The earlier build's marks file, linked when it is there as recorded."""
-    want = ch.earlier.hashes.get(rel)
-    if want is None:
-        return False
-    try:
-        fsio.link_or_copy(fsio.join(ch.earlier.step_dir, rel), path)
-        if fsio.xxh3_file(path) == want:
-            return True
-    except FileNotFoundError:
-        pass
-    fsio.remove(path)
-    return False
 
 
 def _merged(ch: Change, rel: str, existed: bool, new: dict | None, changed: tuple[np.ndarray, np.ndarray],

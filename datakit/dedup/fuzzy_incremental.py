@@ -238,27 +238,6 @@ def marks_file_rel(entry: FileEntry) -> str:
     return f"{AttributesDir.rel(entry.source)}/{entry.name}"
 
 
-def take_marks(change: Change, entry: FileEntry, out_dir: str) -> bool:
-    """Link the earlier build's marks file of this (unchanged) file; False when it is not there intact."""
-    rel = marks_file_rel(entry)
-    want = change.earlier.hashes.get(rel)
-    if want is None:
-        return False
-    dst = fsio.join(out_dir, rel)
-    try:
-        fsio.link_or_copy(fsio.join(change.earlier.step_dir, rel), dst)
-        if fsio.xxh3_file(dst) == want:
-            return True
-    except FileNotFoundError:
-        pass
-    fsio.remove(dst)
-    return False
-
-
-def old_file_states(change: Change) -> dict[int, FileState]:
-    return {f.token: f for f in change.old.files}
-
-
 # ---------------------------------------------------------------- the run
 @dataclass
 class Outcome:
@@ -469,7 +448,8 @@ def _write_marks(ch: Change, marks: dict[str, np.ndarray], old_files: dict[int, 
         counters[f"cluster_members/{e.source}"] = counters.get(f"cluster_members/{e.source}", 0) + len(b["node"])
         tops += file_top(b, e.source)
         old = old_files.get(int(ch.tokens[e.gidx]))
-        if old is not None and old.marks == digest and take_marks(ch, e, ch.out_dir):
+        rel = marks_file_rel(e)
+        if old is not None and old.marks == digest and reuse.take_file(ch.earlier, rel, fsio.join(ch.out_dir, rel)):
             taken += 1
             continue
         table = marks_table(b, ch.names) if len(b["node"]) else FUZZY_SCHEMA.empty_table()

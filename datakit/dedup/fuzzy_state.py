@@ -111,7 +111,7 @@ def load(earlier: reuse.Earlier | None, folder: str) -> State | None:
     if earlier is None:
         return None
     rel = f"{folder}/state.json"
-    if not _intact(earlier, rel):
+    if not reuse.intact(earlier, rel):
         return None
     try:
         body = json.loads(fsio.read_bytes(fsio.join(earlier.step_dir, rel)))
@@ -123,20 +123,9 @@ def load(earlier: reuse.Earlier | None, folder: str) -> State | None:
     except (ValueError, KeyError, TypeError):
         return None
     needed = [keys_rel(f.token) for f in state.files] + key_index.files_of(state.segments) + ["pairs.npz", "members.npz"]
-    if not all(_intact(earlier, f"{folder}/{r}") for r in needed):
+    if not all(reuse.intact(earlier, f"{folder}/{r}") for r in needed):
         return None
     return state
-
-
-def _intact(earlier: reuse.Earlier, rel: str) -> bool:
-    """The earlier build recorded this file, and it still hashes to what was recorded."""
-    want = earlier.hashes.get(rel)
-    if want is None:
-        return False
-    try:
-        return fsio.xxh3_file(fsio.join(earlier.step_dir, rel)) == want
-    except FileNotFoundError:
-        return False
 
 
 def carry(old: State, new: State, rels: list[str]) -> None:

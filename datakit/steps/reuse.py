@@ -97,22 +97,39 @@ def take(earlier: Earlier | None, key: str, step_dir: str,
     unit = earlier.keys.get(key) if earlier is not None else None
     if unit is None or not unit.files or any(rel not in earlier.hashes for rel in unit.files):
         return None
-    files = unit.files
     done: list[str] = []
-    for rel in files:
+    for rel in unit.files:
         dst = fsio.join(step_dir, place(rel) if place is not None else rel)
-        try:
-            fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
-            ok = (rel in earlier.vouched and same_file(dst, earlier.vouched[rel])) \
-                or fsio.xxh3_file(dst) == earlier.hashes[rel]
-        except FileNotFoundError:
-            ok = False
         done.append(dst)
-        if not ok:
+        if not take_file(earlier, rel, dst):
             for path in done:
                 fsio.remove(path)
             return None
     return unit
+
+
+def take_file(earlier: Earlier, rel: str, dst: str) -> bool:
+    """Link (or copy) the earlier build's file ``rel`` to ``dst`` when it is still what that build
+    recorded; False (``dst`` may then hold a bad copy: the caller removes or rewrites it) otherwise."""
+    if rel not in earlier.hashes:
+        return False
+    try:
+        fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
+        return (rel in earlier.vouched and same_file(dst, earlier.vouched[rel])) \
+            or fsio.xxh3_file(dst) == earlier.hashes[rel]
+    except FileNotFoundError:
+        return False
+
+
+def intact(earlier: Earlier, rel: str) -> bool:
+    """The earlier build recorded ``rel`` and the file still hashes to what it recorded (read in place)."""
+    want = earlier.hashes.get(rel)
+    if want is None:
+        return False
+    try:
+        return fsio.xxh3_file(fsio.join(earlier.step_dir, rel)) == want
+    except FileNotFoundError:
+        return False
 
 
 def write(step_dir: str, units: dict[str, Unit]) -> None:
