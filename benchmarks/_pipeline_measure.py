@@ -13,8 +13,9 @@ so workers that exit still count (each one's final < 50 ms may be missed). Time 
 Memory is PSS (proportional set size, /proc/<pid>/smaps_rollup): each page shared by N processes counts
 1/N in each, so the tree's sum is what the tree really holds. An RSS sum counts a forked worker's pages
 shared with its parent (interpreter, imported modules, a model loaded before the fork) once per process
-and overstates a tree of workers several times over. Reported: the tree's PSS sum and its largest
-process's PSS, each at its peak sample. Linux only (smaps_rollup: kernel 4.14+).
+and overstates a tree of workers several times over. Reported: the tree's PSS sum, its largest
+process's PSS, the root's (the driver) and the largest other process's (a worker), each at its peak
+sample. Linux only (smaps_rollup: kernel 4.14+). benchmarks/scale.py samples through this module too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import psutil
 
@@ -36,6 +38,9 @@ class Sample:
     cpu_s: float      # cumulative CPU of every process of the tree seen so far
     pss: int          # sum of PSS over the tree now (bytes)
     largest: int      # largest single process's PSS now (bytes)
+    driver: int = 0   # the root process's PSS (bytes)
+    worker: int = 0   # the largest PSS of any other process (bytes)
+    workers: int = 0  # processes of the tree besides the root
 
 
 @dataclass
@@ -65,12 +70,18 @@ def pss_bytes(pid: int) -> int:
 def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
     """(sum, max) of PSS in bytes over the process and all its descendants; records each one's CPU
     seconds in ``cpu_seen`` (keyed by pid and start time, so a reused pid is another process)."""
+    s = _sample(pid, cpu_seen)
+    return s.pss, s.largest
+
+
+def _sample(pid: int, cpu_seen: dict) -> Sample:
+    """One sample of the process tree: PSS sums and peaks (tree, largest, root, other), CPU so far."""
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0, 0
-    total = largest = 0
+        procs = []
+    total = largest = driver = worker = n = 0
     for q in procs:
         try:
             with q.oneshot():
@@ -81,25 +92,33 @@ def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
         pss = pss_bytes(q.pid)
         total += pss
         largest = max(largest, pss)
-    return total, largest
+        if q.pid == pid:
+            driver = pss
+        else:
+            worker, n = max(worker, pss), n + 1
+    return Sample(time.time(), sum(cpu_seen.values()), total, largest, driver, worker, n)
 
 
-def _sampler(proc: subprocess.Popen, tl: Timeline, stop: threading.Event) -> None:
+def _sampler(proc: subprocess.Popen, tl: Timeline, stop: threading.Event,
+             on_sample: Callable[[Timeline], None]) -> None:
     cpu_seen: dict = {}
     while True:
-        pss, big = tree_sample(proc.pid, cpu_seen)
-        tl.samples.append(Sample(time.time(), sum(cpu_seen.values()), pss, big))
+        tl.samples.append(_sample(proc.pid, cpu_seen))
+        on_sample(tl)
         if stop.wait(INTERVAL_S):
             return
 
 
-def run_sampled(cmd: list[str], env: dict, cwd: str, timeout: float) -> Timeline:
-    """Run ``cmd`` to completion while sampling its process tree; the timeline plus its output."""
+def run_sampled(cmd: list[str], env: dict, cwd: str, timeout: float,
+                on_sample: Callable[[Timeline], None] = lambda tl: None) -> Timeline:
+    """Run ``cmd`` to completion while sampling its process tree (``on_sample(timeline)`` after each
+    sample, from the sampling thread: progress lines); the timeline plus its output. An interrupted
+    benchmark leaves no run behind (its workers end with their driver)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     tl = Timeline(start=time.time())
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
     stop = threading.Event()
-    th = threading.Thread(target=_sampler, args=(proc, tl, stop), daemon=True)
+    th = threading.Thread(target=_sampler, args=(proc, tl, stop, on_sample), daemon=True)
     th.start()
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -108,6 +127,8 @@ def run_sampled(cmd: list[str], env: dict, cwd: str, timeout: float) -> Timeline
         out, err = proc.communicate()
         err += f"\ntimed out after {timeout}s".encode()
     finally:
+        if proc.poll() is None:
+            proc.kill()
         stop.set()
         th.join()
     tl.end, tl.returncode = time.time(), proc.returncode
@@ -128,7 +149,10 @@ def window(tl: Timeline, start: float, end: float) -> dict:
     wall = max(end - start, 1e-9)
     return {"wall_s": round(end - start, 2), "cpu_s": round(c1 - c0, 2), "cores_used": round((c1 - c0) / wall, 2),
             "peak_pss_tree_mb": round(max((s.pss for s in inside), default=0) / 2**20, 1),
-            "peak_pss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1)}
+            "peak_pss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1),
+            "peak_pss_driver_mb": round(max((s.driver for s in inside), default=0) / 2**20, 1),
+            "peak_pss_worker_mb": round(max((s.worker for s in inside), default=0) / 2**20, 1),
+            "workers_seen": max((s.workers for s in inside), default=0)}
 
 
 def per_stage(tl: Timeline, stages: list[tuple[str, float, float]]) -> dict:

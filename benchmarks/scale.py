@@ -23,7 +23,7 @@ work dir with datakit's trainer (byte-level BPE, --vocab, on the corpus's first 
 reported on its own line, not in any size's figures) and given to every run, so every size encodes
 with the same vocabulary and no run pays for training.
 
-Measured (benchmarks/_scale_measure.py): the run's process tree is sampled every 0.2 s (CPU times, and
+Measured (benchmarks/_pipeline_measure.py): the run's process tree is sampled every 0.05 s (CPU times, and
 PSS from /proc/<pid>/smaps_rollup: shared pages charged once, not an RSS sum); the timeline is cut at
 each step's step_started and step_succeeded events. Per step: wall, CPU-seconds, cores used, peak PSS
 of the tree, of the driver and of the largest worker process, CPU-hours per TB of text (CPU-s / MB x
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import _scale_corpus as corpus
-from benchmarks import _scale_measure as measure
+from benchmarks import _pipeline_measure as measure
 from benchmarks.common import REPO, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
