@@ -115,22 +115,27 @@ def _token_counts(folder: str) -> tuple[int, int]:
     return docs, tokens
 
 
-def main() -> None:
+def run_and_report(blocks: list[tuple[str, list, int, int]], removed: list[str]) -> None:
+    """Run the blocks one after another (each one LocalPipelineExecutor, timed) and write the report:
+    the stages, each ``removed`` folder's ids, and the tokens written. argv: the args JSON, the report path."""
     from datatrove.executor import LocalPipelineExecutor
 
     a = json.loads(sys.argv[1])
     stages = []
-    for name, pipeline, tasks, workers in _blocks(a):
+    for name, pipeline, tasks, workers in blocks:
         t0 = time.time()
         LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
                               logging_dir=f"{a['work']}/logs/{name}").run()
         stages.append({"name": name, "start": t0, "end": time.time(), "tasks": tasks, "workers": workers})
     docs, tokens = _token_counts(f"{a['work']}/tokens")
-    res = {"stages": stages, "removed": {"exact": _removed(f"{a['work']}/removed_exact"),
-                                         "fuzzy": _removed(f"{a['work']}/removed_fuzzy")},
+    res = {"stages": stages, "removed": {f: _removed(f"{a['work']}/removed_{f}") for f in removed},
            "docs_tokenized": docs, "tokens_with_eos": tokens}
     with open(sys.argv[2], "w", encoding="utf-8") as f:
         json.dump(res, f)
+
+
+def main() -> None:
+    run_and_report(_blocks(json.loads(sys.argv[1])), ["exact", "fuzzy"])
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
-from benchmarks._pipeline_peer import _removed, _token_counts, word_tokenizer
+from benchmarks._pipeline_peer import run_and_report, word_tokenizer
 
 FILTERS = ("langid", "gopher_repetition", "gopher_quality", "c4", "fineweb", "minhash")
 
@@ -90,20 +89,7 @@ def _blocks(a: dict) -> list[tuple[str, list, int, int]]:
 
 
 def main() -> None:
-    from datatrove.executor import LocalPipelineExecutor
-
-    a = json.loads(sys.argv[1])
-    stages = []
-    for name, pipeline, tasks, workers in _blocks(a):
-        t0 = time.time()
-        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers,
-                              logging_dir=f"{a['work']}/logs/{name}").run()
-        stages.append({"name": name, "start": t0, "end": time.time(), "tasks": tasks, "workers": workers})
-    docs, tokens = _token_counts(f"{a['work']}/tokens")
-    res = {"stages": stages, "removed": {f: _removed(f"{a['work']}/removed_{f}") for f in FILTERS},
-           "docs_tokenized": docs, "tokens_with_eos": tokens}
-    with open(sys.argv[2], "w", encoding="utf-8") as f:
-        json.dump(res, f)
+    run_and_report(_blocks(json.loads(sys.argv[1])), list(FILTERS))
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def _read_ids(job: tuple[FileEntry, "exact_incremental.IdsSink | None"], num_par
     return batches.split({"hi": hi, "lo": lo, "node": nodes}, route_keys(hi, num_parts))
 
 
-def _pick_survivors(_part: int, b: batches.Batch, index: "exact_incremental.IndexSink | None" = None):
+def _pick_survivors(_part: int, b: batches.Batch, index: "key_index.IndexSink | None" = None):
     """Within each id, the smallest node survives; the rest are returned with their survivor. With
     ``index``, the partition's ids are also written as a part of the id index the next build queries."""
     if index is not None:
@@ -179,7 +179,8 @@ def _full(entries: Sequence[FileEntry], names: Sequence[str], out_dir: str, part
     bases = rank_bases(entries)
     sinks = ([exact_incremental.IdsSink(state.root, int(t)) for t in tokens] if state is not None
              else [None] * len(entries))
-    index = exact_incremental.IndexSink(state.root, parts, tokens, bases) if state is not None else None
+    index = (key_index.IndexSink(state.root, exact_incremental.SEGMENT_REL, parts, tokens, bases) if state is not None
+             else None)
     ds = per_file_tasks([(e, sinks[e.gidx]) for e in entries], [e.path for e in entries])
     ds = ds.flat_map(partial(_read_ids, num_parts=parts))
     ds = batches.shuffle(ds, partial(_pick_survivors, index=index), parts).filter(batches.drop_empty)

@@ -29,7 +29,7 @@ from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
 
 from . import key_index
-from .hashing import FILE_BITS, ROW_BITS, U64, ids_to_u64, node_rank, node_row, u64_to_ids
+from .hashing import FILE_BITS, ROW_BITS, U64, ids_to_u64, node_rank, u64_to_ids
 from .layout import FileEntry, read_columns, write_parquet_atomic
 
 STATE_FORMAT = 1
@@ -73,22 +73,6 @@ class IdsSink:
 
     def write(self, hi: np.ndarray, lo: np.ndarray) -> None:
         key_index.save_array(fsio.join(self.root, ids_rel(self.token)), np.stack([hi, lo]).astype(U64))
-
-
-@dataclass(frozen=True)
-class IndexSink:
-    """Where a full build's id shuffle writes its partitions of the id index."""
-
-    root: str
-    parts: int
-    tokens: np.ndarray
-    bases: np.ndarray
-
-    def write(self, part: int, hi: np.ndarray, node: np.ndarray) -> None:
-        from .hashing import node_file
-
-        gidx = self.bases[node_rank(node)] + node_file(node)
-        key_index.write_part(self.root, SEGMENT_REL, part, self.parts, hi, self.tokens[gidx], node_row(node))
 
 
 def write_state(state: State) -> None:

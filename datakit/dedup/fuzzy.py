@@ -155,7 +155,7 @@ def _bucket_items(job: tuple[FileEntry, str, "fuzzy_state.KeysSink | None"], par
     return batches.split({"key": flat_keys, "node": np.repeat(nodes, keys.shape[1])}, route_keys(flat_keys, parts))
 
 
-def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int, index: "fuzzy_state.IndexSink | None" = None):
+def _bucket_pairs(_part: int, b: batches.Batch, clique_max: int, index: "key_index.IndexSink | None" = None):
     """Candidate pairs of each bucket of this partition (`window_pairs`); with ``index``, the
     partition's entries are also written as a part of the bucket index the next build queries."""
     if index is not None:
@@ -405,7 +405,7 @@ def _candidate_edges(b: _Build) -> _Candidates:
     entries, parts, bases, work = b.entries, b.parts, b.bases, b.work
     sinks = ([fuzzy_state.KeysSink(b.state.root, int(t)) for t in b.tokens] if b.state is not None
              else [None] * len(entries))
-    index = (fuzzy_state.IndexSink(b.state.root, SEGMENT_REL, parts, b.tokens, bases) if b.state is not None
+    index = (key_index.IndexSink(b.state.root, SEGMENT_REL, parts, b.tokens, bases) if b.state is not None
              else None)
     jobs = [(e, b.mh_paths[e.gidx], sinks[e.gidx]) for e in entries]
     ds = per_file_tasks(jobs, [j[1] for j in jobs]).flat_map(partial(_bucket_items, parts=parts))

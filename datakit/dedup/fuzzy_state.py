@@ -147,25 +147,6 @@ class KeysSink:
                  keys=np.asarray(keys, np.uint64))
 
 
-@dataclass(frozen=True)
-class IndexSink:
-    """Where a full build's bucket shuffle writes its partitions of the index: one segment with the
-    shuffle's partitions (``root``: the state folder, absolute). ``tokens[gidx]`` is each input file's
-    token; ``bases`` maps a node's rank to its first gidx."""
-
-    root: str
-    seg_rel: str
-    parts: int
-    tokens: np.ndarray
-    bases: np.ndarray
-
-    def write(self, part: int, key: np.ndarray, node: np.ndarray) -> None:
-        from .hashing import node_file, node_rank, node_row
-
-        gidx = self.bases[node_rank(node)] + node_file(node)
-        key_index.write_part(self.root, self.seg_rel, part, self.parts, key, self.tokens[gidx], node_row(node))
-
-
 def present_parts(root: str, seg_rel: str) -> tuple[int, ...]:
     """The partitions of a segment that a build wrote (one listing)."""
     names = fsio.list_names(fsio.join(root, seg_rel))

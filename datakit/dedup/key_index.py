@@ -26,7 +26,7 @@ import xxhash
 
 from datakit.core import fsio
 
-from .hashing import U64, route_keys
+from .hashing import U64, node_file, node_rank, node_row, route_keys
 
 COLUMNS = ("key", "tok", "row")
 MAX_SEGMENTS = 8        # more segments than this: compact (every query searches each one)
@@ -85,6 +85,23 @@ def load_array(path: str, mmap: bool = False) -> np.ndarray:
     if mmap and fsio.is_local(path):
         return np.load(fsio.local_path(path), mmap_mode="r", allow_pickle=False)
     return np.load(io.BytesIO(fsio.read_bytes(path)), allow_pickle=False)
+
+
+@dataclass(frozen=True)
+class IndexSink:
+    """Where a full build's shuffle writes its partitions of an index: one segment (``seg_rel`` under
+    ``root``, the state folder, absolute) with the shuffle's ``parts`` partitions. ``tokens[gidx]`` is
+    each input file's token; ``bases`` maps a node's rank to its first gidx."""
+
+    root: str
+    seg_rel: str
+    parts: int
+    tokens: np.ndarray
+    bases: np.ndarray
+
+    def write(self, part: int, key: np.ndarray, node: np.ndarray) -> None:
+        gidx = self.bases[node_rank(node)] + node_file(node)
+        write_part(self.root, self.seg_rel, part, self.parts, key, self.tokens[gidx], node_row(node))
 
 
 def write_part(root: str, seg_rel: str, part: int, parts: int, key: np.ndarray, tok: np.ndarray,
