@@ -63,14 +63,22 @@ def merge_tops(tops: Sequence[dict], names: Sequence[str], k: int = LARGEST) -> 
     return ranked
 
 
+SAMPLE_READ_ROWS = 256  # rows decoded at a time while looking for a sample's row
+
+
 def _text_at(path: str, row: int) -> str:
-    """One row's text, reading only the row group that holds it."""
+    """One row's text, decoding its row group's text column only up to that row, a few rows at a time
+    (a whole row group's texts held at once is tens of MB in the driver, per sample)."""
     with open_parquet(path) as pf:
         start = 0
         for g in range(pf.metadata.num_row_groups):
             n = pf.metadata.row_group(g).num_rows
             if row < start + n:
-                return pf.read_row_group(g, columns=["text"]).column(0)[row - start].as_py() or ""
+                for rb in pf.iter_batches(batch_size=SAMPLE_READ_ROWS, row_groups=[g], columns=["text"]):
+                    if row < start + rb.num_rows:
+                        return rb.column(0)[row - start].as_py() or ""
+                    start += rb.num_rows
+                return ""
             start += n
     return ""
 
