@@ -72,7 +72,12 @@ class IdsSink:
     token: int
 
     def write(self, hi: np.ndarray, lo: np.ndarray) -> None:
-        key_index.save_array(fsio.join(self.root, ids_rel(self.token)), np.stack([hi, lo]).astype(U64))
+        save_ids(self.root, self.token, hi, lo)
+
+
+def save_ids(root: str, token: int, hi: np.ndarray, lo: np.ndarray) -> None:
+    """One file's ids (a 2 x n array: high and low halves, in row order) in the state folder ``root``."""
+    key_index.save_array(fsio.join(root, ids_rel(token)), np.stack([hi, lo]).astype(U64))
 
 
 def write_state(state: State) -> None:
@@ -82,11 +87,24 @@ def write_state(state: State) -> None:
 
 
 def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, rows: Sequence[int], parts: int) -> None:
-    """The state of a full build, whose tasks wrote the ids and the index: files and segments, state.json."""
+    """The state of a full build, whose tasks wrote the ids and the index: files and segments, state.json.
+    When the engine resumed a stage from its checkpoint (a killed driver), its tasks did not write their
+    part: the missing ids are read again and the missing index partitions written (key_index.complete)."""
     state.files = [{"source": e.source, "name": e.name, "token": f"{int(tokens[e.gidx]):016x}",
                     "rows": int(rows[e.gidx])} for e in entries]
-    present = tuple(sorted({int(n[1:6]) for n in fsio.list_names(fsio.join(state.root, SEGMENT_REL))
-                            if n.endswith(".key.npy")}))
+    listed = set(fsio.list_names(state.path("ids")))
+    missing = [e for e in entries if ids_rel(int(tokens[e.gidx])).split("/")[1] not in listed]
+    for e in missing:
+        hi, lo = ids_to_u64(read_columns(e.path, ["id"]).column("id"), e.path)
+        save_ids(state.root, int(tokens[e.gidx]), hi, lo)
+    if missing:
+        per_file = {}
+        for t in tokens.tolist():
+            ids = key_index.load_array(state.path(ids_rel(int(t))))
+            per_file[int(t)] = (np.arange(ids.shape[1]), ids[0].reshape(-1, 1))
+        present = key_index.complete(state.root, SEGMENT_REL, parts, per_file)
+    else:
+        present = key_index.present(state.root, SEGMENT_REL)
     state.segments = [key_index.Segment(SEGMENT_REL, parts, present, int(sum(rows)))]
     write_state(state)
 

@@ -633,7 +633,7 @@ def _full(b: _Build, rows: np.ndarray, max_rounds: int) -> FuzzyResult:
     if b.state is not None:
         t0 = time.perf_counter()
         fuzzy_incremental.record_full(b.state, b.entries, b.tokens, rows, b.names, cand.pairs, b.threshold, digests,
-                                      SEGMENT_REL, b.parts)
+                                      SEGMENT_REL, b.parts, b.mh_paths)
         timings["state"] = time.perf_counter() - t0
     remove(b.work)
     return FuzzyResult(counters=dict(sorted(total.items())), params=b.params, cc_rounds=cc.rounds,

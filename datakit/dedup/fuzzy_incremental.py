@@ -522,7 +522,7 @@ def write_pair_cache(folder: str, bits: int, ids: dict[str, np.ndarray], jac: np
 
 def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, rows: np.ndarray,
                 names: Sequence[str], pair_files: Sequence[str], threshold: float | None, digests: dict[int, str],
-                seg_rel: str, parts: int) -> None:
+                seg_rel: str, parts: int, mh_paths: Sequence[str]) -> None:
     """The state of a full build (fuzzy.py), whose tasks already wrote the keys and the index: its
     candidate pairs (from the pair work files, with their Jaccards; unverified: the candidate edges) and
     their members' ids, the files, state.json last."""
@@ -547,6 +547,7 @@ def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, 
         vh, vl = members.lookup(v)
         pairs = Pairs(u, v, pair_ids(uh, ul, vh, vl), np.full(len(u), np.nan))
     record_pairs(state, pairs, members, tokens, nodes)
+    _complete_keys(state, entries, tokens, mh_paths, seg_rel, parts)
     width = 0
     files = []
     for e in entries:
@@ -557,5 +558,21 @@ def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, 
     entries_total = sum((f.rows - f.without) for f in files) * width
     state.files = files
     state.sources = list(names)
-    state.segments = [key_index.Segment(seg_rel, parts, fuzzy_state.present_parts(state.root, seg_rel), entries_total)]
+    state.segments = [key_index.Segment(seg_rel, parts, key_index.present(state.root, seg_rel), entries_total)]
     fuzzy_state.write(state)
+
+
+def _complete_keys(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, mh_paths: Sequence[str],
+                   seg_rel: str, parts: int) -> None:
+    """When the engine resumed the bucket stages from their checkpoints (a killed driver), their tasks did
+    not write the files' keys and the index: read the missing keys again from the minhash files and
+    write the missing index partitions (key_index.complete), the same bytes the tasks write."""
+    from .fuzzy_core import file_keys
+
+    listed = set(fsio.list_names(state.path("keys")))
+    missing = [e for e in entries if fuzzy_state.keys_rel(int(tokens[e.gidx])).split("/")[1] not in listed]
+    for e in missing:
+        _n, rows, keys = file_keys(mh_paths[e.gidx])
+        fuzzy_state.save_keys(state.root, int(tokens[e.gidx]), rows, keys)
+    if missing:
+        key_index.complete(state.root, seg_rel, parts, {int(t): _load_keys(state, int(t)) for t in tokens.tolist()})

@@ -143,16 +143,9 @@ class KeysSink:
     token: int
 
     def write(self, rows: np.ndarray, keys: np.ndarray) -> None:
-        save_npz(fsio.join(self.folder, keys_rel(self.token)), rows=np.asarray(rows, np.int64),
-                 keys=np.asarray(keys, np.uint64))
+        save_keys(self.folder, self.token, rows, keys)
 
 
-def present_parts(root: str, seg_rel: str) -> tuple[int, ...]:
-    """The partitions of a segment that a build wrote (one listing)."""
-    names = fsio.list_names(fsio.join(root, seg_rel))
-    return tuple(sorted({int(n[1:6]) for n in names if n.startswith("p") and n.endswith(".key.npy")}))
-
-
-def file_rows(state: State, token: int) -> np.ndarray:
-    """The rows with shingles of one file of the state."""
-    return load_npz(state.path(keys_rel(token)))["rows"]
+def save_keys(folder: str, token: int, rows: np.ndarray, keys: np.ndarray) -> None:
+    """One file's rows with shingles and their bucket keys, in the state folder ``folder``."""
+    save_npz(fsio.join(folder, keys_rel(token)), rows=np.asarray(rows, np.int64), keys=np.asarray(keys, np.uint64))

@@ -126,6 +126,34 @@ def write_segment(root: str, seg_rel: str, key: np.ndarray, tok: np.ndarray, row
     return Segment(seg_rel, parts, tuple(present), len(key))
 
 
+def present(root: str, seg_rel: str) -> tuple[int, ...]:
+    """The partitions of a segment that are on disk (one listing)."""
+    names = fsio.list_names(fsio.join(root, seg_rel))
+    return tuple(sorted({int(n[1:6]) for n in names if n.startswith("p") and n.endswith(".key.npy")}))
+
+
+def complete(root: str, seg_rel: str, parts: int, per_file: dict[int, tuple[np.ndarray, np.ndarray]]
+             ) -> tuple[int, ...]:
+    """Write the partitions of a full build's segment that are missing, from every file's entries
+    (``per_file``: token -> (rows, keys (rows x k))), with the bytes the build's shuffle writes; the
+    partitions present. Why: the engine resumes a stage from its checkpoint after a killed driver, and
+    then the stage's tasks do not run again, so what they wrote on the side into a rebuilt step dir is
+    missing (a state the next build would refuse, and bytes another run of the same inputs has)."""
+    toks = sorted(per_file)
+    key = np.concatenate([per_file[t][1].reshape(-1) for t in toks]) if toks else np.empty(0, U64)
+    tok = np.concatenate([np.full(per_file[t][1].size, t, U64) for t in toks]) if toks else np.empty(0, U64)
+    row = (np.concatenate([np.repeat(np.asarray(per_file[t][0], np.int64), per_file[t][1].shape[1] if per_file[t][1].ndim == 2
+                                     else 1) for t in toks]) if toks else np.empty(0, np.int64))
+    route = route_keys(key, parts) if parts > 1 else np.zeros(len(key), np.int64)
+    have = set(present(root, seg_rel))
+    want = np.unique(route).tolist()
+    for p in want:
+        if p not in have:
+            mine = route == p
+            write_part(root, seg_rel, p, parts, key[mine], tok[mine], row[mine])
+    return tuple(want)
+
+
 def query(root: str, segments: Sequence[Segment], keys: np.ndarray, live: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every entry (key, tok, row) whose key is in ``keys`` and whose token is in ``live`` (sorted
