@@ -193,27 +193,13 @@ def _changed_ids(ch: Change, old_tokens: set[int], current: set[int]
 
 def _segments(ch: Change, new_ids: dict[int, np.ndarray], old_tokens: set[int], current: set[int]
               ) -> list[key_index.Segment]:
-    """The earlier segments (taken) plus one for the new files, or one compacted segment."""
+    """The kept files' ids (taken) and the index after the change (key_index.next_segments), keyed by
+    each id's high half; dead entries are the gone files' rows."""
     for tok in old_tokens & current:
         fsio.link_or_copy(ch.old.path(ids_rel(tok)), ch.new.path(ids_rel(tok)))
-    toks = sorted(new_ids)
-    key = np.concatenate([new_ids[t][0] for t in toks]) if toks else np.empty(0, U64)
-    tok = np.concatenate([np.full(new_ids[t].shape[1], t, U64) for t in toks]) if toks else np.empty(0, U64)
-    row = np.concatenate([np.arange(new_ids[t].shape[1]) for t in toks]) if toks else np.empty(0, np.int64)
+    new_files = {t: (np.arange(ids.shape[1]), ids[0].reshape(-1, 1)) for t, ids in new_ids.items()}
     dead = sum(int(f["rows"]) for f in ch.old.files if int(f["token"], 16) not in current)
-    if key_index.needs_compaction([*ch.old.segments, key_index.Segment("new", 1, (), len(key))], dead):
-        k, t, r = key_index.scan(ch.old.root, ch.old.segments, np.unique(ch.tokens))
-        key, tok, row = np.concatenate([k, key]), np.concatenate([t, tok]), np.concatenate([r, row])
-        parts = max(1, -(-len(key) // key_index.ENTRIES_PER_PART))
-        rel = f"seg-{reuse.content_key(sorted(f'{int(x):016x}' for x in ch.tokens))[:16]}"
-        return [key_index.write_segment(ch.new.root, rel, key, tok, row, parts)]
-    for rel in key_index.files_of(ch.old.segments):
-        fsio.link_or_copy(ch.old.path(rel), ch.new.path(rel))
-    segments = list(ch.old.segments)
-    if toks:
-        rel = f"seg-{reuse.content_key([f'{t:016x}' for t in toks])[:16]}"
-        segments.append(key_index.write_segment(ch.new.root, rel, key, tok, row))
-    return segments
+    return key_index.next_segments(ch.old.root, ch.new.root, ch.old.segments, new_files, np.unique(ch.tokens), dead)
 
 
 @dataclass

@@ -263,8 +263,8 @@ def run(ch: Change) -> Outcome | None:
     live = np.unique(ch.tokens)
     touched = affected(ch, ch.new, new_keys, segments, live, nodes)
     fresh = _pairs_touching(touched, ch, nodes, new_keys, segments, live)
-    old_pairs, members = _earlier_pairs(ch, nodes, touched)
-    fresh, known, verified_now = _jaccards(fresh, ch, nodes, old_pairs, members)
+    old_pairs, members, jaccards = _earlier_pairs(ch, nodes, touched)
+    fresh, known, verified_now = _jaccards(fresh, ch, nodes, jaccards, members)
     pairs = _union(old_pairs, fresh)
     edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
     member_ids = _in_pairs(pairs, known)
@@ -293,25 +293,12 @@ def _new_file_keys(ch: Change, old_files: dict[int, FileState]) -> dict[int, tup
     return out
 
 
-def _segments(ch: Change, new_keys: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[key_index.Segment]:
-    """The earlier index's segments (taken) and one segment for the new files; or, when dead entries or
-    segments pile up, one segment of every live entry (compaction)."""
+def _segments(ch: Change, new_keys: key_index.Files) -> list[key_index.Segment]:
+    """The index after the change (key_index.next_segments); dead entries are the gone files' keys."""
     current = set(ch.tokens.tolist())
     width = int(ch.mh_params["bands"])
     dead = sum((f.rows - f.without) * width for f in ch.old.files if f.token not in current)
-    if key_index.needs_compaction([*ch.old.segments, *([key_index.Segment("new", 1, (), sum(
-            k.size for _r, k in new_keys.values()))] if new_keys else [])], dead):
-        return [_compacted(ch, new_keys)]
-    fuzzy_state.carry(ch.old, ch.new, key_index.files_of(ch.old.segments))
-    segments = list(ch.old.segments)
-    if new_keys:
-        toks = sorted(new_keys)
-        key = np.concatenate([new_keys[t][1].reshape(-1) for t in toks])
-        tok = np.concatenate([np.full(new_keys[t][1].size, t, U64) for t in toks])
-        row = np.concatenate([np.repeat(new_keys[t][0], new_keys[t][1].shape[1]) for t in toks])
-        rel = f"seg-{reuse.content_key([f'{t:016x}' for t in toks])[:16]}"
-        segments.append(key_index.write_segment(ch.new.root, rel, key, tok, row))
-    return segments
+    return key_index.next_segments(ch.old.root, ch.new.root, ch.old.segments, new_keys, np.unique(ch.tokens), dead)
 
 
 def _pairs_touching(touched: np.ndarray, ch: Change, nodes: Nodes, new_keys, segments, live) -> Pairs:
@@ -343,9 +330,10 @@ class Members:
         return self.hi[pos], self.lo[pos]
 
 
-def _earlier_pairs(ch: Change, nodes: Nodes, touched: np.ndarray) -> tuple[Pairs, Members]:
-    """The earlier build's pairs between documents the change did not touch (as current nodes), and
-    the earlier members' ids."""
+def _earlier_pairs(ch: Change, nodes: Nodes, touched: np.ndarray
+                   ) -> tuple[Pairs, Members, dict[str, np.ndarray]]:
+    """The earlier build's pairs between documents the change did not touch (as current nodes), the
+    earlier members' ids, and every earlier pair's ids and Jaccard (read once: `_jaccards` looks up in it)."""
     z = fuzzy_state.load_npz(ch.old.path("pairs.npz"))
     u, v = nodes.node(z["u_tok"], z["u_row"]), nodes.node(z["v_tok"], z["v_row"])
     keep = (u >= 0) & (v >= 0) & ~np.isin(u, touched) & ~np.isin(v, touched)
@@ -354,10 +342,11 @@ def _earlier_pairs(ch: Change, nodes: Nodes, touched: np.ndarray) -> tuple[Pairs
     mn = nodes.node(m["tok"], m["row"])
     ok = mn >= 0
     order = np.argsort(mn[ok], kind="stable")
-    return pairs, Members(mn[ok][order], m["hi"][ok][order], m["lo"][ok][order])
+    jaccards = {k: z[k] for k in (*pair_cache.IDS, "jaccard")}
+    return pairs, Members(mn[ok][order], m["hi"][ok][order], m["lo"][ok][order]), jaccards
 
 
-def _jaccards(fresh: Pairs, ch: Change, nodes: Nodes, old_pairs: Pairs, members: Members
+def _jaccards(fresh: Pairs, ch: Change, nodes: Nodes, earlier: dict[str, np.ndarray], members: Members
               ) -> tuple[Pairs, Members, int]:
     """The new pairs with their ids and Jaccards: from the earlier build's pairs by id pair (a pair's
     Jaccard is a function of its two ids), else verified on the texts; the ids known now (the earlier
@@ -372,8 +361,7 @@ def _jaccards(fresh: Pairs, ch: Change, nodes: Nodes, old_pairs: Pairs, members:
     fresh.ids = pair_ids(uh, ul, vh, vl)
     if ch.threshold is None:
         return fresh, known, 0
-    z = fuzzy_state.load_npz(ch.old.path("pairs.npz"))
-    jac = pair_cache.match({**fresh.ids, "u": fresh.u}, {k: z[k] for k in (*pair_cache.IDS, "jaccard")})
+    jac = pair_cache.match({**fresh.ids, "u": fresh.u}, earlier)
     unknown = np.isnan(jac)
     if unknown.any():
         jac[unknown] = verify(fresh.u[unknown], fresh.v[unknown], nodes, ch.mh_params)
@@ -400,19 +388,6 @@ def _in_pairs(pairs: Pairs, known: Members) -> Members:
     nodes = np.unique(np.concatenate([pairs.u, pairs.v]))
     hi, lo = known.lookup(nodes)
     return Members(nodes, hi, lo)
-
-
-def _compacted(ch: Change, new_keys: dict[int, tuple[np.ndarray, np.ndarray]]) -> key_index.Segment:
-    """One segment of every live entry: the earlier segments' live entries and the new files'."""
-    live = np.unique(ch.tokens)
-    k, t, r = key_index.scan(ch.old.root, ch.old.segments, live)
-    toks = sorted(new_keys)
-    key = np.concatenate([k, *[new_keys[x][1].reshape(-1) for x in toks]])
-    tok = np.concatenate([t, *[np.full(new_keys[x][1].size, x, U64) for x in toks]])
-    row = np.concatenate([r, *[np.repeat(new_keys[x][0], new_keys[x][1].shape[1]) for x in toks]])
-    rel = f"seg-{reuse.content_key([f'{x:016x}' for x in live.tolist()])[:16]}"
-    parts = max(1, -(-len(key) // key_index.ENTRIES_PER_PART))
-    return key_index.write_segment(ch.new.root, rel, key, tok, row, parts)
 
 
 def _split_by_file(marks: dict[str, np.ndarray], nodes: Nodes) -> dict[int, dict[str, np.ndarray]]:

@@ -25,6 +25,7 @@ import numpy as np
 import xxhash
 
 from datakit.core import fsio
+from datakit.steps import reuse
 
 from .hashing import U64, node_file, node_rank, node_row, route_keys
 
@@ -132,18 +133,48 @@ def present(root: str, seg_rel: str) -> tuple[int, ...]:
     return tuple(sorted({int(n[1:6]) for n in names if n.startswith("p") and n.endswith(".key.npy")}))
 
 
-def complete(root: str, seg_rel: str, parts: int, per_file: dict[int, tuple[np.ndarray, np.ndarray]]
-             ) -> tuple[int, ...]:
+Files = dict[int, tuple[np.ndarray, np.ndarray]]  # token -> (rows, keys: rows x k), a file's entries
+
+
+def entries_of(per_file: Files) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (key, tok, row) entries of these files, by token, then row, then key column."""
+    toks = sorted(per_file)
+    if not toks:
+        return np.empty(0, U64), np.empty(0, U64), np.empty(0, np.int64)
+    key = np.concatenate([np.asarray(per_file[t][1], U64).reshape(-1) for t in toks])
+    tok = np.concatenate([np.full(np.asarray(per_file[t][1]).size, t, U64) for t in toks])
+    row = np.concatenate([np.repeat(np.asarray(per_file[t][0], np.int64), np.asarray(per_file[t][1]).reshape(
+        len(per_file[t][0]), -1).shape[1]) for t in toks])
+    return key, tok, row
+
+
+def next_segments(old_root: str, new_root: str, old: Sequence[Segment], new_files: Files, live: np.ndarray,
+                  dead_entries: int) -> list[Segment]:
+    """A later build's index: the earlier build's segments (linked from ``old_root``) and one segment of
+    the new files' entries; or, when dead entries or segments pile up (`needs_compaction`), one segment of
+    every live entry. Segment names come from the tokens they hold, so the same change names them alike."""
+    key, tok, row = entries_of(new_files)
+    if needs_compaction([*old, *([Segment("new", 1, (), len(key))] if new_files else [])], dead_entries):
+        k, t, r = scan(old_root, old, live)
+        key, tok, row = np.concatenate([k, key]), np.concatenate([t, tok]), np.concatenate([r, row])
+        rel = f"seg-{reuse.content_key([f'{int(x):016x}' for x in live.tolist()])[:16]}"
+        return [write_segment(new_root, rel, key, tok, row, max(1, -(-len(key) // ENTRIES_PER_PART)))]
+    for rel in files_of(old):
+        fsio.link_or_copy(fsio.join(old_root, rel), fsio.join(new_root, rel))
+    segments = list(old)
+    if new_files:
+        rel = f"seg-{reuse.content_key([f'{t:016x}' for t in sorted(new_files)])[:16]}"
+        segments.append(write_segment(new_root, rel, key, tok, row))
+    return segments
+
+
+def complete(root: str, seg_rel: str, parts: int, per_file: Files) -> tuple[int, ...]:
     """Write the partitions of a full build's segment that are missing, from every file's entries
     (``per_file``: token -> (rows, keys (rows x k))), with the bytes the build's shuffle writes; the
     partitions present. Why: the engine resumes a stage from its checkpoint after a killed driver, and
     then the stage's tasks do not run again, so what they wrote on the side into a rebuilt step dir is
     missing (a state the next build would refuse, and bytes another run of the same inputs has)."""
-    toks = sorted(per_file)
-    key = np.concatenate([per_file[t][1].reshape(-1) for t in toks]) if toks else np.empty(0, U64)
-    tok = np.concatenate([np.full(per_file[t][1].size, t, U64) for t in toks]) if toks else np.empty(0, U64)
-    row = (np.concatenate([np.repeat(np.asarray(per_file[t][0], np.int64), per_file[t][1].shape[1] if per_file[t][1].ndim == 2
-                                     else 1) for t in toks]) if toks else np.empty(0, np.int64))
+    key, tok, row = entries_of(per_file)
     route = route_keys(key, parts) if parts > 1 else np.zeros(len(key), np.int64)
     have = set(present(root, seg_rel))
     want = np.unique(route).tolist()
