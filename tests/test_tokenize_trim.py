@@ -1,8 +1,9 @@
-"""Tokenize builds a part that only lost documents (a takedown) by cutting their token spans out of the
-earlier build's shard of the same part name (datakit/tokenize/trim.py), on real text: every file of the
-incremental cache (shards, markers, ledgers, .stats.json, reuse.json, the documents' hashes) is byte for
-byte a from-scratch build's; an edited part, or a document whose text changed under the same id, is
-encoded."""
+"""Tokenize builds a part that lost, gained or changed a few documents (a takedown, an edit) from the
+earlier build's shard of the same part name, encoding only the documents that shard lacks
+(datakit/tokenize/trim.py), on real text: every file of the incremental cache (shards, markers, ledgers,
+.stats.json, reuse.json, the documents' hashes) is byte for byte a from-scratch build's, including for a
+document whose text changed under the same id; a part with more than half its documents new is encoded
+whole."""
 
 from __future__ import annotations
 
@@ -82,79 +83,108 @@ def _incremental_and_fresh(built, name: str, parts):
     return inc, fresh
 
 
-def test_a_takedown_cuts_the_parts_that_only_lost_documents_and_equals_a_fresh_build(built):
+def test_a_takedown_and_an_edit_splice_the_parts_and_equal_a_fresh_build(built):
     p = built["parts"]
     removed = [d for docs in (p[0], p[1], p[3]) for d in docs if d not in _takedown(docs, 3)]
     assert {is_validation(i, FRACTION) for i, _ in removed} == {True, False}
     edited = [*p[2][:1], (doc_id(p[2][1][1] + "\nedited"), p[2][1][1] + "\nedited"), *p[2][2:]]
     parts = [_takedown(p[0], 3), _takedown(p[1], 3), sorted(edited), _takedown(p[3], 3)]
     inc, fresh = _incremental_and_fresh(built, "takedown", parts)
-    assert inc.counters["files/trimmed"] == 3 and inc.counters["files/computed"] == 1, inc.counters
+    assert inc.counters["files/spliced"] == 4 and inc.counters["files/computed"] == 0, inc.counters
     assert inc.counters["files/reused"] == 0
-    assert fresh.counters["files/trimmed"] == 0 and fresh.counters["files/computed"] == 4
+    assert fresh.counters["files/spliced"] == 0 and fresh.counters["files/computed"] == 4
     assert inc.counters["tokenize/docs"] == fresh.counters["tokenize/docs"]
     assert_same_tree(inc.out_dir, fresh.out_dir)
     assert inc.splits == fresh.splits
 
 
-def test_a_trimmed_build_is_trimmed_from_again(built):
-    """The trimmed shards' own document hashes are recorded: a second takedown cuts from them."""
+def test_a_spliced_build_is_spliced_from_again(built):
+    """The spliced shards' own document hashes are recorded: a second takedown splices from them."""
     p = built["parts"]
     first = [_takedown(d, 3) for d in p]
     _, inc1 = _build(built["root"], "gen1", first, built["tok"], earlier=built["earlier"])
-    assert inc1.counters["files/trimmed"] == 4, inc1.counters
+    assert inc1.counters["files/spliced"] == 4, inc1.counters
     second = [_takedown(d, 2) for d in first]
     _, inc2 = _build(built["root"], "gen2", second, built["tok"], earlier=inc1.out_dir)
-    assert inc2.counters["files/trimmed"] == 4, inc2.counters
+    assert inc2.counters["files/spliced"] == 4, inc2.counters
     _, fresh = _build(built["root"], "gen2-fresh", second, built["tok"])
     assert_same_tree(inc2.out_dir, fresh.out_dir)
 
 
-def test_a_text_edited_under_the_same_id_is_encoded(built):
-    """Ids alone would pass the subset check; the id+text hash does not, so the part is encoded."""
+def test_a_text_edited_under_the_same_id_is_encoded_alone(built):
+    """Ids alone would take the earlier tokens of the edited document; the id+text hash does not, so that
+    document (and a new one) are encoded, and the shard still equals a fresh build's."""
     p = built["parts"]
     docs = _takedown(p[0], 3)
     docs[0] = (docs[0][0], docs[0][1].replace("e", "E", 1))
+    added = "A paragraph no earlier build had."
+    docs = sorted([*docs, (doc_id(added), added)])
     inc, fresh = _incremental_and_fresh(built, "same-id", [docs, p[1], p[2], p[3]])
-    assert inc.counters["files/trimmed"] == 0 and inc.counters["files/computed"] == 1, inc.counters
+    assert inc.counters["files/spliced"] == 1 and inc.counters["files/computed"] == 0, inc.counters
     assert inc.counters["files/reused"] == 3
     assert_same_tree(inc.out_dir, fresh.out_dir)
 
 
-def test_cut_keeps_exactly_the_marked_documents():
+def test_a_part_mostly_new_is_encoded_whole(built):
+    p = built["parts"]
+    third = len(p[0]) // 3
+    docs = sorted([*p[0][:third], *((doc_id(t + " v2"), t + " v2") for _, t in p[0][third:])])
+    inc, fresh = _incremental_and_fresh(built, "mostly-new", [docs, p[1], p[2], p[3]])
+    assert inc.counters["files/spliced"] == 0 and inc.counters["files/computed"] == 1, inc.counters
+    assert_same_tree(inc.out_dir, fresh.out_dir)
+
+
+def test_splice_takes_earlier_runs_and_fresh_documents_in_order():
     tokens = np.array([1, 1, 2, 2, 2, 3, 4, 4], dtype="<u2")
     offsets = np.array([0, 2, 5, 6, 8], dtype="<i8")
-    kept, off = trim.cut(tokens, offsets, np.array([True, False, True, True]))
-    assert kept.tolist() == [1, 1, 3, 4, 4] and off.tolist() == [0, 2, 3, 5]
-    kept, off = trim.cut(tokens, offsets, np.array([False, True, False, False]))
-    assert kept.tolist() == [2, 2, 2] and off.tolist() == [0, 3]
-    kept, off = trim.cut(tokens, offsets, np.zeros(4, dtype=bool))
-    assert kept.tolist() == [] and kept.dtype == tokens.dtype and off.tolist() == [0]
-    rng = np.random.default_rng(7)  # run by run equals the mask over every token, empty documents too
+    fresh, fresh_offsets = np.array([9, 8, 8], dtype="<u2"), np.array([0, 1, 3])
+    none = np.zeros(1, np.int64)
+    out, off = trim.splice(tokens, offsets, np.array([0, 2, 3]), fresh[:0], none)
+    assert out.tolist() == [1, 1, 3, 4, 4] and off.tolist() == [0, 2, 3, 5] and out.dtype == tokens.dtype
+    out, off = trim.splice(tokens, offsets, np.array([-1, 1, -1]), fresh, fresh_offsets)
+    assert out.tolist() == [9, 2, 2, 2, 8, 8] and off.tolist() == [0, 1, 4, 6]
+    out, off = trim.splice(tokens, offsets, np.array([], dtype=np.int64), fresh[:0], none)
+    assert out.tolist() == [] and out.dtype == tokens.dtype and off.tolist() == [0]
+    with pytest.raises(ValueError, match="2 documents to encode, 1 encoded"):
+        trim.splice(tokens, offsets, np.array([-1, -1]), fresh[:1], np.array([0, 1]))
+    rng = np.random.default_rng(7)  # run by run equals document by document, empty documents too
     lengths = rng.integers(0, 6, 500)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype("<i8")
     tokens = rng.integers(0, 2**16, int(offsets[-1])).astype("<u2")
-    for drop in (0.0, 0.01, 0.5, 1.0):
-        keep = rng.random(500) >= drop
-        kept, off = trim.cut(tokens, offsets, keep)
-        assert kept.tolist() == tokens[np.repeat(keep, lengths)].tolist() and kept.dtype == tokens.dtype
-        assert off.tolist() == [0, *np.cumsum(lengths[keep]).tolist()]
+    for drop, add in ((0.0, 0.0), (0.01, 0.0), (0.5, 0.1), (1.0, 0.0), (0.2, 0.5)):
+        rows = np.flatnonzero(rng.random(500) >= drop)
+        rows = np.where(rng.random(len(rows)) < add, -1, rows)
+        fresh_lens = rng.integers(0, 4, int((rows < 0).sum()))
+        fresh_offsets = np.concatenate([[0], np.cumsum(fresh_lens)])
+        fresh = rng.integers(0, 2**16, int(fresh_offsets[-1])).astype("<u2")
+        out, off = trim.splice(tokens, offsets, rows, fresh, fresh_offsets)
+        want, k = [], 0
+        for r in rows.tolist():
+            if r >= 0:
+                want.append(tokens[offsets[r]:offsets[r + 1]])
+            else:
+                want.append(fresh[fresh_offsets[k]:fresh_offsets[k + 1]])
+                k += 1
+        assert out.tolist() == (np.concatenate(want).tolist() if want else []) and out.dtype == tokens.dtype
+        assert off.tolist() == [0, *np.cumsum([len(w) for w in want]).tolist()]
 
 
-def test_kept_rows_maps_documents_to_their_split_rows_and_refuses_anything_but_removals():
+def test_split_rows_maps_documents_to_their_split_rows_and_marks_new_ones():
     ids = [f"doc-{n:03d}" for n in range(40)]
     texts = [f"text {n}" for n in range(40)]
     old = trim.doc_hashes(pa.array(ids), pa.array(texts))
     val = np.array([is_validation(i, 0.3) for i in ids])
     assert val.any() and not val.all()
     assert (trim.validation_mask(old[:, 0], 0.3) == val).all()
+    within = np.where(val, np.cumsum(val) - 1, np.cumsum(~val) - 1)
     keep_ids = [n for n in range(40) if n % 4]
-    keep = trim.kept_rows(old, old[keep_ids], 0.3)
-    kept = np.isin(np.arange(40), keep_ids)
-    assert keep["train"].tolist() == kept[~val].tolist()
-    assert keep["validation"].tolist() == kept[val].tolist()
-    assert trim.kept_rows(old, old[[3, 1]], 0.3) is None  # another order
-    assert trim.kept_rows(old, trim.doc_hashes(pa.array(["doc-001"]), pa.array(["edited"])), 0.3) is None  # edited
+    rows = trim.split_rows(old, old[keep_ids], 0.3)
+    assert rows["train"].tolist() == [int(within[n]) for n in keep_ids if not val[n]]
+    assert rows["validation"].tolist() == [int(within[n]) for n in keep_ids if val[n]]
+    edited = trim.doc_hashes(pa.array(["doc-001"]), pa.array(["edited"]))  # same id, other text: new
+    got = trim.split_rows(old, edited, 0.3)
+    assert got["validation" if val[1] else "train"].tolist() == [-1]
+    assert trim.split_rows(old[[0, 0]], old[:1], 0.3) is None  # the same hash twice: ambiguous
 
 
 def test_doc_hashes_read_from_arrow_are_the_hashes_of_the_utf8_bytes():

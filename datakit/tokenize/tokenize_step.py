@@ -24,11 +24,14 @@ its markers are written as encoding it writes them, and the ledger and ``.stats.
 shards as in a fresh build, so the cache is byte for byte a from-scratch build's. A part with bad rows
 is never recorded (its marker names the input file's path, which is not content).
 
-A part whose key misses but which is the earlier build's part of the same name with documents removed
-(a takedown: the documents are spread, so it touches nearly every part) is cut, not encoded: the
-removed documents' token spans are cut out of the earlier shard (:mod:`datakit.tokenize.trim`; each
-shard's document hashes are kept for this under ``reuse/ids/<key>.npy``, listed in ``reuse.json``), and
-its counts are computed from the part's kept texts as encoding computes them (``files/trimmed``).
+A part whose key misses but which is the earlier build's part of the same name with a few documents
+removed, added or edited (a takedown: the documents are spread, so it touches nearly every part; an
+edited input document) is spliced, not encoded: the documents the earlier shard has keep their token
+spans, only the others are encoded, and the shard is assembled in document order
+(:mod:`datakit.tokenize.trim`; each shard's document hashes are kept for this under
+``reuse/ids/<key>.npy``, listed in ``reuse.json``). More than half the documents new: the part is
+encoded whole. Its counts are computed from the part's texts as encoding computes them
+(``files/spliced``).
 """
 
 from __future__ import annotations
@@ -452,9 +455,9 @@ def _earlier_file(earlier: reuse.Earlier, rel: str | None) -> bytes | None:
     return data if xxhash.xxh3_128_hexdigest(data) == earlier.hashes[rel] else None
 
 
-def _cut_splits(earlier: reuse.Earlier, key: str, keep: dict[str, np.ndarray]) -> dict | None:
-    """Per split, the earlier unit ``key``'s shard (tokens, offsets) with only the ``keep`` rows; None
-    when a file is gone or damaged, or its rows do not match the recorded documents."""
+def _earlier_splits(earlier: reuse.Earlier, key: str) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """Per split, the earlier unit ``key``'s shard (tokens, offsets); None when a file is gone or damaged
+    or a shard's offsets do not fit its tokens."""
     files = earlier.keys[key].files
     out = {}
     for s in SPLITS:
@@ -467,43 +470,74 @@ def _cut_splits(earlier: reuse.Earlier, key: str, keep: dict[str, np.ndarray]) -
                 return None
             arrays.append(trim.from_npy_bytes(data))
         tokens, offsets = arrays
-        if len(offsets) != len(keep[s]) + 1 or int(offsets[-1]) != len(tokens):
+        if int(offsets[-1]) != len(tokens):
             return None
-        out[s] = trim.cut(tokens, offsets, keep[s])
+        out[s] = (tokens, offsets)
     return out
 
 
-def _trimmed(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str], fp: dict) -> dict | None:
-    """The shard cut out of the earlier build's shard of the part of the same name (datakit/tokenize/trim.py),
-    or None (encode it) when this part is not that one minus some documents, has bad rows, or the
-    earlier files are not what that build recorded. Its counts are computed as encoding computes them."""
+def _encode_fresh(spec: _ShardSpec, texts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The documents ``texts`` encoded as a shard encodes them (pieces, EOS, optional BOS): (their tokens,
+    their offsets, the encoder's record)."""
+    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
+                           check_chars=spec.engine_check_chars)
+    pieces, piece_counts = to_pieces(texts, spec.max_chars)
+    ids, piece_lens = encoder.encode_flat(pieces)
+    tokens, doc_lens = assemble_flat(ids, piece_lens, piece_counts, eos_id=int(spec.identity["eos_id"]),
+                                     bos_id=spec.identity["bos_id"] if spec.bos else None, dtype=spec.dtype)
+    return tokens, np.concatenate([[0], np.cumsum(doc_lens, dtype=np.int64)]), encoder.record()
+
+
+def _select(tokens: np.ndarray, offsets: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Documents ``docs`` (indices, in order) of a flat (tokens, offsets) pair, as another such pair."""
+    pieces = [tokens[offsets[d]:offsets[d + 1]] for d in docs.tolist()]
+    lengths = np.array([len(p) for p in pieces], dtype=np.int64)
+    return (np.concatenate(pieces) if pieces else tokens[:0].copy()), np.concatenate([[0], np.cumsum(lengths)])
+
+
+def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str], fp: dict) -> dict | None:
+    """The shard built from the earlier build's shard of the part of the same name
+    (datakit/tokenize/trim.py): its documents' tokens taken from there, the documents it lacks (added,
+    or edited) encoded. None (encode the whole part) when more than half the documents are new, the part
+    has bad rows, or the earlier files are not what that build recorded. Its counts are computed as
+    encoding computes them."""
     ids, texts = _read_part(path)
     _check_types(path, ids, texts)
     if ids.null_count or texts.null_count:
         return None
     hashes = trim.doc_hashes(ids, texts)
     earlier_ids = _earlier_file(spec.earlier, trim.ids_rel(spec.trim_from[path]))
-    if earlier_ids is None:
+    rows = trim.split_rows(trim.from_npy_bytes(earlier_ids), hashes, spec.validation_fraction) \
+        if earlier_ids is not None else None
+    fresh_count = sum(int((r < 0).sum()) for r in rows.values()) if rows is not None else len(hashes)
+    if rows is None or fresh_count > len(hashes) // 2:
         return None
-    keep = trim.kept_rows(trim.from_npy_bytes(earlier_ids), hashes, spec.validation_fraction)
-    parts = _cut_splits(spec.earlier, spec.trim_from[path], keep) if keep is not None else None
-    if parts is None:
+    earlier = _earlier_splits(spec.earlier, spec.trim_from[path])
+    if earlier is None or any(len(earlier[s][1]) - 1 <= int(rows[s].max(initial=-1)) for s in SPLITS):
         return None
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
+    in_split = {"train": ~val, "validation": val}
+    fresh_rows = {s: np.flatnonzero(in_split[s])[rows[s] < 0] for s in SPLITS}
     doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
+    new_rows = np.sort(np.concatenate([fresh_rows[s] for s in SPLITS]))
+    engine = None
+    if len(new_rows):
+        fresh, fresh_offsets, engine = _encode_fresh(spec, texts.take(pa.array(new_rows)).to_pylist())
     counts = {}
-    for s, (tokens, offsets) in parts.items():
+    for s in SPLITS:
+        mine = _select(fresh, fresh_offsets, np.searchsorted(new_rows, fresh_rows[s])) if len(new_rows) else \
+            (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
+        tokens, offsets = trim.splice(*earlier[s], rows[s], *mine)
         C.write_npy_atomic(C.join(dirs[s], names["tokens"]), np.asarray(tokens, dtype=np.dtype(spec.dtype)))
         C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)
-        counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens),
-                     "bytes": int(doc_bytes[val if s == "validation" else ~val].sum())}
+        counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(doc_bytes[in_split[s]].sum())}
     _write_ids(spec, key, hashes)
     sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
     _write_markers(dirs, names, fp, counts, _BadRows(), sums)
     _count_shard(counts, 0)
-    return {"input": fp["input"], "reused": False, "trimmed": True, "splits": counts, "bad": 0,
-            "bad_samples": [], "checksums": sums}
+    return {"input": fp["input"], "reused": False, "spliced": True, "splits": counts, "bad": 0,
+            "bad_samples": [], "checksums": sums, **({"engine": engine} if engine is not None else {})}
 
 
 def _shard_counters(counts: dict[str, dict], n_bad: int) -> dict[str, int]:
@@ -547,9 +581,9 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     names = C.shard_file_names(index, total)
     fp = _fingerprint(spec, file)
     key = spec.keys.get(file.path)
-    trimmed = _trimmed(spec, file.path, key, names, fp) if file.path in spec.trim_from else None
-    if trimmed is not None:
-        return {**trimmed, "index": index, "key": key}
+    spliced = _spliced(spec, file.path, key, names, fp) if file.path in spec.trim_from else None
+    if spliced is not None:
+        return {**spliced, "index": index, "key": key}
 
     encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
                            check_chars=spec.engine_check_chars)
@@ -743,8 +777,8 @@ def tokenize_source(
 def _file_counters(results: list[dict]) -> dict[str, int]:
     """How each shard was made: taken (or resumed), cut from an earlier shard, or encoded."""
     reused = sum(1 for r in results if r["reused"])
-    trimmed = sum(1 for r in results if r.get("trimmed"))
-    return {"files/reused": reused, "files/trimmed": trimmed, "files/computed": len(results) - reused - trimmed}
+    spliced = sum(1 for r in results if r.get("spliced"))
+    return {"files/reused": reused, "files/spliced": spliced, "files/computed": len(results) - reused - spliced}
 
 
 def _check_arguments(validation_fraction: float, max_chars: int, engine: str) -> None:

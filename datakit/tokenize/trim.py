@@ -1,18 +1,20 @@
-"""Building a token shard by cutting removed documents out of an earlier build's shard, instead of encoding.
+"""Building a token shard from an earlier build's shard of the same part, encoding only the documents
+that shard lacks, instead of encoding the whole part.
 
-Why: a takedown of 1% of the documents by id touches nearly every part (the documents are spread), but
-each touched part differs from its earlier version only by documents removed. Every document is encoded
-on its own (its text cut into pieces of its own, the pieces encoded independently, EOS and optional BOS
-appended per document: datakit/tokenize/encode.py, no state crosses documents), and its split depends on
-its id only, so the shard of the smaller part is the earlier shard with the removed documents' token
-spans cut out, byte for byte.
+Why: a takedown of 1% of the documents by id touches nearly every part (the documents are spread), and an
+edit of one input document changes one part by one document; each such part differs from its earlier
+version by a few documents removed, added or changed. Every document is encoded on its own (its text cut
+into pieces of its own, the pieces encoded independently, EOS and optional BOS appended per document:
+datakit/tokenize/encode.py, no state crosses documents), and its split depends on its id only, so the
+new shard is the earlier shard's token spans of the documents it keeps, spliced in document order with
+the new documents' encodings: byte for byte what encoding the whole part gives.
 
-What proves the new part is the earlier one minus some documents: per document two 64-bit hashes, kept
-per unit of the earlier build (``reuse/ids/<key>.npy``, an ``(N, 2)`` uint64 array, in document order):
-column 0 is the salted hash of the id that also routes the document to train or validation (so the
-earlier documents' splits are known without their ids), column 1 hashes the id and the text together
-(so an edited text with the same id never passes for an unchanged document). The new part's pairs must
-appear among the earlier part's in the same order; anything else is encoded.
+What proves a document is the earlier one: per document two 64-bit hashes, kept per unit of the earlier
+build (``reuse/ids/<key>.npy``, an ``(N, 2)`` uint64 array, in document order): column 0 is the salted
+hash of the id that also routes the document to train or validation (so the earlier documents' splits
+are known without their ids), column 1 hashes the id and the text together (so an edited text with the
+same id never passes for an unchanged document). A new document whose pair the earlier part has takes
+that document's tokens; any other is encoded.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-__all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "doc_hashes", "validation_mask", "kept_rows", "cut", "to_npy_bytes",
+__all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "doc_hashes", "validation_mask", "split_rows", "splice", "to_npy_bytes",
            "from_npy_bytes"]
 
 SPLIT_SALT = b"datakit.tokenize.split\x00"
@@ -73,35 +75,56 @@ def validation_mask(split_hashes: np.ndarray, fraction: float) -> np.ndarray:
     return split_hashes < np.uint64(math.ceil(fraction * 2.0**64))
 
 
-def kept_rows(earlier: np.ndarray, new: np.ndarray, fraction: float) -> dict[str, np.ndarray] | None:
-    """Per split ("train", "validation"), a mask over the earlier shard's rows of the documents the new
-    part keeps; None when the new part is not the earlier one with documents removed (an added or
-    edited document, or another order)."""
+def split_rows(earlier: np.ndarray, new: np.ndarray, fraction: float) -> dict[str, np.ndarray] | None:
+    """Per split ("train", "validation"), for each of the new part's documents in that split, in order:
+    its row in the earlier shard of that split, or -1 for a document the earlier part did not have (added,
+    or its text edited: the id+text hash differs). None when the earlier hashes are ambiguous (the same
+    id+text hash twice). A document keeps its split (the split hangs on its id), so a matched row is
+    always in the same split's shard."""
     order = np.argsort(earlier[:, 1], kind="stable")  # searched by the id+text hash, then both checked
     ordered = earlier[order, 1]
     if len(ordered) and (ordered[1:] == ordered[:-1]).any():
         return None  # the same hash twice: positions would be ambiguous
-    at = np.minimum(np.searchsorted(ordered, new[:, 1]), max(len(ordered) - 1, 0))
-    pos = order[at] if len(ordered) else at
-    if len(new) and (not len(ordered) or (earlier[pos] != new).any()):
-        return None  # a document the earlier part did not have
-    if (np.diff(pos) <= 0).any():
-        return None
-    keep = np.zeros(len(earlier), dtype=bool)
-    keep[pos] = True
-    val = validation_mask(earlier[:, 0], fraction)
-    return {"train": keep[~val], "validation": keep[val]}
+    if len(ordered):
+        at = np.minimum(np.searchsorted(ordered, new[:, 1]), len(ordered) - 1)
+        pos = order[at]
+        pos = np.where((earlier[pos] == new).all(axis=1), pos, -1)
+    else:
+        pos = np.full(len(new), -1, dtype=np.int64)
+    earlier_val = validation_mask(earlier[:, 0], fraction)
+    within = np.empty(len(earlier), dtype=np.int64)  # earlier row -> its row in its split's shard
+    within[~earlier_val] = np.arange(int((~earlier_val).sum()))
+    within[earlier_val] = np.arange(int(earlier_val.sum()))
+    new_val = validation_mask(new[:, 0], fraction)
+    out = {}
+    for s, mask in (("train", ~new_val), ("validation", new_val)):
+        p = pos[mask]
+        out[s] = np.where(p >= 0, within[np.maximum(p, 0)], -1)
+    return out
 
 
-def cut(tokens: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The shard's tokens and offsets with only the rows ``keep`` marks (offsets: int64, rows+1). The
-    kept tokens are copied run by run (a takedown removes a few rows, so a shard is a few long runs),
-    not through a mask over every token."""
-    lengths = np.diff(offsets)
-    kept_offsets = np.concatenate([[0], np.cumsum(lengths[keep], dtype=np.int64)]).astype("<i8")
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
-    runs = [tokens[offsets[a]:offsets[b]] for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist())]
-    return (np.concatenate(runs) if runs else tokens[:0].copy()), kept_offsets
+def splice(tokens: np.ndarray, offsets: np.ndarray, rows: np.ndarray, fresh: np.ndarray,
+           fresh_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A split's shard (tokens, int64 offsets with rows+1 entries) whose documents are, in order, the
+    earlier shard's document ``rows[i]`` or, where ``rows[i] == -1``, the next of the ``fresh`` documents
+    (``fresh_offsets``: their bounds, one more than their count). Tokens are copied run by run (a run:
+    earlier documents that follow each other there too, or consecutive fresh ones), not document by
+    document: a takedown or an edit leaves a shard a few long runs."""
+    old = rows >= 0
+    if int((~old).sum()) != len(fresh_offsets) - 1:
+        raise ValueError(f"splice: {int((~old).sum())} documents to encode, {len(fresh_offsets) - 1} encoded")
+    starts = np.empty(len(rows), dtype=np.int64)
+    ends = np.empty(len(rows), dtype=np.int64)
+    starts[old], ends[old] = offsets[rows[old]], offsets[rows[old] + 1]
+    starts[~old], ends[~old] = fresh_offsets[:-1], fresh_offsets[1:]
+    lengths = ends - starts
+    new_offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype("<i8")
+    # a run breaks where the source changes or a document does not start where the previous one ended
+    breaks = np.flatnonzero((old[1:] != old[:-1]) | (starts[1:] != ends[:-1])) + 1
+    bounds = np.concatenate([[0], breaks, [len(rows)]]).tolist()
+    runs = [(tokens if old[a] else fresh)[starts[a]:ends[b - 1]] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    out = np.concatenate(runs).astype(tokens.dtype, copy=False) if runs else tokens[:0].copy()
+    return out, new_offsets
 
 
 def to_npy_bytes(arr: np.ndarray) -> bytes:
