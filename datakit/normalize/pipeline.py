@@ -4,9 +4,9 @@
                                              row-group ranges); k output parts per unit (id ranges,
                                              k from its size), named by it
     take                                     units whose content key the earlier build has (incremental.py)
-    direct (read.py), units of at most     whole units packed into tasks; each task reads, cleans,
-    target_shard_bytes when there are at     sorts in memory by (id, file, pos) and writes its units'
-    least as many as workers:                parts (no shuffle: the common case)
+    direct (read.py): units of at most       whole units packed into tasks; each task reads, cleans,
+      target_shard_bytes, when there are     sorts in memory by (id, file, pos) and writes its units'
+      at least as many as workers            parts (no shuffle: the common case)
       from_shards(whole units)
       .map_shard(read_write_stage)
     shuffled (read.py), the others:
