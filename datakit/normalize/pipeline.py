@@ -4,12 +4,19 @@
                                              row-group ranges); k output parts per unit (id ranges,
                                              k from its size), named by it
     take                                     units whose content key the earlier build has (incremental.py)
-    from_shards(read tasks of the others)    files packed by bytes (only the reading: outputs do not
+    direct (read.py): units of at most       whole units packed into tasks; each task reads, cleans,
+      target_shard_bytes, when there are     sorts in memory by (id, file, pos) and writes its units'
+      at least as many as workers            parts (no shuffle: the common case)
+      from_shards(whole units)
+      .map_shard(read_write_stage)
+    shuffled (read.py), the others:
+      from_shards(read tasks)                files packed by bytes (only the reading: outputs do not
       .map_shard(read_stage)                 depend on it); lenient readers -> clean -> items
       .group_by(part, stream_unit,           every record of a part meets in its reducer (a unit's
                 sort_by=(id, file, pos))     rejects and counts in its first part's), in id order,
                                              copies in (file, position) order
       .map_shard(write_unit)                 the part's main + dups files (and rejects), one summary
+                                             (the same `write_part` as the direct way: same bytes)
     finish (finish.py)                       one schema for every part, exact dedup across units (the
                                              first copy by file order), only the parts that change
 
@@ -34,74 +41,23 @@ from datakit.core import fsio
 from datakit.core.fsio import exists, is_local, join, list_names, open_read, remove
 from datakit.core.layout import DocumentsDir
 from datakit.manifest import SourceSpec
-from datakit.sources.readers import (
-    FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef, Reject, input_verdict, planned_reject, read_file,
-)
+from datakit.sources.readers import FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef
 from datakit.steps import reuse
 
-from .clean import FIELD_PREFIX, clean_record
+from .clean import FIELD_PREFIX
 from .config import (
     COUNTER_NAMES, NormalizeConfig, NormalizeError, NormalizeResult, PlannedFile, SchemaConflictError,
 )
 from .finish import FinishJob, cross_unit_losses, write_final
 from .incremental import Part, UnitReuse, computed_part, final_key, move, taken_parts, unit_key, unit_record
-from .plan import ReadPlan, file_refs, read_plan, read_tasks, task_label
+from .plan import ReadPlan, direct_units, file_refs, read_plan, read_tasks, task_label
 from .planned import check_parquet_hashes, check_planned, planned_digests, planned_error, planned_failures
 from .schema import Conflict, ConflictFound, Examples, merge_examples, merge_schemas, schema_to_dict
-from .units import part_of
-from .write import REJECT, STATS, consolidate_rejects, item_sort, item_unit, stream_unit, write_unit
+from .read import REJECT_PREFIX, read_stage, read_write_stage
+from .write import consolidate_rejects, item_sort, item_unit, stream_unit, write_unit
 
-REJECT_PREFIX = "reject/"
 # An example location that names a unit taken from an earlier build (its records were not read).
 _IN_UNIT = -2
-
-
-# ------------------------------------------------------------------------------------------------
-# read stage (runs in workers)
-
-
-def _read_ref(split: tuple[int, int], ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig,
-              columns: tuple[str, ...] | None, stats: Counter) -> Iterator[tuple]:
-    """One file (or row-group range) of a unit whose parts are shards ``first .. first + k - 1``
-    (``split``): its documents (to their id range's part) and rejects (to the first) as shuffle items."""
-    planned = ref.sha256 is not None or ref.planned_size is not None
-    u, k = split
-
-    def reject(r: Reject, read: bool = True) -> tuple:
-        stats["records_in"] += read
-        stats[REJECT_PREFIX + r.reason] += 1
-        return (u, REJECT, r.file_index, r.pos, r.to_row(spec.name))
-
-    try:
-        for raw in read_file(ref, spec.format, cfg, stats, columns):
-            if type(raw) is Reject:
-                yield reject(raw)
-                continue
-            stats["records_in"] += 1
-            out = clean_record(raw, spec, cfg, stats)
-            if out is None:
-                continue
-            yield reject(out, read=False) if type(out) is Reject else (u + part_of(out[0], k), *out)
-    except FileNotFoundError:
-        if not planned:
-            raise
-        yield reject(planned_reject(ref, INPUT_MISSING, f"planned ({ref.planned_size} bytes) but gone when read"))
-        return
-    verdict = input_verdict(ref) if planned else None
-    if verdict:
-        yield reject(planned_reject(ref, INPUT_CHANGED, verdict))
-
-
-def read_stage(task: Iterable[tuple[int, FileRef]], *, spec: SourceSpec, cfg: NormalizeConfig,
-               columns: tuple[str, ...] | None, splits: list[tuple[int, int]]) -> Iterator[tuple]:
-    """map_shard: read + clean one read task's files (each of unit ``u``, whose parts are the shards
-    ``splits[u]``: first, count). Documents, rejects and, last, this task's counts per unit go to the
-    shuffle, routed to their part (`write.item_unit`; rejects and counts to the unit's first part)."""
-    stats: dict[int, Counter] = {}
-    for u, ref in task:
-        yield from _read_ref(splits[u], ref, spec, cfg, columns, stats.setdefault(u, Counter()))
-    for u, counts in stats.items():
-        yield (splits[u][0], STATS, 0, 0, {k: v for k, v in counts.items() if v})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,28 +114,61 @@ def _validate(spec: SourceSpec) -> None:
                          f"'text' (got {spec.text_field!r})")
 
 
-def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[tuple[int, str | None]],
-             out_dir: str, exec_config: ExecConfig | None) -> list[dict]:
-    """Read the units ``todo`` (unit number, key) on the engine; their parts' summaries, in ``todo``
-    order, then part order."""
-    if not todo:
-        return []
-    units = [plan.units[i] for i, _ in todo]
+def _layout(plan: ReadPlan, todo: list[tuple[int, str | None]]
+            ) -> tuple[list[tuple[int, int]], list[str], list[pa.Schema | None]]:
+    """The shards of the units ``todo``: each unit's (first shard, part count), every shard's part name
+    and fixed schema."""
     splits, names, fixed = [], [], []
-    for (i, _), unit in zip(todo, units):
+    for i, _ in todo:
+        unit = plan.units[i]
         splits.append((len(names), unit.parts))
         names.extend(unit.names)
         fixed.extend([plan.fixed[i]] * unit.parts)
-    tasks = read_tasks(list(enumerate(units)), cfg, exec_config)
-    ds = (
-        Dataset.from_shards(tasks, labels=[task_label(t) for t in tasks])
-        .map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=plan.columns, splits=splits))
-        .group_by(item_unit, stream_unit, sort_by=item_sort, num_shards=len(names))
-        .map_shard(partial(write_unit, out_dir=out_dir, names=names, fixed=fixed, dedup=spec.dedup))
-    )
+    return splits, names, fixed
+
+
+def _run_units(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[tuple[int, str | None]],
+               out_dir: str, engine: ExecConfig | None, direct: bool) -> list[dict]:
+    """Read and write the parts of the units ``todo``: by the tasks that read them (``direct``,
+    `read.read_write_stage`) or through the shuffle (`read.read_stage`); summaries in part order."""
+    if not todo:
+        return []
+    splits, names, fixed = _layout(plan, todo)
+    tasks = read_tasks([(u, plan.units[i]) for u, (i, _) in enumerate(todo)], cfg, engine, whole_units=direct)
+    ds = Dataset.from_shards(tasks, labels=[task_label(t) for t in tasks])
+    if direct:
+        ds = ds.map_shard(partial(read_write_stage, spec=spec, cfg=cfg, columns=plan.columns, splits=splits,
+                                  names=names, fixed=fixed, out_dir=out_dir))
+    else:
+        ds = (ds.map_shard(partial(read_stage, spec=spec, cfg=cfg, columns=plan.columns, splits=splits))
+              .group_by(item_unit, stream_unit, sort_by=item_sort, num_shards=len(names))
+              .map_shard(partial(write_unit, out_dir=out_dir, names=names, fixed=fixed, dedup=spec.dedup)))
+    return sorted(ds.run(engine).items, key=lambda s: s["index"])
+
+
+def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[tuple[int, str | None]],
+             out_dir: str, exec_config: ExecConfig | None) -> list[dict]:
+    """Read the units ``todo`` (unit number, key) on the engine; their parts' summaries, in ``todo``
+    order, then part order. Units small enough to sort in memory, when there are enough of them to keep
+    every worker busy (`plan.direct_units`), are written by the tasks that read them; the others go
+    through the shuffle. Either way the parts are the same bytes."""
+    if not todo:
+        return []
+    units = [plan.units[i] for i, _ in todo]
     # a small job (an edit's unit) runs in this process: the pool would cost more to start than the job
     engine = small_job_config(exec_config, sum(r.size for u in units for r in u.refs), cfg.inline_bytes)
-    return sorted(ds.run(engine).items, key=lambda s: s["index"])
+    direct = set(direct_units(units, cfg, engine))
+    groups = [[t for n, t in enumerate(todo) if (n in direct) == d] for d in (True, False)]
+    got = {(True, n): s for n, s in enumerate(_run_units(spec, cfg, plan, groups[0], out_dir, engine, True))}
+    got.update({(False, n): s for n, s in enumerate(_run_units(spec, cfg, plan, groups[1], out_dir, engine, False))})
+    # back to ``todo`` order: each unit's parts from its group, in part order
+    seen = {True: 0, False: 0}
+    out = []
+    for n, unit in enumerate(units):
+        d = n in direct
+        out.extend(got[(d, seen[d] + j)] for j in range(unit.parts))
+        seen[d] += unit.parts
+    return out
 
 
 def _schemas(out_dir: str, parts: list[Part]) -> None:
@@ -393,4 +382,4 @@ def _check(result: NormalizeResult, fields_seen: dict[str, int], text_field: str
             f"[{reasons}]. See {rejects_path} (file, line, offset, reason, excerpt per record).", result)
 
 
-__all__ = ["normalize_source", "read_stage"]
+__all__ = ["normalize_source"]

@@ -202,15 +202,35 @@ def pack_shards(items: list[tuple[T, int]], target_bytes: int, max_files: int) -
     return shards or [[]]
 
 
-def read_tasks(units: list[tuple[int, Unit]], cfg: NormalizeConfig, exec_config: ExecConfig | None
-               ) -> list[list[tuple[int, FileRef]]]:
+def _workers(exec_config: ExecConfig | None) -> int:
+    if exec_config is not None and exec_config.backend == "inline":
+        return 1
+    return (exec_config.max_workers if exec_config and exec_config.max_workers else os.cpu_count()) or 1
+
+
+def direct_units(units: list[Unit], cfg: NormalizeConfig, exec_config: ExecConfig | None) -> list[int]:
+    """Which of ``units`` the tasks that read them write too (`read.read_write_stage`), skipping the
+    shuffle: those of at most ``target_shard_bytes`` of estimated text (a task sorts a unit in memory;
+    a bigger one, a single huge file, keeps the shuffle's bounded external sort), when there are at
+    least as many as workers (fewer would leave a worker idle, where the shuffle spreads the writing of
+    their parts). Outputs never depend on this choice."""
+    small = [n for n, u in enumerate(units) if u.text_bytes <= cfg.target_shard_bytes]
+    return small if len(small) >= _workers(exec_config) else []
+
+
+def read_tasks(units: list[tuple[int, Unit]], cfg: NormalizeConfig, exec_config: ExecConfig | None,
+               whole_units: bool = False) -> list[list[tuple[int, FileRef]]]:
     """The (unit number, ref) pairs of the units to compute, packed into read tasks no bigger than
     input_shard_bytes, and at least two per worker when the input allows, so a small corpus still uses
-    every core. Outputs do not depend on the packing, so this may follow the machine."""
+    every core (``whole_units``: every unit's refs in one task, consecutive). Outputs do not depend on
+    the packing, so this may follow the machine."""
     items = [((i, ref), ref.size) for i, unit in units for ref in unit.refs]
-    workers = (exec_config.max_workers if exec_config and exec_config.max_workers else os.cpu_count()) or 1
-    per_task = max(1, min(cfg.input_shard_bytes, math.ceil(sum(s for _, s in items) / (2 * workers))))
-    return pack_shards(items, per_task, cfg.max_files_per_input_shard)
+    per_task = max(1, min(cfg.input_shard_bytes, math.ceil(sum(s for _, s in items) / (2 * _workers(exec_config)))))
+    if not whole_units:
+        return pack_shards(items, per_task, cfg.max_files_per_input_shard)
+    packed = pack_shards([([(i, ref) for ref in unit.refs], sum(r.size for r in unit.refs)) for i, unit in units],
+                         per_task, cfg.max_files_per_input_shard)
+    return [[m for unit in task for m in unit] for task in packed]
 
 
 def task_label(task: list[tuple[int, FileRef]]) -> str:
@@ -222,4 +242,4 @@ def task_label(task: list[tuple[int, FileRef]]) -> str:
     return f"{task[0][1].rel} .. {task[-1][1].rel} ({len(task)} files)"
 
 
-__all__ = ["ReadPlan", "file_refs", "pack_shards", "plan_parquet", "read_plan", "read_tasks", "task_label"]
+__all__ = ["ReadPlan", "direct_units", "file_refs", "pack_shards", "plan_parquet", "read_plan", "read_tasks", "task_label"]

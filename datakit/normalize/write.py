@@ -206,19 +206,25 @@ def _route(items: Iterable[Any], main: _Batched, dups: _Batched, rejects: "Rejec
 
 def write_unit(groups: Iterable[Iterable[Any]], *, out_dir: str, names: list[str], fixed: list[pa.Schema | None],
                dedup: str, batch_rows: int = BATCH_ROWS, batch_text_bytes: int = BATCH_TEXT_BYTES) -> Iterator[dict]:
-    """map_shard over one unit's stream (shard i is unit ``names[i]``): write its main and dups parts
-    and its rejects, and yield one summary. A unit with no records still gets its (empty) parts.
+    """map_shard over one unit's stream (shard i is unit ``names[i]``): `write_part` of shard i."""
+    i = current_shard().index
+    yield write_part(i, names[i], groups, out_dir=out_dir, fixed=fixed[i], dedup=dedup, batch_rows=batch_rows,
+                     batch_text_bytes=batch_text_bytes)
+
+
+def write_part(i: int, name: str, groups: Iterable[Iterable[Any]], *, out_dir: str, fixed: pa.Schema | None,
+               dedup: str, batch_rows: int = BATCH_ROWS, batch_text_bytes: int = BATCH_TEXT_BYTES) -> dict:
+    """Write part ``i`` (named ``name``) from its sorted items: its main and dups parts and its rejects;
+    return one summary. A part with no records still gets its (empty) files.
 
     A type conflict is returned in the summary rather than raised, so the driver reports it once with
     file names instead of the engine retrying it."""
-    i = current_shard().index
-    name = names[i]
     docs = DocumentsDir(out_dir)
     for d in (docs.main, docs.dups):
         makedirs(d)
     examples: Examples = {}
-    main = ShardParquet(docs.file("main", name), fixed[i], examples)
-    dups = ShardParquet(docs.file("dups", name), fixed[i], examples)
+    main = ShardParquet(docs.file("main", name), fixed, examples)
+    dups = ShardParquet(docs.file("dups", name), fixed, examples)
     rejects = RejectSink(docs.unit("rejects", name))
     try:
         bm, bd = _Batched(main, batch_rows, batch_text_bytes), _Batched(dups, batch_rows, batch_text_bytes)
@@ -232,17 +238,16 @@ def write_unit(groups: Iterable[Iterable[Any]], *, out_dir: str, names: list[str
     except ConflictFound as e:
         for sink in (main, dups, rejects):
             sink.abort()
-        yield {"index": i, "name": name, "conflict": e.conflict, "examples": examples}
-        return
+        return {"index": i, "name": name, "conflict": e.conflict, "examples": examples}
     except BaseException:
         for sink in (main, dups, rejects):
             sink.abort()
         raise
     stats.update(main.stats + dups.stats)
     stats.update({"records_out": main.rows, "dups": dups.rows})
-    yield {"index": i, "name": name, "conflict": None, "examples": examples, "main_schema": main_schema,
-           "dups_schema": dups_schema, "stats": {k: int(v) for k, v in stats.items() if v},
-           "rejects": rejects.count}
+    return {"index": i, "name": name, "conflict": None, "examples": examples, "main_schema": main_schema,
+            "dups_schema": dups_schema, "stats": {k: int(v) for k, v in stats.items() if v},
+            "rejects": rejects.count}
 
 
 class RejectSink:
@@ -313,6 +318,6 @@ def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
 
 
 __all__ = [
-    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "REJECT", "STATS", "write_unit", "stream_unit", "item_unit",
+    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "REJECT", "STATS", "write_part", "write_unit", "stream_unit", "item_unit",
     "item_sort", "rewrite_with_schema", "consolidate_rejects", "canonical_schema",
 ]
