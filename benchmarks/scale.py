@@ -8,12 +8,19 @@ document's language's settings; annotate_only: every document is measured and ke
 candidates, true-Jaccard verification, connected components) -> consolidate -> tokenizer (a given
 file) -> tokenize. No train section.
 
-Why the quality layer only annotates by default (--quality-filters lets it remove): this machine's text is
+Why the quality layer only annotates by default (--quality-filters lets it remove; --no-quality leaves it
+out): this machine's text is
 60% Python sources, and with its rules on, the layer removes 92% of the corpus (measured at 100 MB:
 15,419 documents in, 1,275 out; Gopher's alphabetic-words ratio alone 6,686), so every later stage
 would be measured on a twelfth of the data. With annotate_only: true the layer computes every measure
 of every document (the same work: language ID and every rule group) and keeps them all, so each stage
 downstream is measured on the whole corpus: an upper bound of their cost per TB.
+
+--no-quality: the same pipeline minus the quality stage (normalize -> exact -> MinHash -> fuzzy ->
+consolidate -> tokenize), every later stage on the same documents as with annotate_only. The quality layer
+is ~83% of the whole pipeline's CPU, so this is how to measure the dedup ladder (100 -> 800 MB) in minutes,
+not an hour. Its results live apart (runs-no-quality/, report-no-quality.json), so a ladder of one mode
+never replaces the other's.
 
 The corpus (benchmarks/_scale_corpus.py): every distinct document of this machine's text (the pool),
 then, once a kind of text is used up, its documents recombined into new ones, with 5% exact and 10%
@@ -31,18 +38,22 @@ of the tree, of the driver and of the largest worker process, CPU-hours per TB o
 MinHash ~1.2k docs/CPU-s, tokenize 0.65-0.77M tokens/CPU-s. The fuzzy step is also cut into its phases
 (candidates, components, marks: the wall seconds its artifact.json records, laid end to end from the
 step's start) with its counters (candidate and verified pairs, buckets, cc rounds). Across sizes: CPU
-and memory per doubling of the fuzzy step and of each phase (the growth exponent: 1 is linear), and the
+and memory per doubling of the fuzzy step and of each phase (the growth exponent: 1 is linear), how its
+work grew (documents, documents verification re-reads, candidate pairs, shingle sets shuffled) and its CPU
+per unit of each (1.0: the CPU grew as that work did; `_workload`), and the
 flatness of peak PSS per worker from 1 GB to 4 GB (target <= 1.2x).
 
 Resumable: everything lives under --work (default /tmp/datakit-scale): the pool, the corpus files
-(built once, in order, for the largest size), the tokenizer, and each size's result.json (a size with
-a result is not run again unless --rerun). A run's outputs are deleted after it is measured (normalize
+(built once, in order, for the largest size), the tokenizer, and each size's result.json under runs/
+(runs-filter/, runs-no-quality/ for the other quality modes; a size with a result is not run again unless
+--rerun). A run's outputs are deleted after it is measured (normalize
 alone writes a quarter of the text's size as parquet) unless --keep-outputs; its events.jsonl, plan.json and every step's artifact.json
 are kept under runs/<MB>/. One progress line per corpus file and per step on stderr; the report as
-JSON on stdout and in report.json.
+JSON on stdout and in report.json (report-filter.json, report-no-quality.json).
 
     .venv/bin/python -m benchmarks.scale --sizes 20                     # a smoke run, a few minutes
     .venv/bin/python -m benchmarks.scale --sizes 100 200 400 800        # the fuzzy ladder
+    .venv/bin/python -m benchmarks.scale --sizes 100 200 400 800 --no-quality  # the same, in minutes
     .venv/bin/python -m benchmarks.scale --work /data/dk-scale          # the whole ladder up to 4 GB
 """
 
@@ -79,7 +90,22 @@ class Setup:
     workers: int
     timeout: float
     keep_outputs: bool
-    quality_filters: bool = False  # False: annotate_only (see the module docstring)
+    quality: str = "annotate_only"  # annotate_only, filter or off (no quality stage); see the module docstring
+
+    @property
+    def runs(self) -> Path:
+        """Where each size's records and result live: one folder per quality mode, so a ladder of one
+        mode never replaces another's results."""
+        return self.work / ("runs" if self.quality == "annotate_only" else f"runs-{_mode_slug(self.quality)}")
+
+    @property
+    def report(self) -> Path:
+        return self.work / ("report.json" if self.quality == "annotate_only"
+                            else f"report-{_mode_slug(self.quality)}.json")
+
+
+def _mode_slug(mode: str) -> str:
+    return "no-quality" if mode == "off" else mode
 
 
 # ------------------------------------------------------------------------------------------------ setup
@@ -133,14 +159,17 @@ def prepare_tokenizer(work: Path, parts: list[corpus.PartInfo], vocab: int) -> t
 
 
 def manifest(s: Setup, prefix: Path, files: list[str]) -> dict:
-    return {
+    m = {
         "prefix": str(prefix), "backend": "local", "workers": s.workers,
         "sources": [{"name": "corpus", "uri": files, "format": "jsonl", "text_field": "text", "id_field": "id"}],
-        "quality": {"langid": {"languages": []}, "annotate_only": not s.quality_filters},
+        "quality": {"langid": {"languages": []}, "annotate_only": s.quality == "annotate_only"},
         "dedup": {"exact": True, "fuzzy": True, "ngram": NGRAM, "ngram_unit": "word", "num_perms": BANDS * ROWS,
                   "bands": BANDS, "rows": ROWS},
         "tokenize": {"tokenizer": str(s.tokenizer)},
     }
+    if s.quality == "off":
+        del m["quality"]
+    return m
 
 
 # ------------------------------------------------------------------------------------------------ one size
@@ -223,7 +252,7 @@ def _makeup(parts: list[corpus.PartInfo]) -> dict:
 def run_size(s: Setup, mb: float) -> dict:
     """Run and measure the pipeline on the first files of the corpus for ``mb``; save runs/<mb>/result.json."""
     parts = s.parts[:files_for(mb, s.file_mb)]
-    dest = s.work / "runs" / f"{mb:g}"
+    dest = s.runs / f"{mb:g}"
     prefix = dest / "prefix"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -248,7 +277,7 @@ def run_size(s: Setup, mb: float) -> dict:
     fuzzy = next(((st, t0, t1) for st, stage, t0, t1 in windows if st.startswith("fuzzy")), None)
     total = measure.window(tl, tl.start, tl.end)
     total["cpu_hours_per_tb"] = _per_tb(total["cpu_s"], makeup["mb_text"])
-    result = {"mb": mb, "quality_mode": _quality_mode(s), "corpus": makeup, "total": total, "steps": steps, "rates": rates(steps),
+    result = {"mb": mb, "quality_mode": s.quality, "corpus": makeup, "total": total, "steps": steps, "rates": rates(steps),
               "load_avg_at_end": os.getloadavg(), "outside_steps_cpu_s": round(
                   total["cpu_s"] - sum(v["cpu_s"] for v in steps.values()), 2)}
     if fuzzy:
@@ -263,22 +292,21 @@ def run_size(s: Setup, mb: float) -> dict:
     return result
 
 
-def _quality_mode(s: Setup) -> str:
-    return "filter" if s.quality_filters else "annotate_only"
-
-
 def _per_tb(cpu_s: float, mb_text: float) -> float:
     return round(cpu_s / mb_text * 1e6 / 3600, 1)
 
 
 def rates(steps: dict[str, dict]) -> dict:
     """Per-step rates next to Marin's: documents per CPU-s into each document step (its docs_in, or
-    the documents the dedup steps read: quality's output), tokens per CPU-s for tokenize."""
+    the documents the dedup steps read: quality's output, or normalize's without a quality stage), tokens
+    per CPU-s for tokenize."""
     def first(kind: str) -> tuple[str, dict] | tuple[None, None]:
         return next(((n, v) for n, v in steps.items() if n.startswith(f"{kind}-")), (None, None))
 
-    _, quality = first("quality")
-    deduped = (quality or {}).get("counters", {}).get("docs_out")
+    _, before = first("quality")
+    if before is None:
+        _, before = first("normalize")
+    deduped = (before or {}).get("counters", {}).get("docs_out")
     out = {}
     for name, v in steps.items():
         c, cpu = v["counters"], max(v["cpu_s"], 1e-9)
@@ -306,9 +334,29 @@ def _growth(small: dict, large: dict, size_ratio: float) -> dict:
     return out
 
 
+# What the fuzzy step's work is made of: documents bucketed, documents whose text verification re-reads
+# and re-shingles (those in some candidate pair), candidate pairs (each one Jaccard), shingle sets shuffled
+# to the verification reducers (a document's set once per reducer holding one of its pairs).
+FUZZY_WORKLOAD = ("docs", "verify_texts_read", "candidate_pairs", "verify_sets_sent")
+
+
+def _workload(small: dict, large: dict, cpu_ratio: float | None) -> dict:
+    """How each part of the fuzzy step's work grew, and its CPU per unit of that work (1.0: the CPU grew
+    exactly as that work did). Tells a corpus whose near-duplicates grow faster than its megabytes from
+    a stage whose cost per unit of work grows."""
+    out = {}
+    for key in FUZZY_WORKLOAD:
+        a, b = small["counters"].get(key), large["counters"].get(key)
+        if a and b:
+            out[key] = {"ratio": round(b / a, 2)}
+            if cpu_ratio:
+                out[key]["cpu_per_unit_ratio"] = round(cpu_ratio / (b / a), 2)
+    return out
+
+
 def fuzzy_ladder(results: list[dict]) -> list[dict]:
     """CPU and memory of the fuzzy step and of each of its phases, per step up the ladder; the phase
-    whose CPU grows fastest; the counters that explain it."""
+    whose CPU grows fastest; how its work grew (`_workload`) and the counters that explain it."""
     out = []
     for small, large in zip(results, results[1:]):
         fs = next((v for n, v in small["steps"].items() if n.startswith("fuzzy")), None)
@@ -320,7 +368,9 @@ def fuzzy_ladder(results: list[dict]) -> list[dict]:
                   for p in large.get("fuzzy_phases", {}) if p in small.get("fuzzy_phases", {})}
         counters = {k: [fs["counters"].get(k), fl["counters"].get(k)] for k in sorted(fl["counters"]) if "/" not in k}
         fastest = max(phases, key=lambda p: phases[p].get("cpu_s", {}).get("exponent", 0), default=None)
-        out.append({"mb": [small["mb"], large["mb"]], "size_ratio": round(ratio, 2), "fuzzy": _growth(fs, fl, ratio),
+        growth = _growth(fs, fl, ratio)
+        out.append({"mb": [small["mb"], large["mb"]], "size_ratio": round(ratio, 2), "fuzzy": growth,
+                    "workload": _workload(fs, fl, growth.get("cpu_s", {}).get("ratio")),
                     "phases": phases, "fastest_growing_phase": fastest, "counters": counters})
     return out
 
@@ -345,11 +395,14 @@ def flatness(results: list[dict], small_mb: float = 1000, large_mb: float = 4000
     return out
 
 
-def cost_model_args(result: dict) -> dict:
+def cost_model_args(result: dict) -> dict | None:
     """The figures ``scripts/cost_model.py`` takes, from one size: CPU-s per MB of every step but the
-    quality layer, the quality layer's documents per CPU-s, and the mean document size."""
+    quality layer, the quality layer's documents per CPU-s, and the mean document size (None: a run
+    without a quality stage cannot give them all)."""
     steps = result["steps"]
     quality = [v for v in steps.values() if v["stage"] == "quality"]
+    if not quality:
+        return None
     q_cpu = sum(v["cpu_s"] for v in quality)
     q_docs = sum(v["counters"].get("docs_in", 0) for v in quality)
     mb = result["corpus"]["mb_text"]
@@ -375,19 +428,24 @@ def main() -> None:
     ap.add_argument("--rerun", action="store_true", help="measure sizes that already have a result again")
     ap.add_argument("--keep-outputs", action="store_true", help="keep each run's prefix")
     ap.add_argument("--timeout", type=float, default=6 * 3600, help="seconds per run")
-    ap.add_argument("--quality-filters", action="store_true",
-                    help="let the quality layer remove documents (default: annotate_only, every stage sees the "
-                         "whole corpus)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--quality-filters", action="store_true",
+                      help="let the quality layer remove documents (default: annotate_only, every stage sees the "
+                           "whole corpus)")
+    mode.add_argument("--no-quality", action="store_true",
+                      help="the same pipeline minus the quality stage: the dedup ladder in minutes "
+                           "(results under runs-no-quality/)")
     args = ap.parse_args()
     work = Path(args.work).resolve()
     sizes = sorted(set(args.sizes))
     kinds, parts = prepare_corpus(work, sizes, args.file_mb, args.seed)
     tok, training = prepare_tokenizer(work, parts, args.vocab)
-    s = Setup(work, parts, tok, args.file_mb, args.workers, args.timeout, args.keep_outputs, args.quality_filters)
+    quality = "off" if args.no_quality else "filter" if args.quality_filters else "annotate_only"
+    s = Setup(work, parts, tok, args.file_mb, args.workers, args.timeout, args.keep_outputs, quality)
     results = []
     for mb in sizes:
-        saved = work / "runs" / f"{mb:g}" / "result.json"
-        if saved.exists() and not args.rerun and json.loads(saved.read_text()).get("quality_mode") == _quality_mode(s):
+        saved = s.runs / f"{mb:g}" / "result.json"
+        if saved.exists() and not args.rerun and json.loads(saved.read_text()).get("quality_mode") == s.quality:
             print(f"[{mb:g} MB] measured before: {saved}", file=sys.stderr, flush=True)
             results.append(json.loads(saved.read_text()))
         else:
@@ -395,7 +453,7 @@ def main() -> None:
     report = {
         "params": {"sizes_mb": sizes, "workers": args.workers, "file_mb": args.file_mb, "seed": args.seed,
                    "ngram": f"word {NGRAM}", "bands": BANDS, "rows": ROWS, "cpu_count": os.cpu_count(),
-                   "work": str(work), "langid_languages": "any", "quality": _quality_mode(s)},
+                   "work": str(work), "langid_languages": "any" if s.quality != "off" else None, "quality": s.quality},
         "pool": {"kinds": kinds, "mb": round(sum(v["bytes"] for v in kinds.values()) / 1e6, 1)},
         "tokenizer": {"given": str(tok), "training_once": training},
         "marin": MARIN,
@@ -404,7 +462,7 @@ def main() -> None:
         "flatness_1gb_to_4gb": flatness(results),
         "cost_model": cost_model_args(results[-1]),
     }
-    (work / "report.json").write_text(json.dumps(report, indent=1))
+    s.report.write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 
 

@@ -78,3 +78,34 @@ def test_one_size_is_measured_step_by_step(built):
     assert not (work / "runs" / "0.75" / "prefix").exists()  # outputs deleted, records kept
     assert (work / "runs" / "0.75" / "events.jsonl").exists() and (work / "runs" / "0.75" / "result.json").exists()
     assert scale.cost_model_args(r)["command"].startswith("python scripts/cost_model.py --cpu-s-per-mb ")
+
+
+def test_no_quality_runs_the_same_pipeline_without_the_quality_stage_and_keeps_results_apart(tmp_path):
+    def setup(quality: str) -> scale.Setup:
+        return scale.Setup(tmp_path, [], tmp_path / "tokenizer.json", FILE_MB, workers=2, timeout=60,
+                           keep_outputs=False, quality=quality)
+
+    files = [str(tmp_path / "a.jsonl.zst")]
+    full, bare = (scale.manifest(setup(q), tmp_path / "prefix", files) for q in ("annotate_only", "off"))
+    assert full["quality"]["annotate_only"] and "quality" not in bare
+    assert {k: v for k, v in full.items() if k != "quality"} == bare
+    assert [setup(q).runs.name for q in ("annotate_only", "filter", "off")] == ["runs", "runs-filter", "runs-no-quality"]
+    assert setup("off").report.name == "report-no-quality.json" and setup("annotate_only").report.name == "report.json"
+
+
+def _fuzzy_result(mb: float, cpu: float, docs: int, texts: int) -> dict:
+    phase = {"cpu_s": cpu, "wall_s": cpu, "peak_pss_worker_mb": 100}
+    counters = {"docs": docs, "verify_texts_read": texts, "candidate_pairs": 2 * texts, "verify_sets_sent": texts}
+    return {"mb": mb, "corpus": {"mb_text": mb}, "fuzzy_phases": {"candidates": phase},
+            "steps": {"fuzzy-dups": {"stage": "fuzzy", **phase, "counters": counters},
+                      "normalize-corpus": {"stage": "normalize", "cpu_s": 1.0, "counters": {"docs_out": docs}}}}
+
+
+def test_the_fuzzy_ladder_tells_growing_work_from_a_growing_cost_per_unit_of_work():
+    results = [_fuzzy_result(100, 2.0, 1000, 300), _fuzzy_result(200, 5.0, 2000, 750)]
+    (step,) = scale.fuzzy_ladder(results)
+    assert step["fuzzy"]["cpu_s"]["ratio"] == 2.5
+    assert step["workload"]["docs"] == {"ratio": 2.0, "cpu_per_unit_ratio": 1.25}
+    assert step["workload"]["verify_texts_read"] == {"ratio": 2.5, "cpu_per_unit_ratio": 1.0}
+    assert scale.cost_model_args(results[1]) is None  # no quality stage: its rate cannot be given
+    assert scale.rates(results[1]["steps"])["fuzzy-dups"]["docs_per_cpu_s"] == 400  # normalize's docs_out
