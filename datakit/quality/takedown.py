@@ -122,12 +122,19 @@ class Takedowns:
         return [(int(r), d["id"], why) for r, d in zip(rows, docs) if (why := self.match(d)) is not None]
 
 
+@lru_cache(maxsize=4)
+def _value_set(ids: frozenset[str], type_: pa.DataType) -> pa.Array:
+    """The listed ids as an Arrow array, built once per task (every file of a source is looked up in it,
+    by its id and its source_id column)."""
+    return pa.array(sorted(ids), type_)
+
+
 def _listed(column: pa.ChunkedArray, ids: frozenset[str]) -> np.ndarray:
     """Which values of an id column are listed, as ``str(value) in ids`` says (strings and integers are
     compared in Arrow, whose text of an integer is Python's; any other type value by value)."""
     if pa.types.is_integer(column.type):
         column = pc.cast(column, pa.string())
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        hit = pc.is_in(column, value_set=pa.array(sorted(ids), column.type))
+        hit = pc.is_in(column, value_set=_value_set(ids, column.type))
         return np.asarray(pc.fill_null(hit, False), dtype=bool)
     return np.fromiter((v is not None and str(v) in ids for v in column.to_pylist()), bool, len(column))
