@@ -42,7 +42,7 @@ from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
-from .transform import REMOVED_VALUE_SCHEMA, documents_result, input_names, run_per_file
+from .transform import REMOVED_VALUE_SCHEMA, FileKey, documents_result, input_names, run_per_file
 
 VERSION = "2"
 TRAIN_STEP = "quality-classifier-train"
@@ -132,7 +132,11 @@ def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: Class
                          "prefix (or a mirror) for this stage")
     fn = partial(score_file, model_path=local_path(rec.path(trained.scoring_model)), sha=trained.scoring_sha256,
                  max_chars=cfg.max_chars)
-    names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}")
+    # A file's scores depend on the model's bytes and the file only: keyed by the model's sha256 (not
+    # by the training step's identity), a rebuild that trained the same model again (its examples did
+    # not change) or a change to a few files rescores those files only.
+    key = FileKey(settings={"scoring_sha256": trained.scoring_sha256, "max_chars": cfg.max_chars})
+    names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}", reuse_key=key)
     return documents_result(names, totals, stage=STAGE.name, source=source)
 
 
@@ -173,7 +177,11 @@ def _select(ctx: StepContext, source: str, documents: str, cfg: ClassifierConfig
     cut = _cut(ctx, documents, cfg)[0] if cfg.select == "top_fraction" else None
     lowest = cfg.select != "tiers" or tier == cfg.tiers[-1].name
     fn = partial(select_file, cfg=cfg, cut=cut, tier=tier, record_removed=lowest, source=source)
-    names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", removed_schema=REMOVED_VALUE_SCHEMA)
+    # A file's selection depends on its scores, the step's settings and (top_fraction) the source-wide
+    # cut: an unchanged file under an unchanged cut is taken from the earlier build.
+    key = FileKey(settings={"config": ctx.step.config, "cut": list(cut) if cut is not None else None})
+    names, totals = run_per_file(ctx, documents, fn, f"qselect-{source}", removed_schema=REMOVED_VALUE_SCHEMA,
+                                 reuse_key=key)
     totals.setdefault(f"removed/{sel.REASON}", 0)
     spec = next((t for t in cfg.tiers if t.name == tier), None)
     kept_if = {"kept_if": f"scored ≥ {spec.min_score:g}"} if spec is not None else {}
