@@ -7,8 +7,9 @@ What is measured (each pipeline in its own fresh subprocess, same tokenizer, sam
   memory, cut at whitespace exactly as datakit cuts them (``to_pieces``: the pieces both engines and the
   pipeline encode), in batches of about the size datakit uses: the HF engine's limit here.
 - ``raw_limit_tiktoken``: the same pieces through the tiktoken engine (``datakit.tokenize.engine``, the
-  encoding converted from the same tokenizer.json) with all threads, and ``raw_limit_tiktoken_1_thread``
-  with one: tiktoken's limit, and which thread count gives the most tokens per CPU-second.
+  encoding converted from the same tokenizer.json) with all threads (the first slice on the calling
+  thread, the others on kept threads, as the engine runs them), and ``raw_limit_tiktoken_1_thread`` with
+  one: tiktoken's limit, and which thread count gives the most tokens per CPU-second.
 - ``datakit``: ``tokenize_source`` on the parquet parts -> train/validation caches (read parquet,
   split long texts, encode, EOS, split by id hash, write .npy + ledger), local engine backend, with
   ``engine="auto"`` (tiktoken, checked against HF on a sample of every chunk); ``datakit_engine_hf`` is
@@ -33,20 +34,26 @@ CPU-second (``cpu_efficiency_vs_raw``): for datakit and datatrove the CPU of the
 start to exit (interpreter start, imports, worker processes included), for the raw limit only its encode
 calls. On a machine shared with other jobs wall time swings with their load, CPU time much less, so
 that ratio is the steadier (and stricter) measure of overhead. The same datakit pipeline is also run on a
-one-document source to measure its fixed cost (interpreters, imports, worker start, tokenizer loads);
-``cpu_efficiency_vs_raw_excluding_fixed_cost`` is the per-token efficiency a large corpus approaches.
+one-document source to measure its fixed cost (interpreter, imports, tokenizer load and conversion, the
+HF check of its one piece); a source that small runs in the driver (``small_job_config``), so the
+worker's own start (~0.35 CPU-s of interpreter and imports) and its first chunk's broader HF check are
+not in it. ``cpu_efficiency_vs_raw_excluding_fixed_cost`` is the per-token efficiency a large corpus
+approaches.
 
 Corpus: the Python standard library's .py sources plus /usr/share/common-licenses (always present,
 nothing downloaded; about 40 MB), topped up for a bigger ``--mb`` with /usr/share/doc, man pages and the
 Debian Reference (cut into documents as benchmarks/filters.py does), written as a consolidated source of
-``--parts`` parquet files. The step's fixed cost (interpreters, imports, tokenizer loads: ~1.5 CPU-s) is
-a quarter of the step at 40 MB, so the issue's target is read at ``--mb 200``.
+``--parts`` parquet files. The step's fixed cost (two interpreters and their imports, tokenizer loads,
+each process's broad first HF check: about 1 CPU-s in all) is about a quarter of the step at 40 MB, so
+the issue's target is read at ``--mb 200`` too.
 
-Measured (2-core machine, 2026-11-25, ``--mb 200 --repeats 2 --skip-datatrove``: 17,929 documents, 40.7M
-tokens, vocab 16k, 1 worker x 2 threads): the step 1.94M tokens per CPU-second (2.11M/s) against raw HF
-encode_batch_fast's 0.55M (1.00M/s) on the same pieces: 3.55x per CPU-second (3.05-3.75 paired), 2.1x
-wall; ``engine: hf`` 0.56M; caches byte-identical. At the default 40 MB: 2.74x (3.6x without the fixed
-cost); datatrove's DocumentTokenizer 0.31M tokens per CPU-second there.
+Measured (2-core machine, 1 worker x 2 threads, vocab 16k, one run each, 2026-11-26): at the default
+40 MB (2,814 documents, 10.8M tokens, machine lightly loaded) the step 3.01M tokens per CPU-second
+against raw tiktoken's 3.50M (2 threads) and 4.59M (1 thread): 86% (99.7% without the 0.50 CPU-s fixed
+cost), 2.82x raw HF, 4.87x datatrove's DocumentTokenizer (0.62M); before the worker stopped importing
+pandas and encoding on a new thread per shard, the same run gave 2.30M (66%). At ``--mb 200
+--skip-datatrove`` (17,985 documents, 43.1M tokens, machine heavily loaded): 3.63M against 3.43M and
+3.82M: 106% of raw tiktoken (2 threads), 95% of 1 thread, 5.05x raw HF; caches byte-identical.
 
 Setup:
     .venv/bin/pip install -e .                 # datakit's own env (already has tokenizers, pyarrow)

@@ -18,7 +18,7 @@ import pytest
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.cache import CacheNotReady, open_cache
 from datakit.tokenize.fixtures import SCHEMA, doc_id, license_texts, stdlib_texts, write_source
-from datakit.tokenize.tokenize_step import SPLITS, is_validation, tokenize_source
+from datakit.tokenize.tokenize_step import SPLITS, _byte_lengths, is_validation, tokenize_source
 from datakit.tokenize.tokenizer import EOS_TOKEN, load_tokenizer, train_tokenizer
 
 INLINE = ExecConfig(backend="inline")
@@ -232,6 +232,32 @@ def test_bad_records_are_counted_reported_and_kept_out(corpus, tmp_path):
     tok, _ = load_tokenizer(corpus["tok"])
     assert [tok.decode(cache.doc_tokens(i)[:-1].tolist()) for i in range(2)] == good
     assert open_cache(res.split_dir("validation")).total_docs == 0
+
+
+def test_byte_lengths_read_off_offsets_for_slices_nulls_and_large_strings():
+    texts = ["", "abc", "ünï", "日本語", "🙂 x"]
+    for typ in (pa.string(), pa.large_string()):
+        arr = pa.array(texts, type=typ)
+        assert _byte_lengths(arr).tolist() == [len(t.encode()) for t in texts]
+        assert _byte_lengths(arr.slice(2, 2)).tolist() == [len("ünï".encode()), len("日本語".encode())]
+        assert _byte_lengths(arr.slice(5)).tolist() == []
+    # a null slot whose offsets span bytes (allowed by Arrow's format) counts 0, sliced or not
+    offsets = np.array([0, 2, 5, 6], dtype=np.int32)
+    valid = np.packbits(np.array([1, 0, 1], dtype=np.uint8), bitorder="little")
+    arr = pa.StringArray.from_buffers(3, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"abXYZc"),
+                                      pa.py_buffer(valid.tobytes()), 1)
+    assert _byte_lengths(arr).tolist() == [2, 0, 1]
+    assert _byte_lengths(arr.slice(1)).tolist() == [0, 1]
+
+
+def test_encoding_a_part_imports_no_pandas(corpus, tmp_path):
+    """pyarrow imports pandas (where installed) on any to_numpy or Python-to-Arrow conversion: 0.3 CPU-s
+    of every tokenize worker's fixed cost, so the step reads lengths off the buffers instead."""
+    code = (f"import sys; from datakit.shuffle import ExecConfig; from datakit.tokenize.tokenize_step import tokenize_source; "
+            f"tokenize_source('s', {corpus['src']!r}, {str(tmp_path / 'out')!r}, {corpus['tok']!r}, "
+            f"exec_config=ExecConfig(backend='inline')); print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_missing_column_fails_naming_file_and_column(corpus, tmp_path):

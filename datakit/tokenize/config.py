@@ -16,9 +16,10 @@ class TokenizeConfig:
 
     ``engine``: what encodes documents. auto runs tiktoken when the tokenizer converts to it exactly (a
     byte-level BPE, see datakit.tokenize.engine) and HF tokenizers otherwise; hf always runs HF; tiktoken
-    fails if the tokenizer does not convert. Every chunk is also checked against HF on a sample (at least
-    ``engine_check_pieces`` pieces per worker, plus 1% of each chunk), falling back to HF on a mismatch,
-    so the cache bytes never depend on this setting: it is no part of the step identity.
+    fails if the tokenizer does not convert. Every shard is also checked against HF on a sample (its first
+    32 Ki characters and two short non-ASCII pieces, and at least ``engine_check_pieces`` pieces per
+    worker process), falling back to HF on a mismatch, so the cache bytes never depend on this setting:
+    it is no part of the step identity.
 
     ``retrain``: a trained tokenizer is pinned under the prefix, and later runs use it instead of
     training on changed data (datakit.tokenize.pin); true trains on the current data again (as a fresh

@@ -26,6 +26,13 @@ Why numpy arrays: tiktoken's ``encode_to_numpy`` hands each piece's ids over as 
 the step never builds a Python int per token (converting those lists back into an array cost more than
 a tenth of the encoding time); ``ShardEncoder.encode_flat`` returns one flat array per chunk.
 
+Why one kept encoding thread per process: tiktoken splits text with fancy-regex, whose regex caches
+live in pools that serve the first thread to use them on a fast path and every other thread through a
+slower shared stack (``regex_automata``'s ``Pool::get_slow``). A new helper thread per shard (or per
+chunk) therefore encoded about 14% slower, in CPU, than the thread that happened to come first. The
+tokenize step encodes on ``encode_thread()``, kept for the life of the worker process, and
+``tiktoken_arrays`` runs its first slice on the calling thread and the others on kept threads.
+
 Special tokens: datakit's tokenizers encode special-token spellings found in documents as plain text
 (``encode_special_tokens = True``, see ``load_tokenizer``), which is tiktoken's ``encode_ordinary``. A
 Tokenizer with ``encode_special_tokens = False`` matches them in raw text instead, which maps to
@@ -40,14 +47,15 @@ import json
 import logging
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
 
 __all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
-           "tiktoken_arrays", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
+           "tiktoken_arrays", "encode_thread", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +274,40 @@ def hf_ids(tok: Tokenizer, pieces: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in _hf_encodings(tok, pieces)]
 
 
+_POOLS: dict[tuple[str, int], ThreadPoolExecutor] = {}
+
+
+def encode_thread() -> ThreadPoolExecutor:
+    """This process's one kept encoding thread (see the module docstring: a tiktoken encoding is
+    fastest on the thread that used it first, so the tokenize step encodes every chunk of every shard
+    on this thread rather than on a new thread per shard)."""
+    return _kept_threads("encode", 1)
+
+
+def _kept_threads(name: str, n: int) -> ThreadPoolExecutor:
+    """A pool of ``n`` threads kept for the life of the process (one per name and size)."""
+    key = (name, n)
+    if key not in _POOLS:
+        _POOLS[key] = ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"datakit-{name}")
+    return _POOLS[key]
+
+
+
+def _in_slices(run: Callable[[Sequence[str]], list], pieces: Sequence[str], threads: int) -> list:
+    """``run`` over ``threads`` contiguous slices of ``pieces``, results in order: the first slice on
+    this thread (which owns the encoding's regex caches when it is the step's encode thread), the
+    others on kept helper threads (new threads per call would start cold every time)."""
+    if threads <= 1 or len(pieces) < 2 * threads:
+        return run(pieces)
+    step = math.ceil(len(pieces) / threads)
+    pool = _kept_threads("encode-slices", threads - 1)
+    rest = [pool.submit(run, pieces[s:s + step]) for s in range(step, len(pieces), step)]
+    out = run(pieces[:step])
+    for f in rest:
+        out.extend(f.result())
+    return out
+
+
 def tiktoken_ids(enc: Any, pieces: Sequence[str], threads: int, specials_as_text: bool = True) -> list[list[int]]:
     """Pieces in ``threads`` contiguous slices, one Rust call per piece (each releases the GIL)."""
     if specials_as_text:
@@ -273,14 +315,7 @@ def tiktoken_ids(enc: Any, pieces: Sequence[str], threads: int, specials_as_text
     else:
         def one(text: str) -> list[int]:
             return enc.encode(text, allowed_special="all")
-    if threads <= 1 or len(pieces) < 2 * threads:
-        return [one(p) for p in pieces]
-    from concurrent.futures import ThreadPoolExecutor
-
-    step = math.ceil(len(pieces) / threads)
-    with ThreadPoolExecutor(threads) as pool:
-        parts = pool.map(lambda s: [one(p) for p in pieces[s:s + step]], range(0, len(pieces), step))
-        return [ids for part in parts for ids in part]
+    return _in_slices(lambda part: [one(p) for p in part], pieces, threads)
 
 
 def tiktoken_arrays(enc: Any, pieces: Sequence[str], threads: int = 1,
@@ -291,18 +326,8 @@ def tiktoken_arrays(enc: Any, pieces: Sequence[str], threads: int = 1,
     if not hasattr(enc, "encode_to_numpy"):  # tiktoken < 0.7
         return [np.asarray(ids, dtype=np.uint32) for ids in tiktoken_ids(enc, pieces, threads, specials_as_text)]
     to_numpy, allowed = enc.encode_to_numpy, (set() if specials_as_text else "all")
-
-    def run(part: Sequence[str]) -> list[np.ndarray]:
-        return [to_numpy(p, allowed_special=allowed, disallowed_special=()) for p in part]
-
-    if threads <= 1 or len(pieces) < 2 * threads:
-        return run(pieces)
-    from concurrent.futures import ThreadPoolExecutor
-
-    step = math.ceil(len(pieces) / threads)
-    with ThreadPoolExecutor(threads) as pool:
-        parts = pool.map(lambda s: run(pieces[s:s + step]), range(0, len(pieces), step))
-        return [ids for part in parts for ids in part]
+    return _in_slices(lambda part: [to_numpy(p, allowed_special=allowed, disallowed_special=()) for p in part],
+                      pieces, threads)
 
 
 def check_sample(pieces: Sequence[str], budget_chars: float, min_pieces: int = 0,

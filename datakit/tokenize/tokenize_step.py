@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import xxhash
 
@@ -56,7 +55,7 @@ from datakit.steps import reuse
 from datakit.tokenize import cache as C
 from datakit.tokenize import trim
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
-from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose
+from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose, encode_thread
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
@@ -215,6 +214,30 @@ def _require_columns(path: str, names: list[str]) -> None:
             raise ValueError(f"{path}: missing column {col!r} (columns: {names}); expected consolidated records")
 
 
+def _byte_lengths(texts: pa.Array) -> np.ndarray:
+    """UTF-8 bytes per string of a string or large_string array (0 for a null), read off its offsets
+    buffer. Not ``pc.binary_length(...).to_numpy()`` or ``fill_null``: pyarrow's ``to_numpy`` goes
+    through its pandas conversion layer and ``pa.scalar`` through its pandas checks, and either
+    imports pandas where it is installed: 0.3 CPU-s per worker process, for none of its use."""
+    n = len(texts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    width = np.dtype(np.int64 if pa.types.is_large_string(texts.type) else np.int32)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=width, count=n + 1, offset=texts.offset * width.itemsize)
+    lengths = np.diff(offsets).astype(np.int64)
+    if texts.null_count:
+        lengths[~_valid(texts)] = 0  # a null slot's offsets may span bytes
+    return lengths
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    """Which rows are not null, from the validity bitmap (see ``_byte_lengths`` for why not to_numpy)."""
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
+    return bits[arr.offset:arr.offset + len(arr)].astype(bool)
+
+
 def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Array]]:
     """(first row number, id column, text column) chunks of about ``batch_bytes`` of text, cut by the
     texts' byte lengths (not by row count: one record batch of long documents can hold far more than
@@ -230,7 +253,7 @@ def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Ar
         for rb in pf.iter_batches(batch_size=1024, columns=["id", "text"], use_threads=False):
             id_col, text_col = rb.column(0), rb.column(1)
             if pa.types.is_string(text_col.type) or pa.types.is_large_string(text_col.type):
-                lengths = pc.fill_null(pc.binary_length(text_col), 0).to_numpy(zero_copy_only=False)
+                lengths = _byte_lengths(text_col)
             else:  # wrong type: let the caller's type check report it with the file name
                 lengths = np.zeros(len(text_col), dtype=np.int64)
             cum = np.cumsum(lengths, dtype=np.int64)
@@ -275,15 +298,17 @@ def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: 
     """Drop (and report) bad rows; return (pieces, pieces per doc, validation mask, UTF-8 bytes per doc,
     the documents' hashes: see :mod:`datakit.tokenize.trim`)."""
     _check_types(path, ids, texts)
-    valid = pc.and_(pc.is_valid(ids), pc.is_valid(texts))
-    if not pc.all(valid).as_py():
-        for r in np.flatnonzero(~valid.to_numpy(zero_copy_only=False)):
-            bad.add(path, first_row + int(r), "id" if not ids[int(r)].is_valid else "text")
-        ids, texts = ids.filter(valid), texts.filter(valid)
+    if ids.null_count or texts.null_count:
+        id_ok = _valid(ids)
+        valid = id_ok & _valid(texts)
+        for r in np.flatnonzero(~valid):
+            bad.add(path, first_row + int(r), "text" if id_ok[r] else "id")
+        keep = pa.array(valid)
+        ids, texts = ids.filter(keep), texts.filter(keep)
     text_list = texts.to_pylist()
     hashes = trim.doc_hashes(ids, texts)
     val_mask = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
-    doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    doc_bytes = _byte_lengths(texts)
     pieces, piece_counts = to_pieces(text_list, spec.max_chars)
     return pieces, piece_counts, val_mask, doc_bytes, hashes
 
@@ -339,20 +364,22 @@ def _encode_into(file: FileInfo, spec: _ShardSpec, encoder: ShardEncoder, out: _
     """Read, encode and write the whole part as a two-stage pipeline: while the tokenizer encodes batch
     k on its own threads (the call releases the GIL), this thread reads and splits batch k+1 and
     converts + writes batch k-1, so the Rust threads always have the next batch queued and never wait
-    on Python. Two to three batches are in memory. Returns the documents' hashes (kept for trimming)."""
+    on Python. Two to three batches are in memory. Returns the documents' hashes (kept for trimming).
+    The encoding thread is the process's kept one (``engine.encode_thread``: tiktoken is slower on a
+    thread that did not use it first, and a new thread per shard never has)."""
     hashes = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
-        previous = None
-        for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
-            pieces, piece_counts, val_mask, doc_bytes, h = _prepare(spec, file.path, first_row, ids, texts, bad)
-            hashes.append(h)
-            encoded = pool.submit(encoder.encode_flat, pieces)
-            del ids, texts, pieces
-            if previous is not None:
-                out.write(*previous)
-            previous = (encoded, piece_counts, val_mask, doc_bytes)
+    pool = encode_thread()
+    previous = None
+    for first_row, ids, texts in _batches(file.path, spec.batch_bytes):
+        pieces, piece_counts, val_mask, doc_bytes, h = _prepare(spec, file.path, first_row, ids, texts, bad)
+        hashes.append(h)
+        encoded = pool.submit(encoder.encode_flat, pieces)
+        del ids, texts, pieces
         if previous is not None:
             out.write(*previous)
+        previous = (encoded, piece_counts, val_mask, doc_bytes)
+    if previous is not None:
+        out.write(*previous)
     return np.concatenate(hashes) if hashes else np.empty((0, 2), dtype="<u8")
 
 
@@ -518,12 +545,13 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     in_split = {"train": ~val, "validation": val}
     fresh_rows = {s: np.flatnonzero(in_split[s])[rows[s] < 0] for s in SPLITS}
-    doc_bytes = pc.binary_length(texts).to_numpy(zero_copy_only=False).astype(np.int64)
+    doc_bytes = _byte_lengths(texts)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     new_rows = np.sort(np.concatenate([fresh_rows[s] for s in SPLITS]))
     engine = None
     if len(new_rows):
-        fresh, fresh_offsets, engine = _encode_fresh(spec, texts.take(pa.array(new_rows)).to_pylist())
+        # scalar reads, not take(pa.array(...)): any list- or numpy-to-Arrow conversion imports pandas
+        fresh, fresh_offsets, engine = _encode_fresh(spec, [texts[i].as_py() for i in new_rows.tolist()])
     counts = {}
     for s in SPLITS:
         mine = _select(fresh, fresh_offsets, np.searchsorted(new_rows, fresh_rows[s])) if len(new_rows) else \
