@@ -18,7 +18,7 @@ state is missing, damaged or has the sources in another relative order is a full
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -29,31 +29,13 @@ from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
 
 from . import key_index
+from .key_index import State
 from .hashing import FILE_BITS, ROW_BITS, U64, ids_to_u64, node_rank, u64_to_ids
 from .layout import FileEntry, read_columns, write_parquet_atomic
 
 STATE_FORMAT = 1
 ROOT = "reuse/exact"
 SEGMENT_REL = "seg-full"
-
-
-@dataclass
-class State:
-    """A build's exact-dedup state: where it lives, its sources in rank order, its files' tokens and
-    row counts, and its index segments."""
-
-    step_dir: str
-    folder: str
-    sources: list[str]
-    files: list[dict] = field(default_factory=list)  # {"source", "name", "token" (hex), "rows"}
-    segments: list[key_index.Segment] = field(default_factory=list)
-
-    @property
-    def root(self) -> str:
-        return fsio.join(self.step_dir, self.folder)
-
-    def path(self, rel: str) -> str:
-        return fsio.join(self.root, rel)
 
 
 def folder_for(settings: tuple) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from datakit.core import fsio
 from datakit.steps import reuse
 
 from . import key_index
-from .key_index import Segment
+from .key_index import Segment, State
 
 STATE_FORMAT = 1
 ROOT = "reuse/fuzzy"
@@ -57,26 +57,6 @@ class FileState:
     def from_dict(cls, d: dict) -> "FileState":
         return cls(str(d["source"]), str(d["name"]), int(d["token"], 16), int(d["rows"]), int(d["without"]),
                    str(d["marks"]))
-
-
-@dataclass
-class State:
-    """A build's state: where it lives (``step_dir`` + ``folder``), its sources in rank order, its files
-    and its index segments."""
-
-    step_dir: str
-    folder: str
-    sources: list[str]
-    files: list[FileState] = field(default_factory=list)
-    segments: list[Segment] = field(default_factory=list)
-
-    @property
-    def root(self) -> str:
-        """The state's folder, absolute (the root its index segments are relative to)."""
-        return fsio.join(self.step_dir, self.folder)
-
-    def path(self, rel: str) -> str:
-        return fsio.join(self.root, rel)
 
 
 def folder_for(settings: tuple, minhash_params: dict, verify_params: dict) -> str:

@@ -18,8 +18,8 @@ local (a remote index is read whole per partition touched).
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 import xxhash
@@ -69,6 +69,27 @@ class Segment:
     @classmethod
     def from_dict(cls, d: dict) -> "Segment":
         return cls(str(d["rel"]), int(d["parts"]), tuple(int(p) for p in d["present"]), int(d["entries"]))
+
+
+@dataclass
+class State:
+    """A dedup build's persistent state (exact's and fuzzy's): where it lives (``step_dir`` + ``folder``),
+    its sources in rank order, its files (each dedup kind records its own per-file fields) and its index
+    segments."""
+
+    step_dir: str
+    folder: str
+    sources: list[str]
+    files: list[Any] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def root(self) -> str:
+        """The state's folder, absolute (the root its index segments are relative to)."""
+        return fsio.join(self.step_dir, self.folder)
+
+    def path(self, rel: str) -> str:
+        return fsio.join(self.root, rel)
 
 
 def part_rel(seg_rel: str, part: int, parts: int, column: str) -> str:
