@@ -12,9 +12,12 @@ import math
 import random
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from datakit.classify import compact
@@ -150,3 +153,32 @@ def test_fnv1a_hashes_a_sliced_array_window():
     arr = pa.array([b"skip"] + tokens, pa.large_binary()).slice(1)
     assert fnv1a(arr).tolist() == np.array([_hash(t) for t in tokens], np.uint32).view(np.int32).tolist()
     assert fnv1a(pa.array(tokens, pa.binary())).tolist() == fnv1a(arr).tolist()
+
+
+_SCORE_A_FILE = """
+import sys
+import pyarrow.parquet as pq
+from datakit.stages.quality_classifier import score_file
+from datakit.stages.transform import REMOVED_VALUE_SCHEMA, write_file
+from datakit.core.fsio import read_table
+model, src, dst, removed = sys.argv[1:]
+table, rows, _ = score_file("docs.parquet", read_table(src), model, "sha", 44)
+write_file(dst, removed, table, rows, REMOVED_VALUE_SCHEMA)
+print("pandas" in sys.modules, pq.read_table(dst).column("quality_score").to_pylist())
+"""
+
+
+def test_a_qscore_worker_scores_and_writes_a_file_without_importing_pandas(tmp_path):
+    """pyarrow's pa.array, pa.scalar and to_numpy import pandas on first use (about 50 MB of a worker's
+    memory): the qscore task's path (read, score, write the file and its empty removed file) avoids them,
+    through a null text, a cut text and long words in and out of the vocabulary."""
+    words = [b"</s>", b"good", b"bad", b"x" * 40]
+    _write_model(tmp_path / "m.bin", words, np.array([0.5, 1.0, -1.0, 2.0] + [0.25] * 7), 2, 7)
+    texts = ["good bad", None, "bad bad good", "x" * 40 + " good", "y" * 40 + " bad", "good", "naïve café"]
+    src, dst = tmp_path / "docs.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), src)
+    out = subprocess.run([sys.executable, "-c", _SCORE_A_FILE, str(tmp_path / "m.bin"), str(src), str(dst),
+                          str(tmp_path / "removed.parquet")], capture_output=True, text=True, check=True).stdout
+    imported, scores = out.split(" ", 1)
+    assert imported == "False"
+    assert scores.strip() == str(Scorer(str(tmp_path / "m.bin"), "__label__hq").score(texts, 44).tolist())

@@ -45,6 +45,27 @@ _WORD_BYTES = bytes(b not in b" \t\n\v\f\r\0" for b in range(256))
 _LABEL_WORD = int.from_bytes(LABEL_PREFIX[:8], "little")
 
 
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A 1-d numpy array of numbers (not bools: Arrow packs those in bits) as an Arrow array over the same
+    memory. ``pa.array`` would do it but first asks whether the value is a pandas object, which imports
+    pandas (about 50 MB and a tenth of a CPU-second in a worker process that never uses it)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def _numpy(arr: pa.Array, dtype: type) -> np.ndarray:
+    """A null-free Arrow array of numbers as a numpy view (``to_numpy(zero_copy_only=False)`` imports
+    pandas: `arrow_array`)."""
+    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np.dtype(dtype).itemsize)
+
+
+def _binary_array(kind: pa.DataType, items: list[bytes]) -> pa.Array:
+    """``items`` as a large_binary or large_string array, built from their lengths and bytes (`arrow_array`)."""
+    offsets = np.zeros(len(items) + 1, np.int64)
+    np.cumsum([len(b) for b in items], out=offsets[1:])
+    return pa.Array.from_buffers(kind, len(items), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(items))])
+
+
 def _offsets(arr: pa.Array) -> np.ndarray:
     """The int64 value offsets of a large_string / large_binary array (a slice's own window of them)."""
     return np.frombuffer(arr.buffers()[1], np.int64, len(arr) + 1, 8 * arr.offset)
@@ -210,7 +231,7 @@ class Scorer:
         pos = labels.index(positive)
         # logits [x * out[pos], x * out[neg]]: P(pos) = sigmoid(x * (out[pos] - out[neg]))
         self.scale = float(out[pos]) - float(out[1 - pos])
-        self.vocab = pa.array(words[:self.nwords], pa.large_binary())
+        self.vocab = _binary_array(pa.large_binary(), words[:self.nwords])
         self.hashes = fnv1a(self.vocab)
         self.eos = words.index(EOS)
         self.s_words = np.append(self.s[:self.nwords], 0.0)  # id -1 (unknown): a +0.0 term
@@ -237,15 +258,16 @@ class Scorer:
         self._short = _Table([_word(view, starts[short], lens[short], 0)], ids[short])
         self._mid = _Table([_word(view, starts[mid], lens[mid], k) for k in range(_MID)], ids[mid])
         long = np.flatnonzero(ok & (lens > 8 * _MID))
-        self._long, self._long_ids = self.vocab.take(pa.array(long)), long
+        self._long, self._long_ids = self.vocab.take(arrow_array(long)), long
 
     def score(self, texts: Any, max_chars: int) -> np.ndarray:
         """fastText's P(positive) (smoothed as its predict reports it) per text, float64; ``texts`` is a
-        list of str or an Arrow string array."""
+        list of str or an Arrow string array (a file's column: scored without importing pandas)."""
         arr = texts if isinstance(texts, (pa.Array, pa.ChunkedArray)) else pa.array(texts, pa.large_string())
         if isinstance(arr, pa.ChunkedArray):  # one chunk (a parquet file's column): no copy
-            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks() if arr.num_chunks else \
-                pa.array([], pa.large_string())
+            if arr.num_chunks == 0:
+                return np.zeros(0, dtype=np.float64)
+            arr = arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
         arr = arr.cast(pa.large_string())
         if len(arr) == 0:
             return np.zeros(0, dtype=np.float64)
@@ -290,7 +312,7 @@ class Scorer:
             ids[mid] = self._mid.find([w0[mid]] + [_word(view, at, size, k) for k in range(1, _MID)])
             if len(long) and len(self._long):
                 found = pc.index_in(_spans_array(u8, starts[long], lens[long]), value_set=self._long)
-                found = found.fill_null(-1).to_numpy(zero_copy_only=False)
+                found = _numpy(found.fill_null(arrow_array(np.full(1, -1, np.int32))[0]), np.int32)
                 ids[long] = np.where(found >= 0, self._long_ids[found], -1)
         return ids, w0
 
@@ -368,7 +390,8 @@ def _tokens(arr: pa.Array, max_chars: int) -> tuple[np.ndarray, np.ndarray, np.n
     non-separator bytes (the tokens Arrow's ascii_split_whitespace gives once NUL is a space), as spans
     of the texts' byte buffer: (buffer as uint8, starts, lengths, words per text). numpy over the bytes,
     no token arrays: a few passes over the text where Arrow built a list array of strings."""
-    arr, off, ends = _truncate(arr.fill_null("") if arr.null_count else arr, max_chars)
+    empty = _binary_array(arr.type, [b""])[0]  # a scalar without pa.scalar, which imports pandas
+    arr, off, ends = _truncate(arr.fill_null(empty) if arr.null_count else arr, max_chars)
     buf = arr.buffers()[2]
     u8 = np.frombuffer(buf, np.uint8) if buf is not None else np.zeros(0, np.uint8)
     lo, hi = int(off[0]), int(off[-1])
@@ -402,9 +425,9 @@ def _truncate(arr: pa.Array, max_chars: int) -> tuple[pa.Array, np.ndarray, np.n
         arr = pc.utf8_slice_codeunits(arr, 0, max_chars)
         off = _offsets(arr)
         return arr, off, off[1:]
-    kept = pc.binary_length(pc.utf8_slice_codeunits(arr.take(pa.array(over)), 0, max_chars))
+    kept = pc.binary_length(pc.utf8_slice_codeunits(arr.take(arrow_array(over)), 0, max_chars))
     ends = off[1:].copy()
-    ends[over] = off[over] + kept.to_numpy(zero_copy_only=False)
+    ends[over] = off[over] + _numpy(kept, np.int64)
     return arr, off, ends
 
 

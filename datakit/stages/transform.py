@@ -44,6 +44,8 @@ def table_bytes(table: pa.Table) -> bytes:
 
 def removed_table(removed: list[tuple], schema: pa.Schema = REMOVED_SCHEMA) -> pa.Table:
     """The removed rows as a table of ``schema`` (REMOVED_SCHEMA's columns first), sorted by id."""
+    if not removed:  # built without pa.array, which imports pandas (~50 MB) into a worker that has no use for it
+        return pa.Table.from_batches([], schema=schema)
     cols = {}
     for i, f in enumerate(schema):
         cols[f.name] = pa.array([r[i] if i < len(r) else None for r in removed], f.type)
