@@ -198,3 +198,18 @@ def test_the_pair_cache_survives_a_new_partition_count_and_a_damaged_file_is_ver
     third, c3 = build("third", str(second), 4)
     assert c3["pairs_verified_now"] > 0 and c3["pairs_cached"] + c3["pairs_verified_now"] == c3["candidate_pairs"]
     assert _marks(third) == _marks(first)
+
+
+def test_line_dedup_and_exact_dedup_do_not_depend_on_their_reducer_counts(tmp_path, monkeypatch):
+    """The index shuffles size their reducers by their keys; one reducer per file (the old default)
+    gives the same files, byte for byte."""
+    from datakit.dedup import exact
+    from datakit.stages import linededup_index
+
+    sized = _run(_manifest(tmp_path, "sized", final=True))
+    monkeypatch.setattr(linededup_index, "KEYS_PER_PARTITION", 1)
+    monkeypatch.setattr(exact, "IDS_PER_PARTITION", 1)
+    per_file = _run(_manifest(tmp_path, "per-file", final=True))
+    for step in ("exact-dedup", "linededup-index", "linededup-py", "linededup-licenses"):
+        assert step in sized, sorted(sized)
+        assert _comparable(sized[step]["output"]) == _comparable(per_file[step]["output"]), step
