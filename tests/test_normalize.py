@@ -155,6 +155,11 @@ def test_whitespace_runs_capped_and_id_recomputed():
         stats = Counter()
         _, _, _, row = clean_record(raw({"text": "x" + run + "y\u00e9"}), SPEC, CFG, stats)
         assert row["text"] == "x" + run[:128] + "y\u00e9" and stats["whitespace_compacted"] == 1
+    # separators (0x1C-0x1F) are whitespace and control characters: screened, and their run still capped
+    stats = Counter()
+    _, _, _, row = clean_record(raw({"text": "x" * 3000 + "\x1c" * 200 + "y"}), SPEC, CFG, stats)
+    assert row["text"] == "x" * 3000 + "\x1c" * 128 + "y" and stats["whitespace_compacted"] == 1
+    assert stats["control_chars"] == 200
     stats = Counter()
     _, _, _, row = clean_record(raw({"text": "\u00e9" * 500 + " " * 128 + "z"}), SPEC, CFG, stats)
     assert row["text"] == "\u00e9" * 500 + " " * 128 + "z" and stats["whitespace_compacted"] == 0
@@ -627,17 +632,27 @@ def test_clear_outputs_removes_earlier_outputs_and_unit_records_only(tmp_path):
 
 def test_byte_level_suspect_check_equals_the_character_regex():
     """clean_record screens texts by their UTF-8 bytes; that must flag exactly the texts the character
-    class flags: every code point below 0x100, the neighbours of U+FFFD, and random mixtures."""
+    class flags: every code point below 0x100, the neighbours of U+FFFD, and random mixtures. The same
+    one-pass translation stands for the whitespace-run pre-check on every text it does not flag."""
     import random
 
     from datakit.normalize import clean as C
 
+    def suspect(text: str) -> bool:
+        data = text.encode()
+        classes = data.translate(C._CLASSES)
+        flagged = C._maybe_suspect(data, classes)
+        if not flagged:
+            for n in range(1, 4):
+                assert (b" " * n in classes) == (b" " * n in data.translate(C._MAYBE_WS)), repr(text)
+        return flagged
+
     singles = [chr(c) for c in range(0x100)] + [chr(c) for c in range(0xFFF0, 0x10000)] + ["\U0001F600", "é", "日"]
     for ch in singles:
         for text in (ch, "abc" + ch, ch + "日本 text", "Ünïcödé " + ch + " ok"):
-            assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
+            assert suspect(text) == (C._SUSPECT.search(text) is not None), repr(text)
     rng = random.Random(0)
     pool = "ab \n\t\r\x0b\x0c" + "".join(singles[:40]) + "\x7f\x80\x9f\xa0\xc2\xef\ufffd\ufffc\uffbd日本語é"
     for _ in range(20000):
         text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
-        assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
+        assert suspect(text) == (C._SUSPECT.search(text) is not None), repr(text)
