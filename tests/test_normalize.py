@@ -160,6 +160,12 @@ def test_whitespace_runs_capped_and_id_recomputed():
     _, _, _, row = clean_record(raw({"text": "x" * 3000 + "\x1c" * 200 + "y"}), SPEC, CFG, stats)
     assert row["text"] == "x" * 3000 + "\x1c" * 128 + "y" and stats["whitespace_compacted"] == 1
     assert stats["control_chars"] == 200
+    # the byte-level pre-check knows every whitespace character's bytes (none lies above WS_LAST), and
+    # text in other scripts no longer looks like a run
+    from datakit.normalize import clean as C
+
+    assert max(c for c in range(0x110000) if chr(c).isspace()) == C.WS_LAST
+    assert not C._may_have_long_run(("日本語" * 100 + "Привет" * 50).encode(), None, 128)
     stats = Counter()
     _, _, _, row = clean_record(raw({"text": "\u00e9" * 500 + " " * 128 + "z"}), SPEC, CFG, stats)
     assert row["text"] == "\u00e9" * 500 + " " * 128 + "z" and stats["whitespace_compacted"] == 0
