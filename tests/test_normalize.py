@@ -155,6 +155,17 @@ def test_whitespace_runs_capped_and_id_recomputed():
         stats = Counter()
         _, _, _, row = clean_record(raw({"text": "x" + run + "y\u00e9"}), SPEC, CFG, stats)
         assert row["text"] == "x" + run[:128] + "y\u00e9" and stats["whitespace_compacted"] == 1
+    # separators (0x1C-0x1F) are whitespace and control characters: screened, and their run still capped
+    stats = Counter()
+    _, _, _, row = clean_record(raw({"text": "x" * 3000 + "\x1c" * 200 + "y"}), SPEC, CFG, stats)
+    assert row["text"] == "x" * 3000 + "\x1c" * 128 + "y" and stats["whitespace_compacted"] == 1
+    assert stats["control_chars"] == 200
+    # the byte-level pre-check knows every whitespace character's bytes (none lies above WS_LAST), and
+    # text in other scripts no longer looks like a run
+    from datakit.normalize import clean as C
+
+    assert max(c for c in range(0x110000) if chr(c).isspace()) == C.WS_LAST
+    assert not C._may_have_long_run(("日本語" * 100 + "Привет" * 50).encode(), None, 128)
     stats = Counter()
     _, _, _, row = clean_record(raw({"text": "\u00e9" * 500 + " " * 128 + "z"}), SPEC, CFG, stats)
     assert row["text"] == "\u00e9" * 500 + " " * 128 + "z" and stats["whitespace_compacted"] == 0
@@ -583,31 +594,32 @@ def test_build_table_sees_fields_that_appear_after_the_first_row():
 
 def test_shard_writer_widens_schema_within_a_shard(tmp_path):
     from datakit.normalize.schema import ConflictFound
-    from datakit.normalize.write import ShardParquet
+    from datakit.normalize.staged import read_groups
+    from datakit.normalize.write import ShardStaged
 
     def row(i, **extra):
         return {"id": f"{i:032x}", "text": f"t{i}", "source": "s", "source_id": None, "url": None, **extra}
 
     examples = {}
-    w = ShardParquet(str(tmp_path / "p.parquet"), None, examples)
+    w = ShardStaged(str(tmp_path / "p.arrow"), None, examples)
     w.write([row(0, a=None), row(1, a=None)], [(0, 1), (0, 2)])  # a: null
     w.write([row(2, a=1), row(3)], [(0, 3), (0, 4)])  # a: int64, widened
     w.write([row(4, a=2.5, b={"k": 1})], [(1, 1)])  # a: double, b appears
     schema = w.close()
     assert str(schema.field("a").type) == "double" and schema.names[-2:] == ["a", "b"]
-    pf = pq.ParquetFile(tmp_path / "p.parquet")
-    assert pf.metadata.num_row_groups == 3
-    assert pf.read().column("a").to_pylist() == [None, None, 1.0, None, 2.5]
+    groups = list(read_groups(str(tmp_path / "p.arrow")))
+    assert [t.num_rows for t in groups] == [2, 2, 1] and all(t.schema == schema for t in groups)
+    assert pa.concat_tables(groups).column("a").to_pylist() == [None, None, 1.0, None, 2.5]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
     # a real conflict across batches names one example location of each type
-    w = ShardParquet(str(tmp_path / "q.parquet"), None, {})
+    w = ShardStaged(str(tmp_path / "q.arrow"), None, {})
     w.write([row(0, a=1)], [(0, 7)])
     with pytest.raises(ConflictFound) as info:
         w.write([row(1, a="x")], [(2, 9)])
     w.abort()
     c = info.value.conflict
     assert (c.column, c.a, c.b) == ("a", ("int64", 0, 7), ("string", 2, 9))
-    assert not (tmp_path / "q.parquet").exists()
+    assert not (tmp_path / "q.arrow").exists()
 
 
 def test_clear_outputs_removes_earlier_outputs_and_unit_records_only(tmp_path):
@@ -626,17 +638,27 @@ def test_clear_outputs_removes_earlier_outputs_and_unit_records_only(tmp_path):
 
 def test_byte_level_suspect_check_equals_the_character_regex():
     """clean_record screens texts by their UTF-8 bytes; that must flag exactly the texts the character
-    class flags: every code point below 0x100, the neighbours of U+FFFD, and random mixtures."""
+    class flags: every code point below 0x100, the neighbours of U+FFFD, and random mixtures. The same
+    one-pass translation stands for the whitespace-run pre-check on every text it does not flag."""
     import random
 
     from datakit.normalize import clean as C
 
+    def suspect(text: str) -> bool:
+        data = text.encode()
+        classes = data.translate(C._CLASSES)
+        flagged = C._maybe_suspect(data, classes)
+        if not flagged:
+            for n in range(1, 4):
+                assert (b" " * n in classes) == (b" " * n in data.translate(C._MAYBE_WS)), repr(text)
+        return flagged
+
     singles = [chr(c) for c in range(0x100)] + [chr(c) for c in range(0xFFF0, 0x10000)] + ["\U0001F600", "é", "日"]
     for ch in singles:
         for text in (ch, "abc" + ch, ch + "日本 text", "Ünïcödé " + ch + " ok"):
-            assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
+            assert suspect(text) == (C._SUSPECT.search(text) is not None), repr(text)
     rng = random.Random(0)
     pool = "ab \n\t\r\x0b\x0c" + "".join(singles[:40]) + "\x7f\x80\x9f\xa0\xc2\xef\ufffd\ufffc\uffbd日本語é"
     for _ in range(20000):
         text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 12)))
-        assert C._maybe_suspect(text.encode()) == (C._SUSPECT.search(text) is not None), repr(text)
+        assert suspect(text) == (C._SUSPECT.search(text) is not None), repr(text)
