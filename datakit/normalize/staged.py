@@ -4,8 +4,7 @@ Why not parquet: a part learns only after every unit is read which ids it loses 
 (`finish.py`), and on a corpus with copies across files nearly every part loses some. Written as
 parquet first, such a part was encoded and zstd-compressed, read back and encoded again. Staged as
 Arrow IPC it costs a copy into the page cache, is read back by memory map (no decoding), and its
-parquet is written once, by finishing, with its losses and the source-wide schema applied. (On an
-object store the staged file is zstd-compressed: there it is uploaded and downloaded once each.)
+parquet is written once, by finishing, with its losses and the source-wide schema applied.
 
 Each batch carries the number of the row group it belongs to (``_RG`` in its custom metadata), so the
 parquet file is cut into the same row groups (content-cut batches, `write._Batched`) whatever chunks
@@ -36,13 +35,10 @@ def is_staged(path: str) -> bool:
 
 
 class StagedWriter:
-    """Row groups appended to one IPC file under a fixed schema (the file object is the caller's).
-    ``compress`` (zstd buffers) for a file bound for an object store, where bytes cross the network
-    twice; a local one is left uncompressed (a copy to the page cache, read back by memory map)."""
+    """Row groups appended to one IPC file under a fixed schema (the file object is the caller's)."""
 
-    def __init__(self, f: IO[bytes], schema: pa.Schema, compress: bool = False) -> None:
-        options = pa.ipc.IpcWriteOptions(compression="zstd" if compress else None)
-        self._w = pa.ipc.new_file(f, schema, options=options)
+    def __init__(self, f: IO[bytes], schema: pa.Schema) -> None:
+        self._w = pa.ipc.new_file(f, schema)
         self.groups = 0
 
     def write_group(self, table: pa.Table) -> None:
@@ -92,7 +88,7 @@ def stage_parquet(src: str, dst: str) -> None:
     with open_read(src) as f:
         schema = pq.ParquetFile(f).schema_arrow
     with atomic_output(dst) as out:
-        w = StagedWriter(out, schema, compress=not is_local(dst))
+        w = StagedWriter(out, schema)
         for t in read_groups(src):
             w.write_group(t)
         w.close()

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import current_shard
 from datakit.core.documents import CORE_SCHEMA
-from datakit.core.fsio import atomic_output, commit, discard, is_local, join, makedirs, open_atomic, open_read
+from datakit.core.fsio import atomic_output, commit, discard, join, makedirs, open_atomic, open_read
 from datakit.core.layout import DocumentsDir
 
 from .staged import StagedWriter, read_groups, staged_name
@@ -62,7 +62,7 @@ class ShardStaged:
 
     def _open(self, schema: pa.Schema) -> None:
         self._f, self._tmp = open_atomic(self.path)
-        self._w = StagedWriter(self._f, schema, compress=not is_local(self.path))
+        self._w = StagedWriter(self._f, schema)
 
     def write(self, rows: list[dict], prov: list[tuple[int, int]]) -> None:
         table = build_table(rows, prov, self.fixed, self.stats)
