@@ -1,19 +1,17 @@
 """Finishing a source's parts: exact dedup across units, and each part under the source-wide schema.
 
-Each unit's part is first staged as its files read (`write.write_unit`: sorted by id, duplicates
-within the unit to dups; `staged.py`: Arrow IPC, not yet parquet). Two rules then hold for the whole source, as they did when the parts were
+Each unit's part is first written as its files read (`write.write_unit`: sorted by id, duplicates
+within the unit to dups). Two rules then hold for the whole source, as they did when the parts were
 id partitions:
 
 - an id is kept once: in the earliest unit that has it (units are consecutive runs of the sorted file
   list, so this is the first copy by file order and position, as before). `cross_unit_losses` finds,
-  from the parts' id columns only, which ids each later part loses; such a part is written with
+  from the parts' id columns only, which ids each later part loses; such a part is rewritten with
   those rows moved to its dups (each before the unit's own copies of that id, since it came first);
-- every part has the source-wide schema (the union of the parts' columns, drift unified).
+- every part has the source-wide schema (the union of the parts' columns, drift unified): a part whose
+  columns differ is rewritten under it.
 
-Finishing writes every staged part's parquet once, with both rules applied (`write_final`); a part
-neither rule touches is the same bytes as its part as read written straight to parquet, and is then
-kept as parquet only (its staged file goes). A part taken from an earlier build as parquet and
-untouched stays as it is. Both rules are pure functions of all the units' parts,
+A part neither rule touches is final as read. Both rules are pure functions of all the units' parts,
 so a build that took most parts from an earlier build finishes them exactly as a fresh build does.
 """
 
@@ -25,17 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from datakit.core.fsio import atomic_output
+from datakit.core.fsio import atomic_output, open_read, read_table
 
 from .schema import conform
-from .staged import read_groups, read_ids
 from .write import BATCH_ROWS, part_writer
 
 
 def _id_words(path: str) -> np.ndarray:
     """A part's ids (32 hex digits each) as (n, 2) big-endian 64-bit words."""
-    ids = read_ids(path)
+    ids = read_table(path, columns=["id"]).column("id").to_pylist()
     return np.frombuffer(bytes.fromhex("".join(ids)), dtype=">u8").reshape(-1, 2).astype(np.uint64)
 
 
@@ -77,9 +75,11 @@ def _main_part(job: FinishJob) -> list[pa.Table]:
     """Write the final main part row group by row group (memory: one row group); return the lost rows."""
     lost = pa.array(job.lost, pa.string())
     moved = []
-    with atomic_output(job.main) as out:
+    with open_read(job.raw_main) as f, atomic_output(job.main) as out:
+        pf = pq.ParquetFile(f)
         w = part_writer(out, job.schema)
-        for t in read_groups(job.raw_main):
+        for i in range(pf.num_row_groups):
+            t = pf.read_row_group(i)
             if job.lost:
                 hit = pc.is_in(t.column("id"), value_set=lost)
                 moved.append(conform(t.filter(hit), job.schema))
@@ -93,7 +93,9 @@ def _main_part(job: FinishJob) -> list[pa.Table]:
 def _dups_part(job: FinishJob, moved: list[pa.Table]) -> None:
     """Write the final dups part: the unit's own dups under the schema, and the rows it lost merged in
     by id, each before the unit's later copies of the same id (a stable sort of lost rows first)."""
-    groups = [conform(t, job.schema) for t in read_groups(job.raw_dups)]
+    with open_read(job.raw_dups) as f:
+        pf = pq.ParquetFile(f)
+        groups = [conform(pf.read_row_group(i), job.schema) for i in range(pf.num_row_groups)]
     with atomic_output(job.dups) as out:
         w = part_writer(out, job.schema)
         if moved:

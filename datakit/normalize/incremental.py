@@ -11,10 +11,9 @@ Two keys per unit, both recorded in the step's ``reuse.json``:
   (`finish.py`), so a part that loses the same ids under the same schema as before is taken finished
   too.
 
-Where a unit's part as read is kept: as parquet at its final place (``outputs/main``,
-``outputs/dups``) when finishing leaves it as it is (no extra bytes), else staged (`staged.py`,
-uncompressed Arrow IPC) under ``units/`` beside the finished one, so the next build can finish it
-differently without reading its files again.
+Where a unit's part as read is kept: at its final place (``outputs/main``, ``outputs/dups``) when
+finishing leaves it as it is (the usual case, no extra bytes), else under ``units/`` beside the
+finished one, so the next build can finish it differently without reading its files again.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from datakit.core import fsio
 from datakit.core.layout import DocumentsDir
 from datakit.steps import reuse
 
-from .staged import stage_parquet, staged_name
 from .units import Unit
 
 
@@ -87,15 +85,13 @@ class Part:
 def computed_part(index: int, unit: Unit, j: int, key: str | None, summary: dict) -> Part:
     name = unit.names[j]
     rejects = DocumentsDir.rel_unit("rejects", name) if summary["rejects"] else None
-    staged = staged_name(name)
-    return Part(index, unit, j, key, DocumentsDir.rel_unit("main", staged), DocumentsDir.rel_unit("dups", staged),
+    return Part(index, unit, j, key, DocumentsDir.rel_file("main", name), DocumentsDir.rel_file("dups", name),
                 rejects, dict(summary["stats"]), taken=False)
 
 
 def _found(files: tuple[str, ...], kind: str, name: str) -> str | None:
-    places = (DocumentsDir.rel_file(kind, name), DocumentsDir.rel_unit(kind, name),
-              DocumentsDir.rel_unit(kind, staged_name(name)))
-    return next((f for f in files if f in places), None)
+    return next((f for f in files if f in (DocumentsDir.rel_file(kind, name), DocumentsDir.rel_unit(kind, name))),
+                None)
 
 
 def taken_parts(index: int, unit: Unit, key: str | None, reuse_from: UnitReuse | None, out_dir: str
@@ -130,18 +126,12 @@ def unit_record(parts: list[Part]) -> reuse.Unit:
 
 
 def move(out_dir: str, part: Part, final: bool) -> None:
-    """Put the part's parquet files as read (taken from an earlier build) at their final place
-    (``final``), else staged under ``units/``, where a fresh build keeps a part finishing changes."""
+    """Put the part's files as read at their final place (``final``) or under ``units/``."""
     for kind in ("main", "dups"):
         src = getattr(part, kind)
-        if final:
-            dst = DocumentsDir.rel_file(kind, part.name)
-            if src != dst:
-                fsio.link_or_copy(fsio.join(out_dir, src), fsio.join(out_dir, dst))
-        else:
-            dst = DocumentsDir.rel_unit(kind, staged_name(part.name))
-            stage_parquet(fsio.join(out_dir, src), fsio.join(out_dir, dst))
+        dst = (DocumentsDir.rel_file if final else DocumentsDir.rel_unit)(kind, part.name)
         if src != dst:
+            fsio.link_or_copy(fsio.join(out_dir, src), fsio.join(out_dir, dst))
             fsio.remove(fsio.join(out_dir, src))
             setattr(part, kind, dst)
 

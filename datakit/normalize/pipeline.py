@@ -6,7 +6,7 @@
     take                                     units whose content key the earlier build has (incremental.py)
     direct (read.py): units of at most       whole units packed into tasks; each task reads, cleans,
       target_shard_bytes, when there are     sorts in memory by (id, file, pos) and writes its units'
-      at least as many as workers            parts as read, staged (no shuffle: the common case)
+      at least as many as workers            parts (no shuffle: the common case)
       from_shards(whole units)
       .map_shard(read_write_stage)
     shuffled (read.py), the others:
@@ -15,11 +15,10 @@
       .group_by(part, stream_unit,           every record of a part meets in its reducer (a unit's
                 sort_by=(id, file, pos))     rejects and counts in its first part's), in id order,
                                              copies in (file, position) order
-      .map_shard(write_unit)                 the part's main + dups staged (and rejects), one summary
+      .map_shard(write_unit)                 the part's main + dups files (and rejects), one summary
                                              (the same `write_part` as the direct way: same bytes)
     finish (finish.py)                       one schema for every part, exact dedup across units (the
-                                             first copy by file order); each staged part's parquet
-                                             written once (staged.py: Arrow IPC until then)
+                                             first copy by file order), only the parts that change
 
 then, in the driver: consolidate the units' rejects, check the counts, and fail loudly when too much was
 rejected or nothing survived.
@@ -34,11 +33,12 @@ from functools import partial
 from typing import Any, Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from datakit.shuffle import Dataset, ExecConfig, small_job_config
 from datakit.core.documents import CORE_SCHEMA
 from datakit.core import fsio
-from datakit.core.fsio import exists, is_local, join, list_names, remove
+from datakit.core.fsio import exists, is_local, join, list_names, open_read, remove
 from datakit.core.layout import DocumentsDir
 from datakit.manifest import SourceSpec
 from datakit.sources.readers import FORMATS, INPUT_CHANGED, INPUT_MISSING, FileRef
@@ -54,7 +54,6 @@ from .plan import ReadPlan, direct_units, file_refs, read_plan, read_tasks, task
 from .planned import check_parquet_hashes, check_planned, planned_digests, planned_error, planned_failures
 from .schema import Conflict, ConflictFound, Examples, merge_examples, merge_schemas, schema_to_dict
 from .read import REJECT_PREFIX, read_stage, read_write_stage
-from .staged import is_staged, read_schema
 from .write import consolidate_rejects, item_sort, item_unit, stream_unit, write_unit
 
 # An example location that names a unit taken from an earlier build (its records were not read).
@@ -176,7 +175,8 @@ def _schemas(out_dir: str, parts: list[Part]) -> None:
     """Each part's main and dups schemas as written (their footers: one source of truth for parts
     computed now and parts taken)."""
     def read(rel: str) -> pa.Schema:
-        return read_schema(join(out_dir, rel))
+        with open_read(join(out_dir, rel)) as f:
+            return pq.ParquetFile(f).schema_arrow
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         found = list(pool.map(lambda p: (read(p.main), read(p.dups)), parts))
@@ -204,46 +204,37 @@ def _unified_schema(spec: SourceSpec, refs: list[FileRef], parts: list[Part], ex
 def _finish(out_dir: str, parts: list[Part], lost: list[tuple[str, ...]], schema: pa.Schema,
             reuse_from: UnitReuse | None, cfg: NormalizeConfig, exec_config: ExecConfig | None
             ) -> dict[str, reuse.Unit]:
-    """Every part to its final form (`finish.py`): a parquet part as read that nothing changes stays
-    as it is; a staged one nothing changes is written to parquet, which is then its record as read;
-    the others are taken finished from the earlier build (their final key) or written. Returns this
-    build's reuse records."""
+    """Every part to its final form (`finish.py`): as read when nothing changes it, else taken finished
+    from the earlier build (its final key) or written; returns this build's reuse records."""
     records: dict[str, reuse.Unit] = {}
     jobs: list[FinishJob] = []
-    drop: list[str] = []  # staged files whose parquet replaces them, or kept for no key
     earlier = reuse_from.earlier if reuse_from is not None else None
     by_key: dict[str, list[Part]] = {}
     for p in parts:
         final = not lost[p.index] and all(s == schema for s in p.schemas)
-        if not is_staged(p.main):
-            move(out_dir, p, final)
+        move(out_dir, p, final)
         if p.key is not None:
             by_key.setdefault(p.key, []).append(p)
-        done = (DocumentsDir.rel_file("main", p.name), DocumentsDir.rel_file("dups", p.name))
-        if final and p.main == done[0]:
+        if final:
             continue
-        job = FinishJob(join(out_dir, p.main), join(out_dir, p.dups), join(out_dir, done[0]),
-                        join(out_dir, done[1]), lost[p.index], schema)
-        if final:  # the parquet of its staged files, nothing else changed: it stands for them from now on
-            drop.extend((p.main, p.dups))
-            p.main, p.dups = done
-            jobs.append(job)
-            continue
-        if p.key is None:
-            drop.extend((p.main, p.dups))
-        fkey = final_key(p.key, p.name, lost[p.index], schema) if p.key is not None else None
+        name = p.name
+        done = (DocumentsDir.rel_file("main", name), DocumentsDir.rel_file("dups", name))
+        fkey = final_key(p.key, name, lost[p.index], schema) if p.key is not None else None
         if fkey is not None:
             records[fkey] = reuse.Unit(done, {})
             if reuse.take(earlier, fkey, out_dir) is not None:
                 continue
-        jobs.append(job)
+        jobs.append(FinishJob(join(out_dir, p.main), join(out_dir, p.dups), join(out_dir, done[0]),
+                              join(out_dir, done[1]), lost[p.index], schema))
     records.update({key: unit_record(ps) for key, ps in by_key.items()})
     if jobs:
         engine = small_job_config(exec_config, sum(fsio.size(j.raw_main) + fsio.size(j.raw_dups) for j in jobs),
                                   cfg.inline_bytes)
         Dataset.from_items(jobs, num_shards=len(jobs)).map(write_final).collect(engine)
-    for rel in drop:
-        remove(join(out_dir, rel))
+    for p in parts:
+        if p.key is None and p.main != DocumentsDir.rel_file("main", p.name):
+            remove(join(out_dir, p.main))  # kept only for reuse, and this unit has no key
+            remove(join(out_dir, p.dups))
     return records
 
 

@@ -1,7 +1,6 @@
-"""Writing a unit's parts as read: main + dups staged (`staged.py`) per part, its rejects, schema fix-ups.
+"""Writing normalized parts: main + dups parquet per unit of input, its rejects, schema fix-ups.
 
-The parquet of a part is written later, once, by finishing (`finish.py`), when its losses to earlier
-units and the source-wide schema are known. A shard is streamed in row groups (memory bounded by one batch), so its schema must be fixed when the
+A shard is streamed in row groups (memory bounded by one batch), so its schema must be fixed when the
 writer opens. With inferred schemas (jsonl) a later batch may widen a column (null -> string, int ->
 double, a struct gains a field); the file written so far is then rewritten once under the wider schema.
 Batches are cut by content (rows and text bytes in id order), never by timing, so the files are
@@ -18,10 +17,9 @@ import pyarrow.parquet as pq
 
 from datakit.shuffle import current_shard
 from datakit.core.documents import CORE_SCHEMA
-from datakit.core.fsio import atomic_output, commit, discard, join, makedirs, open_atomic, open_read
+from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 from datakit.core.layout import DocumentsDir
 
-from .staged import StagedWriter, read_groups, staged_name
 from .schema import (
     ConflictFound, Examples, build_table, canonical_schema, conform, merge_schemas, note_examples,
 )
@@ -47,9 +45,8 @@ def part_writer(f, schema: pa.Schema) -> pq.ParquetWriter:
                             use_dictionary=[n for n in small if n != "id"], write_statistics=small)
 
 
-class ShardStaged:
-    """One part as read (`staged.py`: Arrow IPC, one row group per batch written), published
-    atomically on `close()`; finishing writes its parquet."""
+class ShardParquet:
+    """One output parquet file, written in row groups, published atomically on `close()`."""
 
     def __init__(self, path: str, fixed: pa.Schema | None, examples: Examples) -> None:
         self.path, self.fixed, self.examples = path, fixed, examples
@@ -57,12 +54,12 @@ class ShardStaged:
         self.rows = 0
         self._f = None
         self._tmp: str | None = None
-        self._w: StagedWriter | None = None
+        self._w: pq.ParquetWriter | None = None
         self.stats: Counter = Counter()
 
     def _open(self, schema: pa.Schema) -> None:
         self._f, self._tmp = open_atomic(self.path)
-        self._w = StagedWriter(self._f, schema)
+        self._w = part_writer(self._f, schema)
 
     def write(self, rows: list[dict], prov: list[tuple[int, int]]) -> None:
         table = build_table(rows, prov, self.fixed, self.stats)
@@ -75,7 +72,7 @@ class ShardStaged:
             table = conform(table, target)
         if self._w is None:
             self._open(self.schema)
-        self._w.write_group(table)
+        self._w.write_table(table, row_group_size=max(1, table.num_rows))
         self.rows += table.num_rows
 
     def _widen(self, schema: pa.Schema) -> None:
@@ -84,8 +81,11 @@ class ShardStaged:
         self._w.close()
         self._f.close()
         self._open(schema)
-        for t in read_groups(old_tmp):
-            self._w.write_group(conform(t, schema))
+        with open_read(old_tmp) as f:
+            pf = pq.ParquetFile(f)
+            for i in range(pf.num_row_groups):
+                t = pf.read_row_group(i)
+                self._w.write_table(conform(t, schema), row_group_size=max(1, t.num_rows))
         discard(old_tmp)
 
     def close(self) -> pa.Schema:
@@ -107,6 +107,21 @@ class ShardStaged:
             self._f.close()
             discard(self._tmp)
             self._w = None
+
+
+def rewrite_with_schema(path: str, schema: pa.Schema) -> str:
+    """Conform an already written shard to the source-wide schema (temp + rename)."""
+    with open_read(path) as f:
+        pf = pq.ParquetFile(f)
+        if pf.schema_arrow == schema:
+            return path
+        with atomic_output(path) as out:
+            w = part_writer(out, schema)
+            for i in range(pf.num_row_groups):
+                t = pf.read_row_group(i)
+                w.write_table(conform(t, schema), row_group_size=max(1, t.num_rows))
+            w.close()
+    return path
 
 
 # What flows through the shuffle: (unit, kind, file index, position, payload), routed by unit (an int
@@ -205,11 +220,11 @@ def write_part(i: int, name: str, groups: Iterable[Iterable[Any]], *, out_dir: s
     A type conflict is returned in the summary rather than raised, so the driver reports it once with
     file names instead of the engine retrying it."""
     docs = DocumentsDir(out_dir)
-    for kind in ("main", "dups"):
-        makedirs(join(out_dir, DocumentsDir.UNITS, kind))
+    for d in (docs.main, docs.dups):
+        makedirs(d)
     examples: Examples = {}
-    main = ShardStaged(docs.unit("main", staged_name(name)), fixed, examples)
-    dups = ShardStaged(docs.unit("dups", staged_name(name)), fixed, examples)
+    main = ShardParquet(docs.file("main", name), fixed, examples)
+    dups = ShardParquet(docs.file("dups", name), fixed, examples)
     rejects = RejectSink(docs.unit("rejects", name))
     try:
         bm, bd = _Batched(main, batch_rows, batch_text_bytes), _Batched(dups, batch_rows, batch_text_bytes)
@@ -303,6 +318,6 @@ def consolidate_rejects(staging_paths: list[str], final_path: str) -> int:
 
 
 __all__ = [
-    "ShardStaged", "RejectSink", "REJECTS_SCHEMA", "REJECT", "STATS", "write_part", "write_unit", "stream_unit", "item_unit",
-    "item_sort", "consolidate_rejects", "canonical_schema",
+    "ShardParquet", "RejectSink", "REJECTS_SCHEMA", "REJECT", "STATS", "write_part", "write_unit", "stream_unit", "item_unit",
+    "item_sort", "rewrite_with_schema", "consolidate_rejects", "canonical_schema",
 ]
