@@ -30,7 +30,7 @@ import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
