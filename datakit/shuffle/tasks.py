@@ -324,17 +324,29 @@ def load_collected(result: dict) -> list:
         return pickle.loads(zstandard.ZstdDecompressor().decompress(f.read()))
 
 
-# A worker holding less than this keeps what its earlier tasks freed: handing it back made every next
-# task page-fault the same memory in again (a 64-task takedown of 1% of 400 MB: 70k faults, about 0.3
-# CPU-s of system time). Above it the memory goes back, so one big task's high-water mark neither stays
-# with the worker nor swells the next tasks' peak RSS by more than this.
-RELEASE_ABOVE_BYTES = 512 << 20
+# A worker whose memory grew by less than this since it last gave memory back keeps what its earlier
+# tasks freed: handing it back before every task made each next task page-fault the same memory in
+# again (a 64-task takedown of 1% of 400 MB: 70k faults, about 0.3 CPU-s of system time). Past it the
+# memory goes back, so a worker holds at most this much more than its floor between tasks, and a task's
+# peak RSS is its own to within it.
+RELEASE_ABOVE_BYTES = 128 << 20
+
+
+@dataclass
+class _Floor:
+    """The worker's RSS right after it last gave freed memory back (0: never yet)."""
+
+    rss: int = 0
+
+
+_FLOOR = _Floor()
 
 
 def _release_freed_memory() -> None:
-    """Hand memory freed by earlier tasks back to the OS when the worker holds more than
-    ``RELEASE_ABOVE_BYTES``, so each task's peak RSS is its own to within that."""
-    if psutil.Process().memory_info().rss < RELEASE_ABOVE_BYTES:
+    """Hand memory freed by earlier tasks back to the OS once the worker holds more than
+    ``RELEASE_ABOVE_BYTES`` over its floor."""
+    proc = psutil.Process()
+    if _FLOOR.rss and proc.memory_info().rss < _FLOOR.rss + RELEASE_ABOVE_BYTES:
         return
     try:
         import ctypes
@@ -348,6 +360,7 @@ def _release_freed_memory() -> None:
         pa.default_memory_pool().release_unused()
     except (ImportError, AttributeError):
         pass
+    _FLOOR.rss = proc.memory_info().rss
 
 
 def run_task(spec: TaskSpec, attempt: int) -> dict:
