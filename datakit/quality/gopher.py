@@ -86,16 +86,9 @@ def quality_measures(text: str, stop_words: frozenset[str] = STOP_WORDS, split: 
 
 
 def _repeats(items: list[str]) -> tuple[int, int]:
-    """(items equal to an earlier item, their characters)."""
-    seen: set[str] = set()
-    count = chars = 0
-    for item in items:
-        if item in seen:
-            count += 1
-            chars += len(item)
-        else:
-            seen.add(item)
-    return count, chars
+    """(items equal to an earlier item, their characters): every item less the first of each value."""
+    distinct = set(items)
+    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 def top_ngram_chars(toks: list[str], n: int) -> int:
@@ -127,25 +120,35 @@ def dup_ngram_chars(toks: list[str], n: int) -> int:
 def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
                         split: str = "spacy_en") -> dict[str, float]:
     """The Gopher repetition measures of ``text`` (see the module docstring) for the given n."""
+    return {**line_repetition_measures(text), **ngram_repetition_measures(text, top, dup, split)}
+
+
+def line_repetition_measures(text: str) -> dict[str, float]:
+    """The paragraph and line measures (rep_dup_para_*, rep_dup_line_*): the repetition rules' first
+    four, which need no words, so the chain checks them before splitting the text into words."""
     n_chars = len(text) or 1
     paras = _PARAGRAPH_BREAK.split(text.strip())
     lines = _LINE_BREAKS.split(text)
     p_count, p_chars = _repeats(paras)
     l_count, l_chars = _repeats(lines)
-    out = {
+    return {
         "rep_dup_para_frac": p_count / len(paras),
         "rep_dup_para_char_frac": p_chars / n_chars,
         "rep_dup_line_frac": l_count / len(lines),
         "rep_dup_line_char_frac": l_chars / n_chars,
     }
+
+
+def ngram_repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
+                              split: str = "spacy_en") -> dict[str, float]:
+    """The word n-gram measures (rep_top_{n}_gram, rep_dup_{n}_gram) for the given n."""
+    n_chars = len(text) or 1
     toks = tokens(text, split)
     if len(toks) < SMALL:
         tops = {n: top_ngram_chars(toks, n) for n in top}
         dups = {n: dup_ngram_chars(toks, n) for n in dup}
     else:
         tops, dups = ngram_chars(toks, top, dup)
-    for n in top:
-        out[f"rep_top_{n}_gram"] = tops[n] / n_chars
-    for n in dup:
-        out[f"rep_dup_{n}_gram"] = dups[n] / n_chars
+    out = {f"rep_top_{n}_gram": tops[n] / n_chars for n in top}
+    out.update({f"rep_dup_{n}_gram": dups[n] / n_chars for n in dup})
     return out

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import chain
+from typing import Callable
 
 from . import _en_tokenizer_rules as _R
 
@@ -79,8 +81,7 @@ _APOSTROPHES = ("'", "’")
 _ASCII_DIGIT = re.compile("[0-9]").search
 # The characters an infix match can start with: only their positions are tried (`_split_infixes`).
 _INFIX_START = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _R.INFIX_FIRST) + "]").search
-_CACHE: dict[str, tuple[str, ...]] = {}
-_CACHE_MAX = 500_000
+_CACHE_MAX = 500_000  # pieces kept per way of splitting
 _last: tuple[str | None, str, list[str]] = (None, "", [])
 
 WORD_SPLITS = ("spacy_en", "spaces", "chars")
@@ -92,7 +93,6 @@ _MARKS = ("\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec
           "\u17b6-\u17d3\u3099\u309a")
 _DENSE_CHAR = re.compile(f"([{_DENSE}][{_MARKS}]*)")
 _HAS_DENSE = re.compile(f"[{_DENSE}]").search
-_CACHES: dict[str, dict[str, tuple[str, ...]]] = {"spacy_en": _CACHE, "spaces": {}, "chars": {}}
 
 
 def _no_suffix(s: str) -> bool:
@@ -282,26 +282,34 @@ _SPLIT_PIECE = {"spacy_en": _piece, "spaces": _peel, "chars": _by_char}
 _PLAIN = {"spacy_en": _plain_en, "spaces": _plain_spaces, "chars": _plain_chars}
 
 
+class _Pieces(dict):
+    """Whitespace piece -> its tokens, for one way of splitting, filled the first time a piece is seen (a
+    plain word is its own one token; any other piece is split by ``split_piece``). `tokens` looks every
+    piece up from C (``map`` over ``__getitem__``): only a piece not kept yet runs Python. Emptied when it
+    holds _CACHE_MAX pieces, so its memory stays bounded."""
+
+    def __init__(self, split_piece: Callable[[str], tuple[str, ...]], plain: Callable[[str], bool]):
+        super().__init__()
+        self.split_piece, self.plain = split_piece, plain
+
+    def __missing__(self, c: str) -> tuple[str, ...]:
+        hit = (c,) if c.isalnum() and self.plain(c) else self.split_piece(c)
+        if len(self) >= _CACHE_MAX:
+            self.clear()
+        self[c] = hit
+        return hit
+
+
+_CACHES = {split: _Pieces(_SPLIT_PIECE[split], _PLAIN[split]) for split in WORD_SPLITS}
+
+
 def tokens(text: str, split: str = "spacy_en") -> list[str]:
     """Every token (content words and symbols), in order, split the ``split`` way (see the module
     docstring). The last text's tokens are kept, so the rules that measure the same text tokenize it once."""
     global _last
     if text is _last[0] and split == _last[1]:
         return _last[2]
-    out: list[str] = []
-    cache = _CACHES[split]
-    piece, plain = _SPLIT_PIECE[split], _PLAIN[split]
-    for c in text.split():
-        if c.isalnum() and plain(c):
-            out.append(c)
-            continue
-        hit = cache.get(c)
-        if hit is None:
-            hit = piece(c)
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            cache[c] = hit
-        out.extend(hit)
+    out = list(chain.from_iterable(map(_CACHES[split].__getitem__, text.split())))
     _last = (text, split, out)
     return out
 
