@@ -71,6 +71,7 @@ omits regex, which its text utilities import, and LanguageFilter needs fasteners
     .venv/bin/python -m benchmarks.filters --peer-python /path/to/other/venv/bin/python
     .venv/bin/python -m benchmarks.filters --work-dir W --reuse   # the corpus in W again; both sides
                                                                    # run again (figures only side by side)
+    .venv/bin/python -m benchmarks.filters --english-only         # the English-settings half only
 
 Measured (--mb 15, 2026-11-25, on the 2-core machine shared with other work: load average 7-9, so the
 figures are indicative; 2,519 documents, 577 of them English by our label, 27 labels): English settings:
@@ -891,6 +892,9 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="with --work-dir: reuse its corpus (both sides always run again: no figure of an "
                          "earlier run is reused)")
+    ap.add_argument("--english-only", action="store_true",
+                    help="only the English-settings half (rules, chain, PII): no language ID nor rules per "
+                         "language; both sides still run now")
     ap.add_argument("--ours", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--peer", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--ours-lang", nargs=3, help=argparse.SUPPRESS)
@@ -911,15 +915,16 @@ def main() -> None:
     try:
         corpus, info = _corpus(work, args.mb, args.reuse)
         ours, peer = _english_pass(work, corpus, args.peer_python)
-        o_lang, p_lang, spec = _language_pass(work, corpus, args.peer_python)
         result = {
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
             "corpus": info,
             "english_settings": _english_result(corpus, work, ours, peer, args.peer_python),
-            **_language_result(work, corpus, o_lang, p_lang, spec, args.peer_python),
-            "memory": "peak RSS (ru_maxrss) of each worker process, not PSS",
-            "load_average_after": os.getloadavg(),
         }
+        if not args.english_only:
+            o_lang, p_lang, spec = _language_pass(work, corpus, args.peer_python)
+            result.update(_language_result(work, corpus, o_lang, p_lang, spec, args.peer_python))
+        result.update({"memory": "peak RSS (ru_maxrss) of each worker process, not PSS",
+                       "load_average_after": os.getloadavg()})
         print(json.dumps(result, indent=1, ensure_ascii=False))
     finally:
         if not args.work_dir:

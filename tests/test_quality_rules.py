@@ -381,9 +381,23 @@ def test_language_id_loads_the_bundled_model_once():
 
 
 # ------------------------------------------------------------------ word tokenizer shortcuts
-def _suffix_last_ranges(pattern: str) -> tuple:
-    """The characters a match of ``pattern`` (an alternation of ...$ rules) can end with: the last
-    character each alternative consumes, as a char-class regex tested on every code point."""
+def _edge_ranges(pattern: str, edge: str) -> tuple:
+    """The characters a match of ``pattern`` can end with (``edge`` "last": the last character each
+    alternative consumes) or start with ("first"), as code point ranges: `_edge_class` tested on every
+    code point."""
+    one = re.compile(_edge_class(pattern, edge))
+    ranges: list[list[int]] = []
+    for c in range(0x110000):
+        if not 0xD800 <= c <= 0xDFFF and one.fullmatch(chr(c)):
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+    return tuple(tuple(r) for r in ranges)
+
+
+def _edge_class(pattern: str, edge: str) -> str:
+    """A regex of one character matching what a match of ``pattern`` can end ("last") or start with."""
     import re._constants as C
     import re._parser as sp
 
@@ -397,32 +411,25 @@ def _suffix_last_ranges(pattern: str) -> tuple:
                  for op, a in av if op is not C.NEGATE]
         return "[" + ("^" if neg else "") + "".join(parts) + "]"
 
-    def last(items):
-        items = [it for it in items if it[0] is not C.AT]
-        while items and items[-1][0] in (C.ASSERT, C.ASSERT_NOT):
-            items = items[:-1]
-        op, av = items[-1]
+    def edge_of(items):
+        items = [it for it in items if it[0] not in (C.AT, C.ASSERT, C.ASSERT_NOT)]
+        if edge == "last":
+            items = items[::-1]
+        op, av = items[0]
         if op is C.LITERAL:
             return [re.escape(chr(av))]
         if op is C.IN:
             return [cls(av)]
         if op is C.BRANCH:
-            return [x for alt in av[1] for x in last(list(alt.data))]
+            return [x for alt in av[1] for x in edge_of(list(alt.data))]
         if op in (C.MAX_REPEAT, C.MIN_REPEAT):
-            return last(list(av[2].data)) + (last(items[:-1]) if av[0] == 0 else [])
+            rest = items[1:][::-1] if edge == "last" else items[1:]
+            return edge_of(list(av[2].data)) + (edge_of(rest) if av[0] == 0 else [])
         if op is C.SUBPATTERN:
-            return last(list(av[-1].data))
+            return edge_of(list(av[-1].data))
         raise AssertionError(f"unexpected regex node {op}")
 
-    one = re.compile("|".join(last(list(sp.parse(pattern).data))))
-    ranges: list[list[int]] = []
-    for c in range(0x110000):
-        if not 0xD800 <= c <= 0xDFFF and one.fullmatch(chr(c)):
-            if ranges and ranges[-1][1] == c - 1:
-                ranges[-1][1] = c
-            else:
-                ranges.append([c, c])
-    return tuple(tuple(r) for r in ranges)
+    return "|".join(edge_of(list(sp.parse(pattern).data)))
 
 
 def test_suffix_last_characters_are_derived_from_the_suffix_rules():
@@ -430,18 +437,73 @@ def test_suffix_last_characters_are_derived_from_the_suffix_rules():
     stored set must be exactly the one the rules imply."""
     from datakit.quality import _en_tokenizer_rules as R
 
-    assert _suffix_last_ranges(R.SUFFIX) == R.SUFFIX_LAST
+    assert _edge_ranges(R.SUFFIX, "last") == R.SUFFIX_LAST
+
+
+def test_infix_first_characters_are_derived_from_the_infix_rules():
+    """text.py tries the infix rules only where a character an infix match can start with stands; the
+    stored set must be exactly the one the rules imply, and every infix rule must consume a character."""
+    import re._parser as sp
+
+    from datakit.quality import _en_tokenizer_rules as R
+
+    assert _edge_ranges(R.INFIX, "first") == R.INFIX_FIRST
+    assert sp.parse(R.INFIX).getwidth()[0] >= 1
+
+
+def test_suffix_shortcuts_follow_from_the_suffix_rules():
+    """text.py decides "no suffix" for a piece ending with a letter or digit unless an apostrophe or an
+    ASCII digit stands before it, and searches only the last _SUFFIX_WINDOW positions: every suffix rule
+    that can end with a letter or digit must be "'s" (four spellings) or a unit after [0-9] of at most
+    _UNIT_MAX characters, and every rule but the run of periods at most _SUFFIX_WINDOW long."""
+    import re._parser as sp
+
+    from datakit.quality import _en_tokenizer_rules as R
+    from datakit.quality import text
+
+    alnum_last = [chr(c) for a, b in R.SUFFIX_LAST for c in range(a, b + 1) if chr(c).isalnum()]
+    rules = _top_level_alternatives(R.SUFFIX)
+    assert "|".join(rules) == R.SUFFIX and r"\.\.+$" in rules
+    ending_alnum = []
+    for rule in rules:
+        if rule != r"\.\.+$":
+            assert sp.parse(rule).getwidth()[1] <= text._SUFFIX_WINDOW, rule
+        last = re.compile(_edge_class(rule, "last"))
+        if any(last.fullmatch(c) for c in alnum_last):
+            ending_alnum.append(rule)
+    units = [r for r in ending_alnum if r not in ("'s$", "'S$", "’s$", "’S$")]
+    assert len(units) == 1 and units[0].startswith("(?<=[0-9])(?:") and units[0].endswith(")$")
+    assert max(map(len, units[0][len("(?<=[0-9])(?:"):-2].split("|"))) == text._UNIT_MAX
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """``pattern`` cut at its top-level '|' (outside groups, classes and escapes)."""
+    out, cur, depth, in_class, i = [], [], 0, False, 0
+    while i < len(pattern):
+        c = pattern[i]
+        step = 2 if c == "\\" else 1
+        if c == "|" and depth == 0 and not in_class:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(pattern[i:i + step])
+            if step == 1:
+                in_class = (in_class and c != "]") or (not in_class and c == "[")
+                depth += 0 if in_class else (c == "(") - (c == ")")
+        i += step
+    return out + ["".join(cur)]
 
 
 def test_no_infix_rule_matches_letters_and_digits_alone():
     """text.py keeps an alphanumeric core whole without running the infix rules: no infix may match
     inside any string of letters and digits (every alphanumeric code point, between letters and digits)."""
-    from datakit.quality import text
+    from datakit.quality import _en_tokenizer_rules as R
 
+    infix = re.compile(R.INFIX).search
     alnum = [chr(c) for c in range(0x110000) if chr(c).isalnum()]
     for c in alnum:
         for s in (f"a{c}a", f"A{c}A", f"1{c}1", c + c):
-            assert next(text._INFIX(s), None) is None, repr(s)
+            assert infix(s) is None, repr(s)
 
 
 def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
@@ -451,13 +513,30 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
     import os
     import pathlib
     import random
+    from datakit.quality import _en_tokenizer_rules as R
     from datakit.quality import text
 
     every_char = frozenset(chr(x) for x in range(0x110000) if not 0xD800 <= x <= 0xDFFF)
 
+    infixes = re.compile(R.INFIX).finditer
+
+    def split_infixes(s, out):  # every infix match, by a scan of every position
+        pos = 0
+        for m in infixes(s):
+            a, b = m.start(), m.end()
+            if a == 0:
+                continue
+            if a != pos:
+                out.append(s[pos:a])
+            if a != b:
+                out.append(s[a:b])
+            pos = b
+        if s[pos:]:
+            out.append(s[pos:])
+
     def full(c):  # the rules without shortcuts
-        saved = text._SUFFIX_LAST
-        text._SUFFIX_LAST = every_char
+        saved = text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW
+        text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW = every_char, (lambda s: not s), 10 ** 9
         try:
             prefixes, suffixes = [], []
             s = text._split_affixes(c, prefixes, suffixes)
@@ -469,7 +548,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
                 elif text._URL(s):
                     out.append(s)
                 else:
-                    text._split_infixes(s, out)
+                    split_infixes(s, out)
             out.extend(reversed(suffixes))
             i = 0
             while i < len(out) - 1:
@@ -481,7 +560,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
                 i += 1
             return tuple(text._SPECIAL.get(c, out))
         finally:
-            text._SUFFIX_LAST = saved
+            text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW = saved
 
     pieces = set()
     for f in sorted(pathlib.Path(os.path.dirname(os.__file__)).glob("*.py"))[:40]:
@@ -489,7 +568,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
     rng = random.Random(5)
     keys = [k for k in text._SPECIAL if not any(ch.isspace() for ch in k)]
     for _ in range(3000):
-        pieces.add("".join(rng.choice(keys + ["(", ")", ".", ",", "'", '"', "-", ":", "a", "1"])
+        pieces.add("".join(rng.choice(keys + ["(", ")", ".", ",", "'", '"', "-", ":", "a", "1", "km", "’s", "/", "+", "…"])
                            for _ in range(rng.randint(1, 5))))
     assert len(pieces) > 5000
     for c in sorted(pieces):

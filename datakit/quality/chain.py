@@ -21,7 +21,7 @@ from typing import Any
 from . import c4, fineweb, gopher, langid
 from .config import QualityRules
 from .language_rules import LanguageSettings, settings_for
-from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION, Rule, first_failure
+from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION_LINES, GOPHER_REPETITION_NGRAMS, Rule, first_failure
 from .urls import UrlLists
 
 # Attribute columns the quality stage adds to every document (None where a measure was not computed).
@@ -116,9 +116,13 @@ class Chain:
         cfg = out.settings.configs.get("gopher_repetition")
         if cfg is None:
             return None
-        m = gopher.repetition_measures(out.text, split=out.settings.split)
+        m = gopher.line_repetition_measures(out.text)
         out.measures.update(m)
-        hit = first_failure(GOPHER_REPETITION, m, cfg)
+        hit = first_failure(GOPHER_REPETITION_LINES, m, cfg)
+        if hit is None or self.rules.annotate_only:  # a removed document's later measures are never needed
+            m = gopher.ngram_repetition_measures(out.text, split=out.settings.split)
+            out.measures.update(m)
+            hit = hit or first_failure(GOPHER_REPETITION_NGRAMS, m, cfg)
         return _failure(*hit, cfg) if hit else None
 
     def _quality(self, doc: dict, out: Outcome) -> Failure | None:

@@ -26,13 +26,7 @@ def measures(text: str, short_line_length: int = 30, split: str = "spacy_en") ->
     if not lines:
         return {"fineweb_line_punct_ratio": 0.0, "fineweb_short_line_ratio": 1.0, "fineweb_char_dup_ratio": 0.0,
                 "fineweb_list_ratio": 0.0}
-    seen: set[str] = set()
-    dup_chars = 0
-    for line in lines:
-        if line in seen:
-            dup_chars += len(line)
-        else:
-            seen.add(line)
+    dup_chars = sum(map(len, lines)) - sum(map(len, set(lines)))  # every line less the first of each value
     n_chars = len(text.replace("\n", "")) or 1
     n_words = len(tokens(text, split)) or 1
     return {

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Iterable
 
 from .ngrams import SMALL, ngram_chars
-from .text import split_tokens, tokens
+from .text import PUNCTUATION, tokens
 
 STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
 BULLETS = ("•", "-")
@@ -46,7 +47,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n{2,}")
 _LINE_BREAKS = re.compile(r"\n+")
 
 
-def count_stop_words(text: str, words: list[str], stop_words: frozenset[str], split: str) -> int:
+def count_stop_words(text: str, words: Iterable[str], stop_words: frozenset[str], split: str) -> int:
     """How many distinct ``stop_words`` occur: among the lowercased words, or, for a text split by
     character (whose words are single characters), anywhere in the text."""
     if split == "chars":
@@ -57,34 +58,37 @@ def count_stop_words(text: str, words: list[str], stop_words: frozenset[str], sp
 
 
 def quality_measures(text: str, stop_words: frozenset[str] = STOP_WORDS, split: str = "spacy_en") -> dict[str, float]:
-    """The Gopher quality measures of ``text`` (see the module docstring)."""
-    toks, words = split_tokens(text, split)
-    n_tok = len(toks)
+    """The Gopher quality measures of ``text`` (see the module docstring). Each distinct token is looked
+    at once (a document repeats most of its words), its count standing for its occurrences."""
+    counts = Counter(tokens(text, split))
+    n_tok = sum(counts.values())
+    n_words = word_chars = alpha = 0
+    words = []
+    for t, k in counts.items():
+        if not PUNCTUATION.issuperset(t):
+            words.append(t)
+            n_words += k
+            word_chars += len(t) * k
+        if t.isalpha() or any(c.isalpha() for c in t):
+            alpha += k
     lines = text.splitlines() or [""]
     stripped = [line.strip() for line in lines]
     return {
-        "gopher_words": float(len(words)),
-        "gopher_avg_word_length": sum(map(len, words)) / len(words) if words else 0.0,
+        "gopher_words": float(n_words),
+        "gopher_avg_word_length": word_chars / n_words if n_words else 0.0,
         "gopher_hash_ratio": text.count("#") / n_tok if n_tok else 0.0,
         "gopher_ellipsis_ratio": (text.count("...") + text.count("…")) / n_tok if n_tok else 0.0,
         "gopher_bullet_lines": sum(s.startswith(BULLETS) for s in stripped) / len(lines),
         "gopher_ellipsis_lines": sum(s.endswith(ELLIPSES) for s in stripped) / len(lines),
-        "gopher_alpha_words": sum(any(c.isalpha() for c in t) for t in toks) / n_tok if n_tok else 0.0,
+        "gopher_alpha_words": alpha / n_tok if n_tok else 0.0,
         "gopher_stop_words": float(count_stop_words(text, words, stop_words, split)),
     }
 
 
 def _repeats(items: list[str]) -> tuple[int, int]:
-    """(items equal to an earlier item, their characters)."""
-    seen: set[str] = set()
-    count = chars = 0
-    for item in items:
-        if item in seen:
-            count += 1
-            chars += len(item)
-        else:
-            seen.add(item)
-    return count, chars
+    """(items equal to an earlier item, their characters): every item less the first of each value."""
+    distinct = set(items)
+    return len(items) - len(distinct), sum(map(len, items)) - sum(map(len, distinct))
 
 
 def top_ngram_chars(toks: list[str], n: int) -> int:
@@ -116,25 +120,35 @@ def dup_ngram_chars(toks: list[str], n: int) -> int:
 def repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
                         split: str = "spacy_en") -> dict[str, float]:
     """The Gopher repetition measures of ``text`` (see the module docstring) for the given n."""
+    return {**line_repetition_measures(text), **ngram_repetition_measures(text, top, dup, split)}
+
+
+def line_repetition_measures(text: str) -> dict[str, float]:
+    """The paragraph and line measures (rep_dup_para_*, rep_dup_line_*): the repetition rules' first
+    four, which need no words, so the chain checks them before splitting the text into words."""
     n_chars = len(text) or 1
     paras = _PARAGRAPH_BREAK.split(text.strip())
     lines = _LINE_BREAKS.split(text)
     p_count, p_chars = _repeats(paras)
     l_count, l_chars = _repeats(lines)
-    out = {
+    return {
         "rep_dup_para_frac": p_count / len(paras),
         "rep_dup_para_char_frac": p_chars / n_chars,
         "rep_dup_line_frac": l_count / len(lines),
         "rep_dup_line_char_frac": l_chars / n_chars,
     }
+
+
+def ngram_repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
+                              split: str = "spacy_en") -> dict[str, float]:
+    """The word n-gram measures (rep_top_{n}_gram, rep_dup_{n}_gram) for the given n."""
+    n_chars = len(text) or 1
     toks = tokens(text, split)
     if len(toks) < SMALL:
         tops = {n: top_ngram_chars(toks, n) for n in top}
         dups = {n: dup_ngram_chars(toks, n) for n in dup}
     else:
         tops, dups = ngram_chars(toks, top, dup)
-    for n in top:
-        out[f"rep_top_{n}_gram"] = tops[n] / n_chars
-    for n in dup:
-        out[f"rep_dup_{n}_gram"] = dups[n] / n_chars
+    out = {f"rep_top_{n}_gram": tops[n] / n_chars for n in top}
+    out.update({f"rep_dup_{n}_gram": dups[n] / n_chars for n in dup})
     return out

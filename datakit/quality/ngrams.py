@@ -26,10 +26,11 @@ SMALL = 64  # shorter token lists: the plain definitions are faster
 
 
 def _ids(toks: list[str]) -> tuple[np.ndarray, int]:
-    """Token ids in order of first occurrence, and how many distinct tokens there are."""
-    index: dict[str, int] = {}
-    ids = np.fromiter((index.setdefault(t, len(index)) for t in toks), np.int64, len(toks))
-    return ids, len(index)
+    """Each token's id: the position of its first occurrence (one C-level pass, no Python loop), and a
+    bound on the ids (the token count)."""
+    first: dict[str, int] = {}
+    ids = np.fromiter(map(first.setdefault, toks, range(len(toks))), np.int64, len(toks))
+    return ids, len(toks)
 
 
 def _chars(toks: list[str], p: int, n: int) -> int:
@@ -68,7 +69,7 @@ def _dup(toks: list[str], pos: list[int], gram: list[int], n: int) -> int:
 
 def ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> tuple[dict[int, int], dict[int, int]]:
     """({n: top_ngram_chars(toks, n)}, {n: dup_ngram_chars(toks, n)}) for the given n."""
-    ids, distinct = _ids(toks)
+    ids, bound = _ids(toks)
     total = len(ids)
     tops = {n: 0 for n in top if n > total}
     dups = {n: 0 for n in dup if n > total}
@@ -77,7 +78,7 @@ def ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> 
     for n in range(2, min(max((*top, *dup), default=1), total) + 1):
         fits = pos <= total - n
         pos, gram = pos[fits], gram[fits]
-        key = gram * distinct + ids[pos + n - 1]  # < total ** 2: no overflow
+        key = gram * bound + ids[pos + n - 1]  # < total ** 2: no overflow
         _, first, gram, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
         if n in top:
             tops[n] = _top(toks, pos, first, counts, n)

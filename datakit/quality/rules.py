@@ -36,6 +36,8 @@ GOPHER_REPETITION = _rules("gopher_repetition", [
     *[(f"top_{n}_gram_frac", f"rep_top_{n}_gram", _GT) for n in (2, 3, 4)],
     *[(f"dup_{n}_gram_frac", f"rep_dup_{n}_gram", _GT) for n in range(5, 11)],
 ])
+# The repetition rules that need no words (paragraphs, lines), and the word n-gram ones after them.
+GOPHER_REPETITION_LINES, GOPHER_REPETITION_NGRAMS = GOPHER_REPETITION[:4], GOPHER_REPETITION[4:]
 GOPHER_QUALITY = _rules("gopher_quality", [
     ("min_doc_words", "gopher_words", _LT),
     ("max_doc_words", "gopher_words", _GT),

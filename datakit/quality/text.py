@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import chain
+from typing import Callable
 
 from . import _en_tokenizer_rules as _R
 
@@ -62,18 +64,24 @@ PUNCTUATION = frozenset(
 
 _PREFIX = re.compile(_R.PREFIX).search
 _SUFFIX = re.compile(_R.SUFFIX).search
-_INFIX = re.compile(_R.INFIX).finditer
+_INFIX_AT = re.compile(_R.INFIX).match
 _URL = re.compile(_R.URL).match
 _SPECIAL: dict[str, tuple[str, ...]] = _R.SPECIAL
 # Special cases made of characters the affix/infix rules split (emoticons, "''"): spaCy matches them
 # again over the split tokens and merges them back.
 _MERGE = {k: v for k, v in _SPECIAL.items() if not k.isalnum() and not k.isspace()}
 _MERGE_PREFIXES = frozenset(k[:i] for k in _MERGE for i in range(1, len(k) + 1))
-_SUFFIX_WINDOW = 24
+_SUFFIX_WINDOW = 6
 # A piece ending with a character no suffix rule ends with has no suffix: skip the (12k-character) regex.
 _SUFFIX_LAST = frozenset(chr(c) for a, b in _R.SUFFIX_LAST for c in range(a, b + 1))
-_CACHE: dict[str, tuple[str, ...]] = {}
-_CACHE_MAX = 500_000
+# A piece ending with a letter or digit has a suffix only as "'s" (or "’s", "'S", "’S") or as a unit of at
+# most _UNIT_MAX characters after an ASCII digit ("5km"): every other suffix rule ends with a mark.
+_UNIT_MAX = 5
+_APOSTROPHES = ("'", "’")
+_ASCII_DIGIT = re.compile("[0-9]").search
+# The characters an infix match can start with: only their positions are tried (`_split_infixes`).
+_INFIX_START = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _R.INFIX_FIRST) + "]").search
+_CACHE_MAX = 500_000  # pieces kept per way of splitting
 _last: tuple[str | None, str, list[str]] = (None, "", [])
 
 WORD_SPLITS = ("spacy_en", "spaces", "chars")
@@ -85,18 +93,29 @@ _MARKS = ("\u0300-\u036f\u0e31\u0e34-\u0e3a\u0e47-\u0e4e\u0eb1\u0eb4-\u0ebc\u0ec
           "\u17b6-\u17d3\u3099\u309a")
 _DENSE_CHAR = re.compile(f"([{_DENSE}][{_MARKS}]*)")
 _HAS_DENSE = re.compile(f"[{_DENSE}]").search
-_CACHES: dict[str, dict[str, tuple[str, ...]]] = {"spacy_en": _CACHE, "spaces": {}, "chars": {}}
+
+
+def _no_suffix(s: str) -> bool:
+    """Whether no suffix rule can match at the end of ``s``, told from its last characters alone: no rule
+    ends with its last character, or that is a letter or digit after neither an apostrophe ("'s") nor,
+    within _UNIT_MAX characters, an ASCII digit ("5km")."""
+    if not s or s[-1] not in _SUFFIX_LAST:
+        return True
+    end = len(s) - 1
+    return s[-1].isalnum() and s[-2:-1] not in _APOSTROPHES and not _ASCII_DIGIT(s, end - _UNIT_MAX, end)
 
 
 def _suffix_len(s: str) -> int:
-    """spaCy's find_suffix, searching only the end of a long piece (every suffix rule is short; a match at
-    the window's start is checked on the whole piece)."""
-    if not s or s[-1] not in _SUFFIX_LAST:
+    """spaCy's find_suffix, searching only the last _SUFFIX_WINDOW positions: every suffix rule but a run
+    of periods is at most that long, and a run of periods reaching back past the window also matches at
+    its start, so a match found after the window's start (or none) is the whole piece's leftmost one; a
+    match at the window's start is searched again on the whole piece."""
+    if _no_suffix(s):
         return 0
-    if len(s) > _SUFFIX_WINDOW:
-        w = len(s) - _SUFFIX_WINDOW
+    w = len(s) - _SUFFIX_WINDOW
+    if w > 0:
         m = _SUFFIX(s, w)
-        if m is None or m.start() > w + 2:
+        if m is None or m.start() > w:
             return m.end() - m.start() if m else 0
     m = _SUFFIX(s)
     return m.end() - m.start() if m else 0
@@ -164,19 +183,25 @@ def _piece(c: str) -> tuple[str, ...]:
 
 def _split_infixes(s: str, out: list[str]) -> None:
     """Append ``s`` cut at its infix matches (hyphens between letters, ...): the pieces between them and
-    each non-empty match; a match at the very start does not cut."""
-    pos = 0
-    for m in _INFIX(s):
-        a, b = m.start(), m.end()
+    each match; a match at the very start does not cut. The matches are a left-to-right scan's (what
+    ``finditer`` gives), trying only the positions holding a character a match can start with (every
+    infix rule consumes at least one character, the first from INFIX_FIRST)."""
+    scan = cut = 0
+    while (start := _INFIX_START(s, scan)) is not None:
+        a = start.start()
+        m = _INFIX_AT(s, a)
+        if m is None:
+            scan = a + 1
+            continue
+        scan = b = m.end()
         if a == 0:
             continue
-        if a != pos:
-            out.append(s[pos:a])
-        if a != b:
-            out.append(s[a:b])
-        pos = b
-    if s[pos:]:
-        out.append(s[pos:])
+        if a != cut:
+            out.append(s[cut:a])
+        out.append(s[a:b])
+        cut = b
+    if s[cut:]:
+        out.append(s[cut:])
 
 
 def _merge_specials(out: list[str]) -> None:
@@ -257,26 +282,34 @@ _SPLIT_PIECE = {"spacy_en": _piece, "spaces": _peel, "chars": _by_char}
 _PLAIN = {"spacy_en": _plain_en, "spaces": _plain_spaces, "chars": _plain_chars}
 
 
+class _Pieces(dict):
+    """Whitespace piece -> its tokens, for one way of splitting, filled the first time a piece is seen (a
+    plain word is its own one token; any other piece is split by ``split_piece``). `tokens` looks every
+    piece up from C (``map`` over ``__getitem__``): only a piece not kept yet runs Python. Emptied when it
+    holds _CACHE_MAX pieces, so its memory stays bounded."""
+
+    def __init__(self, split_piece: Callable[[str], tuple[str, ...]], plain: Callable[[str], bool]):
+        super().__init__()
+        self.split_piece, self.plain = split_piece, plain
+
+    def __missing__(self, c: str) -> tuple[str, ...]:
+        hit = (c,) if c.isalnum() and self.plain(c) else self.split_piece(c)
+        if len(self) >= _CACHE_MAX:
+            self.clear()
+        self[c] = hit
+        return hit
+
+
+_CACHES = {split: _Pieces(_SPLIT_PIECE[split], _PLAIN[split]) for split in WORD_SPLITS}
+
+
 def tokens(text: str, split: str = "spacy_en") -> list[str]:
     """Every token (content words and symbols), in order, split the ``split`` way (see the module
     docstring). The last text's tokens are kept, so the rules that measure the same text tokenize it once."""
     global _last
     if text is _last[0] and split == _last[1]:
         return _last[2]
-    out: list[str] = []
-    cache = _CACHES[split]
-    piece, plain = _SPLIT_PIECE[split], _PLAIN[split]
-    for c in text.split():
-        if c.isalnum() and plain(c):
-            out.append(c)
-            continue
-        hit = cache.get(c)
-        if hit is None:
-            hit = piece(c)
-            if len(cache) >= _CACHE_MAX:
-                cache.clear()
-            cache[c] = hit
-        out.extend(hit)
+    out = list(chain.from_iterable(map(_CACHES[split].__getitem__, text.split())))
     _last = (text, split, out)
     return out
 
