@@ -114,11 +114,8 @@ IDS_PER_PARTITION = 1 << 20
 
 
 def default_partitions(rows: int, files: int) -> int:
-    """Reducers of the survivor shuffle, sized by the ids (``IDS_PER_PARTITION`` each), at most one per
-    file and 512 in all. Not one per file: with ~8 MiB normalize parts the file count grows with the
-    corpus and the shuffle's map x reduce frames with its square (400 files of 229k documents: 51.5
-    CPU-s with 400 reducers, 4.2 with this default's one). Partitioning never changes the result."""
-    return max(1, min(512, files, -(-rows // IDS_PER_PARTITION)))
+    """Reducers of the survivor shuffle, sized by the ids (`batches.reducers_for`)."""
+    return batches.reducers_for(rows, IDS_PER_PARTITION, files)
 
 
 def exact_dups(

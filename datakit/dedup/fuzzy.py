@@ -577,12 +577,9 @@ ENTRIES_PER_PARTITION = 1 << 19  # bucket entries (key, node) per reducer of the
 
 
 def default_partitions(rows: int, minhash_params: dict, files: int) -> int:
-    """Reducers per internal shuffle, sized by the bucket entries (rows x bands), at most one per file and
-    512 in all. Not one per file: with ~8 MiB normalize parts the file count grows with the corpus, and
-    every shuffle's map x reduce runs with it (at 405 MB in 64 files, 64 reducers cost 15.9 CPU-s where
-    4 cost 9.3, the same clusters). Partitioning never changes the result."""
-    entries = rows * int(minhash_params.get("bands", 1))
-    return max(1, min(512, files, -(-entries // ENTRIES_PER_PARTITION)))
+    """Reducers per internal shuffle, sized by the bucket entries (rows x bands: `batches.reducers_for`;
+    at 405 MB in 64 files, one reducer per file cost 15.9 CPU-s where 4 cost 9.3, the same clusters)."""
+    return batches.reducers_for(rows * int(minhash_params.get("bands", 1)), ENTRIES_PER_PARTITION, files)
 
 
 def _setup(srcs: list[FuzzySource], entries: list[FileEntry], mh_params: dict, mh_dirs: dict[str, str],

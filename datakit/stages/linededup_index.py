@@ -123,11 +123,8 @@ KEYS_PER_PARTITION = 4 << 20
 
 
 def default_partitions(keys: int, files: int) -> int:
-    """Reducers of the index shuffle, sized by the segment keys, at most one per file and 512 in all: one
-    per file made the shuffle's map x reduce frames grow with the square of the file count, which grows
-    with the corpus (exact dedup's measure: 400 files, 51.5 CPU-s against 4.2). Partitioning never
-    changes the removals."""
-    return max(1, min(512, files, -(-keys // KEYS_PER_PARTITION)))
+    """Reducers of the index shuffle, sized by the segment keys (`batches.reducers_for`)."""
+    return batches.reducers_for(keys, KEYS_PER_PARTITION, files)
 
 
 def index(ctx: StepContext, inputs: list[tuple[str, str, str, int]]) -> dict:
