@@ -18,7 +18,8 @@ import pytest
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.cache import CacheNotReady, open_cache
 from datakit.tokenize.fixtures import SCHEMA, doc_id, license_texts, stdlib_texts, write_source
-from datakit.tokenize.tokenize_step import SPLITS, _byte_lengths, is_validation, tokenize_source
+from datakit.core.arrow_numpy import byte_lengths as _byte_lengths
+from datakit.tokenize.tokenize_step import SPLITS, is_validation, tokenize_source
 from datakit.tokenize.tokenizer import EOS_TOKEN, load_tokenizer, train_tokenizer
 
 INLINE = ExecConfig(backend="inline")

@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.core import arrow_numpy as an
+
 MAGIC, VERSION = 793712314, 12
 EOS = b"</s>"
 LABEL_PREFIX = b"__label__"
@@ -45,32 +47,6 @@ _WORD_BYTES = bytes(b not in b" \t\n\v\f\r\0" for b in range(256))
 _LABEL_WORD = int.from_bytes(LABEL_PREFIX[:8], "little")
 
 
-def arrow_array(values: np.ndarray) -> pa.Array:
-    """A 1-d numpy array of numbers (not bools: Arrow packs those in bits) as an Arrow array over the same
-    memory. ``pa.array`` would do it but first asks whether the value is a pandas object, which imports
-    pandas (about 50 MB and a tenth of a CPU-second in a worker process that never uses it)."""
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
-def _numpy(arr: pa.Array, dtype: type) -> np.ndarray:
-    """A null-free Arrow array of numbers as a numpy view (``to_numpy(zero_copy_only=False)`` imports
-    pandas: `arrow_array`)."""
-    return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np.dtype(dtype).itemsize)
-
-
-def _binary_array(kind: pa.DataType, items: list[bytes]) -> pa.Array:
-    """``items`` as a large_binary or large_string array, built from their lengths and bytes (`arrow_array`)."""
-    offsets = np.zeros(len(items) + 1, np.int64)
-    np.cumsum([len(b) for b in items], out=offsets[1:])
-    return pa.Array.from_buffers(kind, len(items), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(items))])
-
-
-def _offsets(arr: pa.Array) -> np.ndarray:
-    """The int64 value offsets of a large_string / large_binary array (a slice's own window of them)."""
-    return np.frombuffer(arr.buffers()[1], np.int64, len(arr) + 1, 8 * arr.offset)
-
-
 def fnv1a(tokens: pa.Array) -> np.ndarray:
     """fastText's word hash (FNV-1a over the bytes, each byte sign-extended as a C ``char``) per token, as
     int32 (fastText keeps word hashes in an int32 vector)."""
@@ -78,7 +54,7 @@ def fnv1a(tokens: pa.Array) -> np.ndarray:
     n = len(tokens)
     if n == 0:
         return np.zeros(0, dtype=np.int32)
-    offsets = _offsets(tokens)
+    offsets = an.offsets(tokens)
     data = np.frombuffer(tokens.buffers()[2], np.int8) if tokens.buffers()[2] is not None else np.zeros(0, np.int8)
     return _fnv1a_spans(data, offsets[:-1], np.diff(offsets))
 
@@ -231,7 +207,7 @@ class Scorer:
         pos = labels.index(positive)
         # logits [x * out[pos], x * out[neg]]: P(pos) = sigmoid(x * (out[pos] - out[neg]))
         self.scale = float(out[pos]) - float(out[1 - pos])
-        self.vocab = _binary_array(pa.large_binary(), words[:self.nwords])
+        self.vocab = an.binary_array(pa.large_binary(), words[:self.nwords])
         self.hashes = fnv1a(self.vocab)
         self.eos = words.index(EOS)
         self.s_words = np.append(self.s[:self.nwords], 0.0)  # id -1 (unknown): a +0.0 term
@@ -244,7 +220,7 @@ class Scorer:
         _MID of them, longer ones an Arrow array for ``index_in`` (few words, few tokens). Words that no
         token can equal (holding a separator byte) are left out, and a repeated word keeps its first id,
         as ``index_in`` would."""
-        offsets = _offsets(self.vocab)
+        offsets = an.offsets(self.vocab)
         u8 = np.frombuffer(self.vocab.buffers()[2], np.uint8)[offsets[0]:offsets[-1]].copy()
         starts, lens = offsets[:-1] - offsets[0], np.diff(offsets)
         ok = lens > 0
@@ -258,7 +234,7 @@ class Scorer:
         self._short = _Table([_word(view, starts[short], lens[short], 0)], ids[short])
         self._mid = _Table([_word(view, starts[mid], lens[mid], k) for k in range(_MID)], ids[mid])
         long = np.flatnonzero(ok & (lens > 8 * _MID))
-        self._long, self._long_ids = self.vocab.take(arrow_array(long)), long
+        self._long, self._long_ids = self.vocab.take(an.from_numpy(long)), long
 
     def score(self, texts: Any, max_chars: int) -> np.ndarray:
         """fastText's P(positive) (smoothed as its predict reports it) per text, float64; ``texts`` is a
@@ -272,7 +248,7 @@ class Scorer:
         if len(arr) == 0:
             return np.zeros(0, dtype=np.float64)
         # batches of about _BATCH_BYTES of text bound the memory the token arrays take
-        ends = _offsets(arr)
+        ends = an.offsets(arr)
         cuts = np.unique(np.searchsorted(ends - ends[0], np.arange(1, int(ends[-1] - ends[0]) // _BATCH_BYTES + 1)
                                          * _BATCH_BYTES, side="right"))
         bounds = [0] + [int(c) for c in cuts if 0 < c < len(arr)] + [len(arr)]
@@ -312,7 +288,7 @@ class Scorer:
             ids[mid] = self._mid.find([w0[mid]] + [_word(view, at, size, k) for k in range(1, _MID)])
             if len(long) and len(self._long):
                 found = pc.index_in(_spans_array(u8, starts[long], lens[long]), value_set=self._long)
-                found = _numpy(found.fill_null(arrow_array(np.full(1, -1, np.int32))[0]), np.int32)
+                found = an.to_numpy(found.fill_null(an.from_numpy(np.full(1, -1, np.int32))[0]), np.int32)
                 ids[long] = np.where(found >= 0, self._long_ids[found], -1)
         return ids, w0
 
@@ -390,7 +366,7 @@ def _tokens(arr: pa.Array, max_chars: int) -> tuple[np.ndarray, np.ndarray, np.n
     non-separator bytes (the tokens Arrow's ascii_split_whitespace gives once NUL is a space), as spans
     of the texts' byte buffer: (buffer as uint8, starts, lengths, words per text). numpy over the bytes,
     no token arrays: a few passes over the text where Arrow built a list array of strings."""
-    empty = _binary_array(arr.type, [b""])[0]  # a scalar without pa.scalar, which imports pandas
+    empty = an.binary_array(arr.type, [b""])[0]  # a scalar without pa.scalar, which imports pandas
     arr, off, ends = _truncate(arr.fill_null(empty) if arr.null_count else arr, max_chars)
     buf = arr.buffers()[2]
     u8 = np.frombuffer(buf, np.uint8) if buf is not None else np.zeros(0, np.uint8)
@@ -417,17 +393,17 @@ def _truncate(arr: pa.Array, max_chars: int) -> tuple[pa.Array, np.ndarray, np.n
     """(texts, offsets, end of each text's first max_chars characters). Only texts of more than max_chars
     bytes can be longer: their cut is measured by Arrow's utf8_slice_codeunits (what the scores have
     always read); where much would be cut, every text is sliced instead, not to scan the rest."""
-    off = _offsets(arr)
+    off = an.offsets(arr)
     over = np.flatnonzero(np.diff(off) > max_chars)
     if not len(over):
         return arr, off, off[1:]
     if int((off[over + 1] - off[over] - max_chars).sum()) * 4 > int(off[-1] - off[0]):
         arr = pc.utf8_slice_codeunits(arr, 0, max_chars)
-        off = _offsets(arr)
+        off = an.offsets(arr)
         return arr, off, off[1:]
-    kept = pc.binary_length(pc.utf8_slice_codeunits(arr.take(arrow_array(over)), 0, max_chars))
+    kept = pc.binary_length(pc.utf8_slice_codeunits(arr.take(an.from_numpy(over)), 0, max_chars))
     ends = off[1:].copy()
-    ends[over] = off[over] + _numpy(kept, np.int64)
+    ends[over] = off[over] + an.to_numpy(kept, np.int64)
     return arr, off, ends
 
 

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
+from datakit.core.arrow_numpy import from_numpy
 from datakit.core.fsio import atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, sha256_file
 from datakit.core.layout import join
 from datakit.core.results import StepResult
@@ -37,7 +38,6 @@ from datakit.manifest import Manifest, Section
 from datakit.classify import heldout
 from datakit.classify import model as clf
 from datakit.classify import select as sel
-from datakit.classify.compact import arrow_array
 from datakit.classify.config import ClassifierConfig
 from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
@@ -120,7 +120,7 @@ def score_file(name: str, table: pa.Table, model_path: str, sha: str,
     scores = clf.load_scorer(model_path, sha).score(table.column("text"), max_chars)
     if sel.SCORE in table.column_names:
         table = table.drop([sel.SCORE])
-    table = table.append_column(sel.SCORE, arrow_array(scores))
+    table = table.append_column(sel.SCORE, from_numpy(scores))
     n = table.num_rows
     return table, [], {"docs_in": n, "docs_out": n, "removed": 0}
 

@@ -49,6 +49,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import atomic_write_bytes, copy_file, is_dir, read_bytes, sha256_file, store_url
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
@@ -214,30 +215,6 @@ def _require_columns(path: str, names: list[str]) -> None:
             raise ValueError(f"{path}: missing column {col!r} (columns: {names}); expected consolidated records")
 
 
-def _byte_lengths(texts: pa.Array) -> np.ndarray:
-    """UTF-8 bytes per string of a string or large_string array (0 for a null), read off its offsets
-    buffer. Not ``pc.binary_length(...).to_numpy()`` or ``fill_null``: pyarrow's ``to_numpy`` goes
-    through its pandas conversion layer and ``pa.scalar`` through its pandas checks, and either
-    imports pandas where it is installed: 0.3 CPU-s per worker process, for none of its use."""
-    n = len(texts)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    width = np.dtype(np.int64 if pa.types.is_large_string(texts.type) else np.int32)
-    offsets = np.frombuffer(texts.buffers()[1], dtype=width, count=n + 1, offset=texts.offset * width.itemsize)
-    lengths = np.diff(offsets).astype(np.int64)
-    if texts.null_count:
-        lengths[~_valid(texts)] = 0  # a null slot's offsets may span bytes
-    return lengths
-
-
-def _valid(arr: pa.Array) -> np.ndarray:
-    """Which rows are not null, from the validity bitmap (see ``_byte_lengths`` for why not to_numpy)."""
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=bool)
-    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
-    return bits[arr.offset:arr.offset + len(arr)].astype(bool)
-
-
 def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Array]]:
     """(first row number, id column, text column) chunks of about ``batch_bytes`` of text, cut by the
     texts' byte lengths (not by row count: one record batch of long documents can hold far more than
@@ -253,7 +230,7 @@ def _batches(path: str, batch_bytes: int) -> Iterator[tuple[int, pa.Array, pa.Ar
         for rb in pf.iter_batches(batch_size=1024, columns=["id", "text"], use_threads=False):
             id_col, text_col = rb.column(0), rb.column(1)
             if pa.types.is_string(text_col.type) or pa.types.is_large_string(text_col.type):
-                lengths = _byte_lengths(text_col)
+                lengths = an.byte_lengths(text_col)
             else:  # wrong type: let the caller's type check report it with the file name
                 lengths = np.zeros(len(text_col), dtype=np.int64)
             cum = np.cumsum(lengths, dtype=np.int64)
@@ -299,8 +276,8 @@ def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: 
     the documents' hashes: see :mod:`datakit.tokenize.trim`)."""
     _check_types(path, ids, texts)
     if ids.null_count or texts.null_count:
-        id_ok = _valid(ids)
-        valid = id_ok & _valid(texts)
+        id_ok = an.valid(ids)
+        valid = id_ok & an.valid(texts)
         for r in np.flatnonzero(~valid):
             bad.add(path, first_row + int(r), "text" if id_ok[r] else "id")
         keep = pa.array(valid)
@@ -308,7 +285,7 @@ def _prepare(spec: _ShardSpec, path: str, first_row: int, ids: pa.Array, texts: 
     text_list = texts.to_pylist()
     hashes = trim.doc_hashes(ids, texts)
     val_mask = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
-    doc_bytes = _byte_lengths(texts)
+    doc_bytes = an.byte_lengths(texts)
     pieces, piece_counts = to_pieces(text_list, spec.max_chars)
     return pieces, piece_counts, val_mask, doc_bytes, hashes
 
@@ -545,7 +522,7 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     in_split = {"train": ~val, "validation": val}
     fresh_rows = {s: np.flatnonzero(in_split[s])[rows[s] < 0] for s in SPLITS}
-    doc_bytes = _byte_lengths(texts)
+    doc_bytes = an.byte_lengths(texts)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     new_rows = np.sort(np.concatenate([fresh_rows[s] for s in SPLITS]))
     engine = None

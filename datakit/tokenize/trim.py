@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from datakit.core import arrow_numpy as an
+
 __all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "doc_hashes", "validation_mask", "split_rows", "splice", "to_npy_bytes",
            "from_npy_bytes"]
 
@@ -43,10 +45,8 @@ def _utf8(arr: pa.Array) -> tuple[memoryview, list[int]]:
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     if arr.null_count:
         raise ValueError("document hashes need every id and text (a null reached the hashing)")
-    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
-    _validity, offsets, data = arr.buffers()
-    ends = np.frombuffer(offsets, dtype=width)[arr.offset:arr.offset + len(arr) + 1]
-    return memoryview(data if data is not None else b""), ends.tolist()
+    data = arr.buffers()[2]
+    return memoryview(data if data is not None else b""), an.offsets(arr).tolist()
 
 
 def doc_hashes(ids: pa.Array, texts: pa.Array) -> np.ndarray:
