@@ -292,7 +292,6 @@ def _kept_threads(name: str, n: int) -> ThreadPoolExecutor:
     return _POOLS[key]
 
 
-
 def _in_slices(run: Callable[[Sequence[str]], list], pieces: Sequence[str], threads: int) -> list:
     """``run`` over ``threads`` contiguous slices of ``pieces``, results in order: the first slice on
     this thread (which owns the encoding's regex caches when it is the step's encode thread), the

@@ -480,11 +480,16 @@ def _earlier_splits(earlier: reuse.Earlier, key: str) -> dict[str, tuple[np.ndar
     return out
 
 
+def _shard_encoder(spec: _ShardSpec) -> ShardEncoder:
+    """A shard's encoder: the step's engine, checked against HF as the spec says."""
+    return ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
+                        check_chars=spec.engine_check_chars)
+
+
 def _encode_fresh(spec: _ShardSpec, texts: list[str]) -> tuple[np.ndarray, np.ndarray, dict]:
     """The documents ``texts`` encoded as a shard encodes them (pieces, EOS, optional BOS): (their tokens,
     their offsets, the encoder's record)."""
-    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
-                           check_chars=spec.engine_check_chars)
+    encoder = _shard_encoder(spec)
     pieces, piece_counts = to_pieces(texts, spec.max_chars)
     ids, piece_lens = encoder.encode_flat(pieces)
     tokens, doc_lens = assemble_flat(ids, piece_lens, piece_counts, eos_id=int(spec.identity["eos_id"]),
@@ -590,8 +595,7 @@ def tokenize_shard(file: FileInfo, index: int, total: int, spec: _ShardSpec) -> 
     if spliced is not None:
         return {**spliced, "index": index, "key": key}
 
-    encoder = ShardEncoder(_engine_for(spec), threads=_encoder_threads(spec), min_pieces=spec.engine_check_pieces,
-                           check_chars=spec.engine_check_chars)
+    encoder = _shard_encoder(spec)
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     out = _ShardWriter(spec, dirs, names)
     bad = _BadRows()
