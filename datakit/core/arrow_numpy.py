@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["offsets", "byte_lengths", "valid", "from_numpy", "to_numpy", "binary_array"]
+__all__ = ["offsets", "byte_lengths", "valid", "from_numpy", "to_numpy", "binary_array", "strings", "bools", "from_bools", "column", "numbers_table",
+           "columns", "empty", "combined", "rows_table"]
 
 
 def offsets(arr: pa.Array) -> np.ndarray:
@@ -60,3 +61,96 @@ def binary_array(kind: pa.DataType, items: Sequence[bytes]) -> pa.Array:
     ends = np.zeros(len(items) + 1, np.int64)
     np.cumsum([len(b) for b in items], out=ends[1:])
     return pa.Array.from_buffers(kind, len(items), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(items))])
+
+
+def _validity(present: np.ndarray) -> pa.Buffer | None:
+    """An Arrow validity bitmap (LSB first) for a bool mask of present values; None when all are."""
+    return None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+
+
+def strings(values: Sequence[str | None], kind: pa.DataType = pa.string()) -> pa.Array:
+    """Python strings (None: null) as a string or large_string array, what ``pa.array(values, kind)``
+    gives, encoded one by one. A lone surrogate raises UnicodeEncodeError as ``pa.array`` does."""
+    present = np.fromiter((v is not None for v in values), bool, len(values))
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    ends = np.zeros(len(encoded) + 1, np.int64 if large else np.int32)
+    np.cumsum([len(b) for b in encoded], out=ends[1:])
+    return pa.Array.from_buffers(kind, len(values), [_validity(present), pa.py_buffer(ends),
+                                                    pa.py_buffer(b"".join(encoded))])
+
+
+def bools(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow array as numpy bools, a null read as False (what ``fill_null(False)`` gives)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return np.concatenate([bools(c) for c in arr.chunks]) if arr.num_chunks else np.zeros(0, bool)
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
+    out = bits[arr.offset:arr.offset + len(arr)].astype(bool)
+    return out & valid(arr) if arr.null_count else out
+
+
+_NUMBERS = {pa.float64(): np.float64, pa.int64(): np.int64}
+
+
+def from_bools(values: np.ndarray) -> pa.Array:
+    """A 1-d numpy bool array as an Arrow boolean array (bits packed, no nulls)."""
+    values = np.asarray(values, dtype=bool)
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+
+
+def column(values: Sequence, kind: pa.DataType) -> pa.Array:
+    """Python values of one column (None: null) as an array of type ``kind``, what ``pa.array(values,
+    kind)`` gives: strings and 64-bit numbers built here, anything else (or a value of another Python
+    type, which pyarrow converts or rejects in its own way) by ``pa.array``, which imports pandas."""
+    if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and all(type(v) is str or v is None
+                                                                             for v in values):
+        return strings(values, kind)
+    if kind in _NUMBERS and all(type(v) in (int, float) or v is None for v in values):
+        present = np.fromiter((v is not None for v in values), bool, len(values))
+        data = np.array([0 if v is None else v for v in values], _NUMBERS[kind])
+        return pa.Array.from_buffers(kind, len(values), [_validity(present), pa.py_buffer(data)])
+    return pa.array(values, kind)
+
+
+def rows_table(rows: Sequence[dict], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts; a missing key is null, a key outside ``schema`` ignored) as a table of ``schema``,
+    column by column: what ``pa.Table.from_pylist(rows, schema=schema)`` gives."""
+    return pa.Table.from_arrays([column([r.get(f.name) for r in rows], f.type) for f in schema], schema=schema)
+
+
+def combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One array of a column's chunks (``combine_chunks``, except that a column of no chunks, read from
+    an empty file, becomes an empty array without the pandas import ``combine_chunks`` makes then)."""
+    if not isinstance(arr, pa.ChunkedArray):
+        return arr
+    return arr.combine_chunks() if arr.num_chunks else pa.nulls(0, arr.type)
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows (what ``schema.empty_table()`` gives, without its pandas import)."""
+    return pa.Table.from_batches([], schema=schema)
+
+
+def numbers_table(columns: dict[str, np.ndarray], schema: pa.Schema) -> pa.Table:
+    """A table of numeric columns (bools too) from numpy arrays, each as its ``schema`` field's type:
+    what ``pa.table(columns, schema=schema)`` gives, without its pandas import."""
+    arrays = []
+    for f in schema:
+        values = columns[f.name]
+        if pa.types.is_boolean(f.type):
+            arrays.append(from_bools(values))
+        else:
+            arrays.append(from_numpy(np.asarray(values, dtype=f.type.to_pandas_dtype())))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def columns(table: pa.Table, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """Null-free numeric columns of ``table`` as numpy arrays (a copy only where a column has several
+    chunks): what ``table.column(name).to_numpy()`` gives, without its pandas import."""
+    out = {}
+    for name in names:
+        col = table.column(name)
+        dtype = col.type.to_pandas_dtype()
+        chunks = [to_numpy(c, dtype) for c in col.chunks]
+        out[name] = chunks[0] if len(chunks) == 1 else (np.concatenate(chunks) if chunks else np.empty(0, dtype))
+    return out

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.shuffle import Dataset, ExecConfig, counters
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import atomic_write_bytes, exists, open_read
 from datakit.core.layout import work_part_name
 
@@ -102,7 +103,8 @@ def components_in_memory(a: np.ndarray, b: np.ndarray, max_rounds: int = 200) ->
 # ---------------------------------------------------------------- engine driver
 def _read_edges(path: str) -> tuple[np.ndarray, np.ndarray]:
     t = read_columns(path, ["u", "v"])
-    return t.column("u").to_numpy(), t.column("v").to_numpy()
+    cols = an.columns(t, ["u", "v"])
+    return cols["u"], cols["v"]
 
 
 def _emit_large(path: str, parts: int):
@@ -128,12 +130,12 @@ def _small(part: int, b: batches.Batch, out_dir: str):
     path = None
     if len(x):
         path = f"{out_dir}/{work_part_name(part)}"
-        write_parquet_atomic(pa.table({"u": x, "v": y}, schema=EDGE_SCHEMA), path)
+        write_parquet_atomic(an.numbers_table({"u": x, "v": y}, EDGE_SCHEMA), path)
     return {"path": path, "changes": changes, "edges": int(len(x))}
 
 
 def write_edges(path: str, u: np.ndarray, v: np.ndarray) -> str:
-    write_parquet_atomic(pa.table({"u": u, "v": v}, schema=EDGE_SCHEMA), path)
+    write_parquet_atomic(an.numbers_table({"u": u, "v": v}, EDGE_SCHEMA), path)
     return path
 
 

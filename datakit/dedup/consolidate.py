@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from datakit.shuffle import ExecConfig, counters, small_job_config_for_files
+from datakit.core import arrow_numpy as an
 from datakit.core.documents import content_id
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 from datakit.core.layout import AttributesDir, DocumentsDir, join
@@ -120,14 +121,14 @@ def _marks(kind: str, path: str) -> _Marks:
         drop = np.ones(t.num_rows, dtype=bool)
     else:
         t, detail, drop, cuts, annotated = _decontaminate_marks(path)
-    ids = t.column("id").combine_chunks()
+    ids = an.combined(t.column("id"))
     hi, lo = ids_to_u64(ids, path)
     if len(hi) > 1:
         bad = (hi[1:] < hi[:-1]) | ((hi[1:] == hi[:-1]) & (lo[1:] <= lo[:-1]))
         if bad.any():
             i = int(np.flatnonzero(bad)[0]) + 1
             raise DedupInputError(f"{path}: row {i}: ids are not sorted and unique ({ids[i].as_py()})")
-    return _Marks(kind, ids, pa.chunked_array([detail]).combine_chunks().cast(pa.string()), drop, cuts, annotated)
+    return _Marks(kind, ids, an.combined(detail).cast(pa.string()), drop, cuts, annotated)
 
 
 def _decontaminate_marks(path: str) -> tuple[pa.Table, Any, np.ndarray, dict, int]:
@@ -176,8 +177,8 @@ def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
                 last = (hi[-1], lo[-1])
             drop = _apply_marks(ids, marks, found, removed, stats)
             if cut_ids is not None:
-                drop |= np.asarray(pc.is_in(ids, value_set=cut_ids), dtype=bool) & ~drop
-            kept = rb.filter(pa.array(~drop))
+                drop |= an.bools(pc.is_in(ids, value_set=cut_ids)) & ~drop
+            kept = rb.filter(an.from_bools(~drop))
             if len(pending_ids):
                 upto = bisect.bisect_right(pending_ids, ids[-1].as_py()) if len(ids) else at
                 _write_merged(writer, kept, pending.slice(at, upto - at), src)
@@ -224,16 +225,16 @@ def _apply_marks(ids: pa.Array, marks: list[_Marks], found: list[np.ndarray], re
     for m, seen in zip(marks, found):
         if not len(m.ids):
             continue
-        hit = np.asarray(pc.is_in(ids, value_set=m.ids), dtype=bool)
+        hit = an.bools(pc.is_in(ids, value_set=m.ids))
         if not hit.any():
             continue
-        where = np.asarray(pc.index_in(ids.filter(pa.array(hit)), value_set=m.ids))
+        where = an.to_numpy(pc.index_in(ids.filter(an.from_bools(hit)), value_set=m.ids), np.int32)
         seen[where] = True
         hit[np.flatnonzero(hit)[~m.drop[where]]] = False  # marked but kept (cut, annotate)
         new = hit & ~drop
         if new.any():
-            sel = pa.array(new)
-            removed.append((ids.filter(sel), pa.array([m.kind] * int(new.sum()), pa.string()),
+            sel = an.from_bools(new)
+            removed.append((ids.filter(sel), an.strings([m.kind] * int(new.sum())),
                             m.detail.take(pc.index_in(ids.filter(sel), value_set=m.ids))))
             stats[f"removed_{m.kind}"] += int(new.sum())
         drop |= hit
@@ -247,22 +248,22 @@ def _effective_cuts(marks: list[_Marks]) -> pa.Array | None:
         return None
     dropped = set()
     for m in marks:
-        dropped.update(m.ids.filter(pa.array(m.drop)).to_pylist())
+        dropped.update(m.ids.filter(an.from_bools(m.drop)).to_pylist())
     left = sorted(set(cuts) - dropped)
-    return pa.array(left, pa.string()) if left else None
+    return an.strings(left) if left else None
 
 
 def _cut_rows(src: str, schema: pa.Schema, marks: list[_Marks], cut_ids: pa.Array | None) -> pa.Table:
     """The file's documents to cut, cut, with the ids of their new texts, sorted by new id."""
     if cut_ids is None:
-        return schema.empty_table()
+        return an.empty(schema)
     plan = {i: c for m in marks for i, c in m.cuts.items()}
     parts = []
     for rb in iter_batches(src, None, 8192):
         hit = pc.is_in(rb.column(schema.get_field_index("id")), value_set=cut_ids)
         if pc.any(hit).as_py():
             parts.append(pa.Table.from_batches([rb.filter(hit)]))
-    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    rows = pa.concat_tables(parts) if parts else an.empty(schema)
     texts, new_ids = [], []
     for doc_id, text in zip(rows.column("id").to_pylist(), rows.column("text").to_pylist()):
         spans, want = plan[doc_id]
@@ -274,8 +275,8 @@ def _cut_rows(src: str, schema: pa.Schema, marks: list[_Marks], cut_ids: pa.Arra
         texts.append(new)
         new_ids.append(want)
     t_idx, i_idx = schema.get_field_index("text"), schema.get_field_index("id")
-    rows = rows.set_column(t_idx, schema.field(t_idx), pa.array(texts, schema.field(t_idx).type))
-    rows = rows.set_column(i_idx, schema.field(i_idx), pa.array(new_ids, schema.field(i_idx).type))
+    rows = rows.set_column(t_idx, schema.field(t_idx), an.column(texts, schema.field(t_idx).type))
+    rows = rows.set_column(i_idx, schema.field(i_idx), an.column(new_ids, schema.field(i_idx).type))
     return rows.sort_by("id")
 
 
@@ -304,9 +305,9 @@ def _check_all_found(marks: list[_Marks], found: list[np.ndarray], attr_files: l
 
 def _write_removed(removed: list, dst: str) -> None:
     table = pa.table({
-        "id": pa.concat_arrays([r[0] for r in removed]) if removed else pa.array([], pa.string()),
-        "reason": pa.concat_arrays([r[1] for r in removed]) if removed else pa.array([], pa.string()),
-        "detail": pa.concat_arrays([r[2] for r in removed]) if removed else pa.array([], pa.string()),
+        "id": pa.concat_arrays([r[0] for r in removed]) if removed else an.strings([]),
+        "reason": pa.concat_arrays([r[1] for r in removed]) if removed else an.strings([]),
+        "detail": pa.concat_arrays([r[2] for r in removed]) if removed else an.strings([]),
     }, schema=REMOVED_SCHEMA)
     write_parquet_atomic(table.take(pc.sort_indices(table, [("id", "ascending")])), dst)
 

@@ -59,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from datakit.core import arrow_numpy as an
 from datakit.core.documents import content_id
 from datakit.core.fsio import atomic_write_bytes, exists, local_path, open_read, remove
 from datakit.core.layout import AttributesDir
@@ -792,7 +793,7 @@ def _flag_file(job: tuple[FileEntry, str, str], k: _Knobs) -> dict:
         id_set, new_ids = set(ids), set()
         records = [_doc_row(ids[row], text, flags[row], ranges.get(row, []), k, names, id_set, new_ids)
                    for row, text in zip(order, texts)]
-    table_out = pa.Table.from_pylist(records, schema=DECON_SCHEMA) if records else DECON_SCHEMA.empty_table()
+    table_out = pa.Table.from_pylist(records, schema=DECON_SCHEMA) if records else an.empty(DECON_SCHEMA)
     write_parquet_atomic(table_out, dst, k.meta["file_meta"])
     return _count_flags(entry, records, flags)
 

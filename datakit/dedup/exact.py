@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig, counters
 
@@ -100,10 +101,8 @@ def _write_marks(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], out_
     entry = entries[gidx]
     order = np.argsort(node_row(b["node"]), kind="stable")
     survivor_names = np.asarray(names, dtype=object)[node_rank(b["survivor"][order])]
-    table = pa.table(
-        {"id": u64_to_ids(b["hi"][order], b["lo"][order]), "duplicate_of": pa.array(survivor_names, pa.string())},
-        schema=EXACT_SCHEMA,
-    )
+    table = pa.Table.from_arrays([u64_to_ids(b["hi"][order], b["lo"][order]), an.strings(survivor_names.tolist())],
+                                 schema=EXACT_SCHEMA)
     write_parquet_atomic(table, AttributesDir.of(out_dir, entry.source).file(entry.name), EXACT_PARAMS)
     counters.increment(f"exact_duplicates/{entry.source}", len(order))
     return len(order)
@@ -197,7 +196,7 @@ def _full(entries: Sequence[FileEntry], names: Sequence[str], out_dir: str, part
     ds = batches.shuffle(ds, partial(_write_marks, entries=entries, out_dir=out_dir, names=names), file_shards)
     run = ds.run(exec_config)
     written = {gidx for gidx, _ in run.items}
-    empty = EXACT_SCHEMA.empty_table()
+    empty = an.empty(EXACT_SCHEMA)
     for e in entries:
         if e.gidx not in written:
             write_parquet_atomic(empty, AttributesDir.of(out_dir, e.source).file(e.name), EXACT_PARAMS)

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core import fsio
 from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
@@ -291,4 +292,4 @@ def _merged(ch: Change, rel: str, existed: bool, new: dict | None, changed: tupl
     names = np.concatenate(survivors) if survivors else np.empty(0, object)
     order = np.lexsort((lo, hi))
     return pa.table({"id": u64_to_ids(hi[order], lo[order]),
-                     "duplicate_of": pa.array(names[order].tolist(), pa.string())}, schema=schema)
+                     "duplicate_of": an.strings(names[order].tolist())}, schema=schema)

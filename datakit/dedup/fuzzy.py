@@ -37,8 +37,8 @@ from functools import partial
 from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import remove
 from datakit.core.layout import AttributesDir, work_part_name
 from datakit.shuffle import Dataset, ExecConfig, counters
@@ -269,7 +269,8 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str, p
 # ---------------------------------------------------------------- 4. canonical members and marks
 def _members(path: str, bases: np.ndarray):
     t = read_columns(path, ["u", "v"])
-    a, b = t.column("u").to_numpy(), t.column("v").to_numpy()
+    cols = an.columns(t, ["u", "v"])
+    a, b = cols["u"], cols["v"]
     leaf, root = np.maximum(a, b), np.minimum(a, b)
     node = np.concatenate([leaf, root])
     lab = np.concatenate([root, root])
@@ -283,7 +284,7 @@ def _attach_ids(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], parts
     keep[1:] = node[1:] != node[:-1]
     node, root = node[keep], root[keep]
     entry = entries[gidx]
-    ids = read_columns(entry.path, ["id"]).column("id").take(pa.array(node_row(node)))
+    ids = read_columns(entry.path, ["id"]).column("id").take(an.from_numpy(node_row(node)))
     hi, lo = ids_to_u64(ids, entry.path)
     return batches.split({"node": node, "root": root, "hi": hi, "lo": lo}, route_keys(root, parts))
 
@@ -485,7 +486,7 @@ def _cluster_marks(cc_files: list[str], b: _Build, graph_parts: int) -> tuple[di
             digests[gidx] = r["digest"]
             max_cluster = max(max_cluster, r["max_cluster"])
             tops += r["top"]
-    empty = FUZZY_SCHEMA.empty_table()
+    empty = an.empty(FUZZY_SCHEMA)
     for e in entries:
         if e.gidx not in digests:
             write_parquet_atomic(empty, AttributesDir.of(b.out_dir, e.source).file(e.name), meta_params)

@@ -10,6 +10,8 @@ import pyarrow as pa
 import xxhash
 from typing import Sequence
 
+from datakit.core import arrow_numpy as an
+
 from . import batches
 from .batches import Ragged
 from .hashing import U64, u64_to_ids
@@ -27,11 +29,10 @@ FUZZY_SCHEMA = pa.schema([
 
 def file_keys(mh_path: str) -> tuple[int, np.ndarray, np.ndarray]:
     """One minhash file's rows, the rows with shingles, and their bucket keys (rows x bands)."""
-    col = read_columns(mh_path, ["buckets"]).column("buckets").combine_chunks()
+    col = an.combined(read_columns(mh_path, ["buckets"]).column("buckets"))
     n = len(col)
-    valid = ~np.asarray(col.is_null(), dtype=bool) if col.null_count else np.ones(n, dtype=bool)
-    rows = np.flatnonzero(valid)
-    keys = col.flatten().to_numpy().astype(U64, copy=False).reshape(len(rows), col.type.list_size)
+    rows = np.flatnonzero(an.valid(col))  # read through buffers: to_numpy would import pandas
+    keys = an.to_numpy(col.flatten(), np.uint64).astype(U64, copy=False).reshape(len(rows), col.type.list_size)
     return n, rows, keys
 
 
@@ -97,7 +98,7 @@ def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
                 for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"]):
                     lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
                     if hi > lo:
-                        texts = rb.column(0).take(pa.array(rows[lo:hi] - start)).to_pylist()
+                        texts = rb.column(0).take(an.from_numpy(rows[lo:hi] - start)).to_pylist()
                         parts.append(shingle_sets(texts, minhash_params))
                     start += rb.num_rows
             except (pa.ArrowException, OSError) as e:
@@ -168,14 +169,15 @@ def jaccard_of(sets: Ragged, iu: np.ndarray, iv: np.ndarray) -> np.ndarray:
 
 
 def marks_table(b: batches.Batch, names: Sequence[str]) -> pa.Table:
-    """One file's marks (``b``: its cluster members sorted by row) as the attribute file holds them."""
-    return pa.table({
-        "id": u64_to_ids(b["hi"], b["lo"]),
-        "cluster_id": u64_to_ids(b["c_hi"], b["c_lo"]),
-        "is_canonical": b["is_canonical"],
-        "cluster_size": b["size"].astype(np.int64),
-        "canonical_source": pa.array(np.asarray(names, dtype=object)[b["c_rank"]], pa.string()),
-    }, schema=FUZZY_SCHEMA)
+    """One file's marks (``b``: its cluster members sorted by row) as the attribute file holds them
+    (arrays built from buffers: ``pa.array`` would import pandas into the process)."""
+    return pa.Table.from_arrays([
+        u64_to_ids(b["hi"], b["lo"]),
+        u64_to_ids(b["c_hi"], b["c_lo"]),
+        an.from_bools(b["is_canonical"]),
+        an.from_numpy(b["size"].astype(np.int64)),
+        an.strings(np.asarray(names, dtype=object)[b["c_rank"]].tolist()),
+    ], schema=FUZZY_SCHEMA)
 
 
 def marks_digest(b: batches.Batch, names: Sequence[str]) -> str:

@@ -30,6 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
+from datakit.core import arrow_numpy as an
 from datakit.core import fsio
 from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
@@ -427,7 +428,7 @@ def _write_marks(ch: Change, marks: dict[str, np.ndarray], old_files: dict[int, 
         if old is not None and old.marks == digest and reuse.take_file(ch.earlier, rel, fsio.join(ch.out_dir, rel)):
             taken += 1
             continue
-        table = marks_table(b, ch.names) if len(b["node"]) else FUZZY_SCHEMA.empty_table()
+        table = marks_table(b, ch.names) if len(b["node"]) else an.empty(FUZZY_SCHEMA)
         write_parquet_atomic(table, AttributesDir.of(ch.out_dir, e.source).file(e.name), ch.file_meta)
     if len(marks["node"]):
         counters["clusters"] = int(marks["is_canonical"].sum())
@@ -506,7 +507,7 @@ def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, 
     nodes = Nodes(entries, tokens)
     cols = ["u", "v", *pair_cache.IDS, "jaccard"] if threshold is not None else ["u", "v"]
     tables = [read(p, cols) for p in pair_files]
-    got = {c: (np.concatenate([t.column(c).to_numpy() for t in tables]) if tables else np.empty(0)) for c in cols}
+    got = {c: (np.concatenate([an.columns(t, [c])[c] for t in tables]) if tables else np.empty(0)) for c in cols}
     u, v = got["u"].astype(np.int64), got["v"].astype(np.int64)
     uniq = np.unique(np.stack([u, v], axis=1), axis=0, return_index=True)[1] if len(u) else np.empty(0, np.int64)
     order = uniq[np.lexsort((v[uniq], u[uniq]))]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
+
 U64 = np.uint64
 _M1 = U64(0xBF58476D1CE4E5B9)
 _M2 = U64(0x94D049BB133111EB)
@@ -65,8 +67,7 @@ def ids_to_u64(ids: pa.Array | pa.ChunkedArray, where: str = "") -> tuple[np.nda
     `where` names the file for the error message: a malformed id would otherwise surface much later as
     a wrong survivor.
     """
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+    ids = an.combined(ids)
     n = len(ids)
     if n == 0:
         return np.empty(0, U64), np.empty(0, U64)

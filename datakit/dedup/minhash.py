@@ -25,6 +25,7 @@ from functools import lru_cache, partial
 import numpy as np
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core.layout import AttributesDir
 from datakit.shuffle import ExecConfig
 
@@ -203,8 +204,8 @@ def _minhash_file(job: tuple[str, str], params: dict) -> dict[str, int]:
     bk = np.concatenate(bucket_rows) if bucket_rows else np.empty((0, bands), U64)
     has = np.concatenate(valid) if valid else np.empty(0, bool)
     no_shingles = int((~has).sum())
-    flat = pa.array(bk.reshape(-1), pa.uint64())
-    lists = pa.FixedSizeListArray.from_arrays(flat, bands, mask=pa.array(~has))
+    flat = an.from_numpy(bk.reshape(-1).astype(np.uint64, copy=False))  # (not pa.array: it imports pandas)
+    lists = pa.FixedSizeListArray.from_arrays(flat, bands, mask=an.from_bools(~has))
     id_col = pa.chunked_array(ids, pa.string()) if ids else pa.chunked_array([], pa.string())
     table = pa.table({"id": id_col, "buckets": lists}, schema=bucket_schema(bands))
     write_parquet_atomic(table, dst, {"kind": "minhash", "params": params})

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import join, xxh3_file
 from datakit.core.layout import work_part_name
 from datakit.shuffle import counters
@@ -102,7 +103,7 @@ def side_ids(gidx: int, b: batches.Batch, paths: Sequence[str], parts: int):
     order = np.lexsort((b["v"], b["u"], b["node"]))
     node, u, v = b["node"][order], b["u"][order], b["v"][order]
     uniq, inverse = np.unique(node_row(node), return_inverse=True)
-    ids = read_columns(paths[gidx], ["id"]).column("id").take(pa.array(uniq))
+    ids = read_columns(paths[gidx], ["id"]).column("id").take(an.from_numpy(uniq))
     hi, lo = ids_to_u64(ids, paths[gidx])
     out = {"node": node, "u": u, "v": v, "hi": hi[inverse], "lo": lo[inverse]}
     return batches.split(out, edge_part(u, v, parts))
@@ -150,7 +151,7 @@ def _earlier_rows(part: int, bits: int, earlier: EarlierPairs | None) -> dict[st
     if not tables:
         return empty
     t = pa.concat_tables(tables)
-    rows = {k: t.column(k).to_numpy() for k in CACHE_SCHEMA.names}
+    rows = an.columns(t, CACHE_SCHEMA.names)
     mine = partition(rows["ah"], rows["al"], rows["bh"], rows["bl"], bits) == part
     return {k: c[mine] for k, c in rows.items()}
 
@@ -204,7 +205,8 @@ def lookup(part: int, b: batches.Batch, bits: int, earlier: EarlierPairs | None,
         out["known"] = write_pairs(f"{dirs.known}/{name}", b["u"][known], b["v"][known],
                                    {k: b[k][known] for k in IDS}, jac[known])
     if (~known).any():
-        t = pa.table({k: b[k][~known] for k in ("u", "v", *IDS)})
+        cols = {k: b[k][~known] for k in ("u", "v", *IDS)}
+        t = an.numbers_table(cols, pa.schema([(k, pa.from_numpy_dtype(c.dtype)) for k, c in cols.items()]))
         write_parquet_atomic(t, f"{dirs.unknown}/{name}")
         out["unknown"] = f"{dirs.unknown}/{name}"
     return out
@@ -213,21 +215,20 @@ def lookup(part: int, b: batches.Batch, bits: int, earlier: EarlierPairs | None,
 def write_pairs(path: str, u: np.ndarray, v: np.ndarray, ids: dict[str, np.ndarray], jac: np.ndarray) -> str:
     """Pairs with their nodes and Jaccard (PAIRS_SCHEMA), as a work file for the cache writer and for the
     state the next build starts from (fuzzy_state.py)."""
-    write_parquet_atomic(pa.table({"u": u, "v": v, **{k: ids[k] for k in IDS}, "jaccard": jac}, schema=PAIRS_SCHEMA),
-                         path)
+    write_parquet_atomic(an.numbers_table({"u": u, "v": v, **ids, "jaccard": jac}, PAIRS_SCHEMA), path)
     return path
 
 
 def read_unknown(path: str):
     """A lookup's unknown pairs as one batch item for verification."""
     t = read_columns(path, ["u", "v", *IDS])
-    return [(0, {k: t.column(k).to_numpy() for k in ("u", "v", *IDS)})]
+    return [(0, an.columns(t, ("u", "v", *IDS)))]
 
 
 def emit_pairs(path: str, bits: int):
     """A pairs work file split by cache partition."""
     t = read_columns(path, list(CACHE_SCHEMA.names))
-    b = {k: t.column(k).to_numpy() for k in CACHE_SCHEMA.names}
+    b = an.columns(t, CACHE_SCHEMA.names)
     return batches.split(b, partition(b["ah"], b["al"], b["bh"], b["bl"], bits))
 
 
@@ -241,5 +242,5 @@ def write_cache(part: int, b: batches.Batch, folder: str, bits: int) -> str:
     for k in IDS:
         first[1:] |= cols[k][1:] != cols[k][:-1]
     path = f"{folder}/part-{part:05d}-of-{1 << bits:05d}.parquet"
-    write_parquet_atomic(pa.table({k: c[first] for k, c in cols.items()}, schema=CACHE_SCHEMA), path)
+    write_parquet_atomic(an.numbers_table({k: c[first] for k, c in cols.items()}, CACHE_SCHEMA), path)
     return path

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import atomic_output, open_read, read_table
 
 from .schema import conform
@@ -73,7 +74,7 @@ class FinishJob:
 
 def _main_part(job: FinishJob) -> list[pa.Table]:
     """Write the final main part row group by row group (memory: one row group); return the lost rows."""
-    lost = pa.array(job.lost, pa.string())
+    lost = an.strings(job.lost)  # not pa.array: it imports pandas into the process
     moved = []
     with open_read(job.raw_main) as f, atomic_output(job.main) as out:
         pf = pq.ParquetFile(f)

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import read_bytes
 
 from .urls import registered_domain
@@ -118,15 +119,15 @@ class Takedowns:
                                       for u in table.column(self.url_column).to_pylist()), bool, table.num_rows)
         rows = np.flatnonzero(candidate)
         cols = [c for c in ("id", "source_id", self.url_column) if c in table.column_names]
-        docs = table.select(cols).take(pa.array(rows, pa.int64())).to_pylist()
+        docs = table.select(cols).take(an.from_numpy(rows.astype(np.int64))).to_pylist()
         return [(int(r), d["id"], why) for r, d in zip(rows, docs) if (why := self.match(d)) is not None]
 
 
 @lru_cache(maxsize=4)
 def _value_set(ids: frozenset[str], type_: pa.DataType) -> pa.Array:
     """The listed ids as an Arrow array, built once per task (every file of a source is looked up in it,
-    by its id and its source_id column)."""
-    return pa.array(sorted(ids), type_)
+    by its id and its source_id column), from buffers: ``pa.array`` would import pandas into the worker."""
+    return an.strings(sorted(ids), type_)
 
 
 def _listed(column: pa.ChunkedArray, ids: frozenset[str]) -> np.ndarray:
@@ -136,5 +137,5 @@ def _listed(column: pa.ChunkedArray, ids: frozenset[str]) -> np.ndarray:
         column = pc.cast(column, pa.string())
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         hit = pc.is_in(column, value_set=_value_set(ids, column.type))
-        return np.asarray(pc.fill_null(hit, False), dtype=bool)
+        return an.bools(hit)
     return np.fromiter((v is not None and str(v) in ids for v in column.to_pylist()), bool, len(column))

@@ -24,6 +24,7 @@ from functools import partial
 
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import read_table
 from datakit.core.layout import join
 from datakit.manifest import Section
@@ -61,7 +62,7 @@ def rewrite_file(name: str, table: pa.Table, removals: dict[str, dict[str, set[i
     removed += dups
     stats.update(docs_out=len(kept), removed=len(removed), docs_emptied=sum(r[1] == "linededup.emptied"
                                                                               for r in removed))
-    return pa.Table.from_pylist(kept, schema=table.schema), removed, stats
+    return an.rows_table(kept, table.schema), removed, stats
 
 
 def _plan_digests(removals: dict[str, dict[str, set[int]]]) -> dict[str, str]:

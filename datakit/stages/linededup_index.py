@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import atomic_write_bytes, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.dedup import batches, keyed
@@ -51,7 +52,7 @@ def _file_segments(job: tuple[str, str, str, int]) -> dict[str, int]:
         ks = ld.keys(text, unit, min_chars)
         rows += [row] * len(ks)
         keys += ks
-    table = pa.table({"row": pa.array(rows, pa.int32()), "key": pa.array(keys, pa.int64())}, schema=SEGMENTS_SCHEMA)
+    table = an.numbers_table({"row": np.array(rows, np.int32), "key": np.array(keys, np.int64)}, SEGMENTS_SCHEMA)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
     atomic_write_bytes(dst, buf.getvalue())
@@ -82,8 +83,9 @@ def _emit(job: tuple[int, int, str], parts: int):
     """One file's segments as (key, node) batches routed by key; node = (source rank, file, row)."""
     rank, idx, path = job
     t = read_table(path)
-    keys = t.column("key").to_numpy()
-    nodes = pack_nodes(rank, idx, t.column("row").to_numpy().astype(np.int64))
+    cols = an.columns(t, ["key", "row"])
+    keys = cols["key"]
+    nodes = pack_nodes(rank, idx, cols["row"].astype(np.int64))
     return batches.split({"key": keys, "node": nodes}, route_keys(keys, parts))
 
 
@@ -111,9 +113,10 @@ def _removal_tables(found: batches.Batch, files: list[tuple[int, int, str, str, 
             name = by_place[(r, i)][1]
             file_ids = read_table(join(docs.main, name), columns=["id"]).column("id")
             names += [name] * int(sel.sum())
-            ids += file_ids.take(pa.array(row[sel])).to_pylist()
+            ids += file_ids.take(an.from_numpy(row[sel])).to_pylist()
             keys += key[sel].tolist()
-        t = pa.table({"file": names, "id": ids, "key": keys}, schema=REMOVALS_SCHEMA)
+        t = pa.Table.from_arrays([an.strings(names), an.strings(ids), an.column(keys, pa.int64())],
+                                 schema=REMOVALS_SCHEMA)
         out[source] = t.take(pc.sort_indices(t, [("file", "ascending"), ("id", "ascending"), ("key", "ascending")]))
     return out
 

@@ -19,6 +19,7 @@ from functools import partial
 
 import pyarrow as pa
 
+from datakit.core import arrow_numpy as an
 from datakit.manifest import Section
 from datakit.quality.config import PiiConfig, PiiRules
 from datakit.quality.pii import redact
@@ -44,7 +45,7 @@ def redact_file(name: str, table: pa.Table, rules: PiiRules) -> tuple[pa.Table, 
         texts.append(new)
     stats["changed"] = changed
     i = table.schema.get_field_index("text")
-    out = table.set_column(i, table.schema.field(i), pa.array(texts, table.schema.field(i).type))
+    out = table.set_column(i, table.schema.field(i), an.column(texts, table.schema.field(i).type))
     return out, [], stats
 
 

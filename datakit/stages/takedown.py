@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 import pyarrow as pa
+
+from datakit.core import arrow_numpy as an
 
 from datakit.core.fsio import read_parquet_metadata, read_table
 
@@ -58,8 +61,9 @@ def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.T
     """One documents file without its listed documents (id order and every column kept)."""
     matches = _matches(table, cfg)
     removed = [(doc_id, REASON, why) for _row, doc_id, why in matches]
-    drop = {row for row, _id, _why in matches}
-    kept = table.take(pa.array([i for i in range(table.num_rows) if i not in drop], pa.int64())) if drop else table
+    keep = np.ones(table.num_rows, bool)
+    keep[[row for row, _id, _why in matches]] = False
+    kept = table.take(an.from_numpy(np.flatnonzero(keep))) if matches else table
     stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows, "removed": len(removed),
              f"removed/{REASON}": len(removed)}
     return kept, removed, stats

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datakit.core import arrow_numpy as an
 from datakit.core.fsio import atomic_write_bytes, link_or_copy, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
@@ -45,11 +46,9 @@ def table_bytes(table: pa.Table) -> bytes:
 def removed_table(removed: list[tuple], schema: pa.Schema = REMOVED_SCHEMA) -> pa.Table:
     """The removed rows as a table of ``schema`` (REMOVED_SCHEMA's columns first), sorted by id."""
     if not removed:  # built without pa.array, which imports pandas (~50 MB) into a worker that has no use for it
-        return pa.Table.from_batches([], schema=schema)
-    cols = {}
-    for i, f in enumerate(schema):
-        cols[f.name] = pa.array([r[i] if i < len(r) else None for r in removed], f.type)
-    t = pa.table(cols, schema=schema)
+        return an.empty(schema)
+    cols = [an.column([r[i] if i < len(r) else None for r in removed], f.type) for i, f in enumerate(schema)]
+    t = pa.Table.from_arrays(cols, schema=schema)
     return t.take(pc.sort_indices(t, [("id", "ascending")]))
 
 

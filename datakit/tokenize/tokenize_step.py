@@ -445,7 +445,7 @@ def _read_part(path: str) -> tuple[pa.Array, pa.Array]:
         pf = pq.ParquetFile(f)  # not pq.read_table: its dataset layer costs a worker 0.5 CPU-s of imports
         _require_columns(path, pf.schema_arrow.names)
         table = pf.read(columns=["id", "text"], use_threads=False)
-    return table.column("id").combine_chunks(), table.column("text").combine_chunks()
+    return an.combined(table.column("id")), an.combined(table.column("text"))
 
 
 def _earlier_file(earlier: reuse.Earlier, rel: str | None) -> bytes | None:

@@ -42,7 +42,7 @@ def ids_rel(key: str) -> str:
 
 def _utf8(arr: pa.Array) -> tuple[memoryview, list[int]]:
     """A string array's UTF-8 bytes and its value offsets into them (no Python string per value)."""
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    arr = an.combined(arr)
     if arr.null_count:
         raise ValueError("document hashes need every id and text (a null reached the hashing)")
     data = arr.buffers()[2]
