@@ -12,17 +12,18 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import deque
 from multiprocessing.connection import Connection, wait as mp_wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
+
+if TYPE_CHECKING:  # imported when the first worker starts: `python -m datakit.shuffle.zygote` must find it unimported
+    from .zygote import ForkedProcess, Zygote
 
 log = logging.getLogger("datakit.shuffle.backends")
 
@@ -50,60 +51,20 @@ class InlineBackend(Backend):
             return [(key, "error", error_info(e))]
 
 
-DRIVER_POLL_S = 1.0  # how often a worker checks that its driver is alive
-
-
-def _exit_with_driver(driver: int) -> None:
-    """End this worker as soon as its driver is gone. Workers run in their own session (a Ctrl-C or a
-    SIGTERM to the driver's group does not reach them), and a worker busy with a task only notices a
-    closed pipe when it next talks to the driver: a driver killed by SIGTERM or SIGKILL left its workers
-    running their tasks to the end, orphaned. A task's outputs are temp files until the driver commits
-    them, so exiting mid-task loses nothing a rerun would trust."""
-    while True:
-        time.sleep(DRIVER_POLL_S)
-        if os.getppid() != driver:
-            os._exit(1)
-
-
-def _worker_main(conn: Connection) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
-    threading.Thread(target=_exit_with_driver, args=(os.getppid(),), daemon=True, name="driver-watch").start()
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        key, payload = msg
-        try:
-            result = execute_payload(payload)
-            conn.send((key, "ok", result))
-        except BaseException as e:
-            conn.send((key, "error", error_info(e)))
-
-
 class _Worker:
-    """One worker process, started as `python -m datakit.shuffle.worker` over a socketpair.
+    """One worker process over a socketpair: on Linux forked from the zygote (zygote.py), elsewhere
+    started as `python -m datakit.shuffle.worker`.
 
-    A fresh interpreter (not fork, not multiprocessing's spawn) so the user's __main__ module is never
-    re-imported in workers (their scripts need no `if __name__ == "__main__"` guard) and no driver threads
-    or JAX state leak into the child. Functions travel by value with cloudpickle; the child gets the
-    driver's sys.path so functions pickled by reference (test modules, user packages) import the same way.
+    Either way its parent is a fresh interpreter, not the driver (not fork, not multiprocessing's
+    spawn), so the user's __main__ module is never re-imported in workers (their scripts need no
+    `if __name__ == "__main__"` guard) and no driver threads or JAX state leak into the child.
+    Functions travel by value with cloudpickle; the child gets the driver's sys.path so functions
+    pickled by reference (test modules, user packages) import the same way.
     """
 
     def __init__(self) -> None:
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "datakit.shuffle.worker", str(child.fileno())],
-            pass_fds=(child.fileno(),), env=env, start_new_session=True,
-        )
-        child.close()
-        self._sock = parent
-        self.conn = Connection(os.dup(parent.fileno()))
-        parent.close()
+        forked = _forked_worker() if USE_ZYGOTE else None
+        self.proc, self.conn = forked if forked is not None else _spawned_worker()
         self.key: Any = None
 
     @property
@@ -124,6 +85,44 @@ class _Worker:
             self.proc.kill()
             self.proc.wait()
         self.conn.close()
+
+
+USE_ZYGOTE = sys.platform.startswith("linux")
+_ZYGOTE: list[Zygote] = []  # the one zygote of this process, started with the first worker
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def _forked_worker() -> tuple[ForkedProcess, Connection] | None:
+    """A worker forked from this process's zygote (a dead zygote is replaced once); None when no zygote
+    answers, so the caller spawns the worker itself."""
+    from .zygote import Zygote, ZygoteGone
+
+    for _ in range(2):
+        with _ZYGOTE_LOCK:
+            if not _ZYGOTE or not _ZYGOTE[0].alive():
+                if _ZYGOTE:
+                    log.warning("the local backend's zygote (pid %d) exited (code %s); started a new one",
+                                _ZYGOTE[0].proc.pid, _ZYGOTE[0].proc.returncode)
+                _ZYGOTE[:] = [Zygote()]
+            zygote = _ZYGOTE[0]
+        try:
+            return zygote.fork()
+        except ZygoteGone as e:
+            log.warning("%s", e)
+            zygote.proc.kill()
+    return None
+
+
+def _spawned_worker() -> tuple[subprocess.Popen, Connection]:
+    parent, child = socket.socketpair()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    proc = subprocess.Popen([sys.executable, "-m", "datakit.shuffle.worker", str(child.fileno())],
+                            pass_fds=(child.fileno(),), env=env, start_new_session=True)
+    child.close()
+    conn = Connection(os.dup(parent.fileno()))
+    parent.close()
+    return proc, conn
 
 
 class LocalBackend(Backend):
@@ -228,6 +227,9 @@ def _close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
     _POOLS.clear()
+    for zygote in _ZYGOTE:
+        zygote.close()
+    _ZYGOTE.clear()
 
 
 def backend_capabilities(name: str) -> Capabilities:

@@ -1,0 +1,223 @@
+"""The parent the local backend's workers are forked from: one fresh interpreter that imports what every
+worker needs once, then forks a worker per request (`python -m datakit.shuffle.zygote FD`).
+
+Why: a worker started as its own interpreter paid Python's start and the imports every task needs
+(datakit.shuffle, pyarrow, numpy, fsspec) itself, about 0.45 CPU-s and tens of MB of private pages per
+worker, and paid it again for each replacement of a dead worker: with two workers, a tenth of a small
+incremental run. Forked from the zygote, a worker starts in milliseconds and shares those pages with its
+siblings. The zygote is itself a fresh interpreter, started the way workers were (not a fork of the
+driver), so, as before, no driver thread, JAX state or user ``__main__`` reaches a worker. Used on Linux
+only (backends.py): elsewhere forking a process that loaded numpy's BLAS or system frameworks is not safe.
+
+The protocol, over a socketpair, is strictly a request and then its reply, so a passed file descriptor
+never interleaves with another message:
+
+- ``("fork",)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then the worker's pid;
+- ``("exit_code", pid)``: its exit code, or None while it runs (the zygote reaps its children as they exit
+  and keeps their codes);
+- ``("kill", pid)``: SIGKILL, sent only to a child not yet reaped (so a reused pid is never hit); None;
+- ``None`` or end of file: the zygote exits.
+
+The zygote exits when its driver is gone (its parent changes); its workers watch the zygote as they
+watched the driver, so they follow within about two of `DRIVER_POLL_S`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection, wait as mp_wait
+from multiprocessing.reduction import recv_handle, send_handle
+
+from .worker import DRIVER_POLL_S, worker_main
+
+REPLY_TIMEOUT_S = 60.0  # a zygote answers in milliseconds; one that does not is hung or gone
+PRELOAD = ("datakit.shuffle", "pyarrow.parquet", "pyarrow.compute", "numpy",
+           "datakit.core.arrow_numpy")
+
+
+class ZygoteGone(RuntimeError):
+    """The zygote did not answer (it died or hung): the caller starts another or spawns workers itself."""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    return env
+
+
+class Zygote:
+    """The driver's handle on one zygote process (thread-safe: one request at a time)."""
+
+    def __init__(self) -> None:
+        parent, child = socket.socketpair()
+        self.proc = subprocess.Popen([sys.executable, "-m", "datakit.shuffle.zygote", str(child.fileno())],
+                                     pass_fds=(child.fileno(),), env=_env(), start_new_session=True)
+        child.close()
+        self.conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+        self._lock = threading.Lock()
+
+    def _ask(self, msg: tuple, with_handle: bool = False) -> tuple[int | None, object]:
+        with self._lock:
+            try:
+                self.conn.send(msg)
+                handle = self._recv(recv_handle, msg) if with_handle else None
+                return handle, self._recv(Connection.recv, msg)
+            except (OSError, EOFError) as e:
+                raise ZygoteGone(f"the local backend's zygote (pid {self.proc.pid}) is gone: {e}") from None
+
+    def _recv(self, read, msg: tuple):
+        if not self.conn.poll(REPLY_TIMEOUT_S):
+            raise ZygoteGone(f"the local backend's zygote (pid {self.proc.pid}) did not answer {msg[0]!r} "
+                             f"within {REPLY_TIMEOUT_S:.0f} s")
+        return read(self.conn)
+
+    def fork(self) -> tuple["ForkedProcess", Connection]:
+        """A new worker: its process and the driver's end of its pipe."""
+        handle, pid = self._ask(("fork",), with_handle=True)
+        return ForkedProcess(self, int(pid)), Connection(handle)
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._ask(("exit_code", pid))[1]
+
+    def kill(self, pid: int) -> None:
+        self._ask(("kill", pid))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+
+
+class ForkedProcess:
+    """A zygote's child as the pool sees it: the part of `subprocess.Popen`'s interface it uses."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote, self.pid = zygote, pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self.zygote.exit_code(self.pid)
+            except ZygoteGone:  # its exit code went with the zygote; orphaned, it exits on its own
+                self.returncode = None if _running(self.pid) else -1
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                self.zygote.kill(self.pid)
+            except ZygoteGone:
+                pass  # orphaned: it exits on its own within DRIVER_POLL_S
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- the zygote process
+def _reap(exited: dict[int, int], children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        exited[pid] = os.waitstatus_to_exitcode(status)
+
+
+def _fork_worker(conn: Connection, wakeup: tuple[int, int]) -> int:
+    """Fork one worker; send the driver its end of the worker's pipe; the worker's pid."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the worker: nothing of the zygote's plumbing stays open in it
+        code = 0
+        try:
+            os.setsid()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in wakeup:
+                os.close(fd)
+            conn.close()
+            ours.close()
+            worker_main(Connection(theirs.detach()))
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    theirs.close()
+    send_handle(conn, ours.fileno(), os.getppid())
+    ours.close()
+    return pid
+
+
+def _serve(conn: Connection) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    driver = os.getppid()
+    wakeup = os.pipe()
+    os.set_blocking(wakeup[1], False)
+    signal.set_wakeup_fd(wakeup[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a child's exit wakes the loop (through the fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    children: set[int] = set()
+    exited: dict[int, int] = {}
+    while os.getppid() == driver:
+        ready = mp_wait([conn, wakeup[0]], DRIVER_POLL_S)
+        if wakeup[0] in ready:
+            os.read(wakeup[0], 4096)
+        _reap(exited, children)
+        if conn not in ready:
+            continue
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        if msg[0] == "fork":
+            pid = _fork_worker(conn, wakeup)
+            children.add(pid)
+            conn.send(pid)
+        elif msg[0] == "exit_code":
+            conn.send(exited.get(msg[1]))
+        elif msg[0] == "kill":
+            if msg[1] in children:
+                os.kill(msg[1], signal.SIGKILL)
+            conn.send(None)
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

@@ -1,0 +1,110 @@
+"""The local backend forks its workers from a zygote (datakit/shuffle/zygote.py): one fresh interpreter
+that imports what workers need once. These tests hold it to what spawned workers gave: workers that are
+not the driver's forks and run in their own session, exit codes of dead workers, a dead zygote replaced
+without losing an attempt, and the same results."""
+
+from __future__ import annotations
+
+import os
+import signal
+import select
+import sys
+from pathlib import Path
+
+import pytest
+
+from datakit.shuffle import Dataset, ExecConfig
+from datakit.shuffle import backends
+
+pytestmark = pytest.mark.skipif(not backends.USE_ZYGOTE, reason="the zygote is used on Linux only")
+
+TEXT = Path("/usr/share/common-licenses/GPL-3").read_text().split()
+
+
+def _cfg() -> ExecConfig:
+    return ExecConfig(backend="local", max_workers=2)
+
+
+def _where(x):
+    """A task that says which process ran it, its parent and its session, and what it imported."""
+    import sys as _sys
+
+    return (x, os.getpid(), os.getppid(), os.getsid(0), "pandas" in _sys.modules)
+
+
+def _word_counts(words: list[str]) -> dict[str, int]:
+    ds = Dataset.from_items(words, num_shards=4).group_by(lambda w: w.lower(), lambda k, it: (k, sum(1 for _ in it)),
+                                                          num_shards=3)
+    return dict(ds.collect(_cfg()))
+
+
+def _kill_and_wait(pid: int) -> None:
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        assert select.select([fd], [], [], 60)[0], f"process {pid} did not exit after SIGKILL"
+    finally:
+        os.close(fd)
+
+
+def test_workers_are_forked_from_one_zygote_not_from_the_driver():
+    rows = Dataset.from_items(list(range(8)), num_shards=8).map(_where).collect(_cfg())
+    zygote = backends._ZYGOTE[0].proc.pid
+    pids = {pid for _, pid, _, _, _ in rows}
+    assert len(pids) <= 2 and os.getpid() not in pids
+    assert {ppid for _, _, ppid, _, _ in rows} == {zygote}  # forked from the zygote, which the driver started
+    assert all(sid == pid for _, pid, _, sid, _ in rows)  # each in its own session: a Ctrl-C is the driver's
+    assert zygote not in pids
+
+
+def test_a_dead_workers_exit_code_comes_through_the_zygote_and_it_is_replaced():
+    pool = backends.local_backend(2)
+    before = _word_counts(TEXT)
+    victim = pool.workers[0].proc
+    _kill_and_wait(victim.pid)
+    assert victim.poll() == -signal.SIGKILL
+    assert _word_counts(TEXT) == before
+    assert all(w.proc.poll() is None for w in pool.workers) and victim not in [w.proc for w in pool.workers]
+
+
+def test_a_killed_zygote_is_replaced_and_results_are_the_same(caplog):
+    """A zygote killed between pipelines (an OOM kill): its idle workers, watching it, exit; the next
+    pipeline finds them dead, replaces them from a new zygote, and loses no attempt."""
+    before = _word_counts(TEXT)
+    pool = backends.local_backend(2)
+    old = backends._ZYGOTE[0]
+    workers = [w.proc.pid for w in pool.workers]
+    fds = [os.pidfd_open(p) for p in workers]
+    try:
+        _kill_and_wait(old.proc.pid)
+        for fd, pid in zip(fds, workers):
+            assert select.select([fd], [], [], 30)[0], f"worker {pid} outlived its zygote"
+    finally:
+        for fd in fds:
+            os.close(fd)
+    result = Dataset.from_items(TEXT, num_shards=4).group_by(
+        lambda w: w.lower(), lambda k, it: (k, sum(1 for _ in it)), num_shards=3).run(_cfg())
+    assert dict(result.items) == before
+    assert sum(s.worker_deaths for s in result.stats) == 0
+    assert backends._ZYGOTE[0] is not old and backends._ZYGOTE[0].alive()
+    assert "zygote" in caplog.text
+
+
+def test_workers_forked_from_the_zygote_start_without_pandas():
+    """The zygote imports what every task needs (pyarrow, numpy, the engine), not pandas."""
+    rows = Dataset.from_items([1, 2], num_shards=2).map(_where).collect(_cfg())
+    assert not any(has_pandas for *_, has_pandas in rows)
+
+
+def test_without_the_zygote_workers_are_spawned_interpreters(monkeypatch):
+    """Where forking is not safe (macOS, Windows) each worker is its own interpreter: same results."""
+    before = _word_counts(TEXT)
+    backends._close_pools()
+    monkeypatch.setattr(backends, "USE_ZYGOTE", False)
+    try:
+        assert _word_counts(TEXT) == before
+        pool = backends.local_backend(2)
+        assert not backends._ZYGOTE and all(w.proc.args[:3] == [sys.executable, "-m", "datakit.shuffle.worker"]
+                                            for w in pool.workers)
+    finally:
+        backends._close_pools()
