@@ -43,8 +43,9 @@ into by id (`units.py`).
     input_shard_bytes: int = field(default=64 * 2**20, metadata={"min": 1, "identity": False})
     max_files_per_input_shard: int = field(default=2000, metadata={"min": 1, "identity": False})
     # Stored input bytes up to which a read (or finish) job runs in the step's own process on the local
-    # backend: starting the worker pool (an interpreter, pyarrow and the readers: 0.5-0.8 CPU-s a worker)
-    # costs more than reading this much (about 0.3 CPU-s), which is what an edit of one file recomputes.
+    # backend: starting the worker pool (the zygote's interpreter and imports, then the readers in each
+    # worker: 0.5-0.8 CPU-s) costs more than reading this much (about 0.3 CPU-s), which is what an edit of
+    # one file recomputes.
     # Outputs never depend on where a job runs (0: always the pool). The rule is the engine's
     # (`datakit.shuffle.small_job_config`); this key lets a manifest move normalize's limit.
     inline_bytes: int = field(default=8 * 2**20, metadata={"min": 0, "identity": False})

@@ -1,7 +1,8 @@
 """Where a small job runs: in the calling process rather than on a freshly started local worker pool.
 
-Starting the local backend's pool costs an interpreter and its imports (pyarrow, numpy, the tokenizers:
-about 0.65 CPU-s a worker), more than reading and rewriting a few MiB costs. An incremental run's steps
+Starting the local backend's pool costs an interpreter and its imports (the zygote that workers are
+forked from: pyarrow, numpy, the engine, about 0.45 CPU-s) and each worker's own first imports of its
+tasks' modules, more than reading and rewriting a few MiB costs. An incremental run's steps
 mostly compute a handful of units (one edited file of 58), so there the pool would be most of the
 step's CPU. A job that reads at most ``limit`` bytes on the local backend therefore runs inline, in
 the step's own process. Outputs never depend on the backend (tests/test_shuffle_engine.py checks
@@ -24,7 +25,7 @@ from .backends import pool_is_warm
 from .executor import ExecConfig
 
 # A job reading at most this many stored bytes runs inline on the local backend (about 0.3 CPU-s of
-# reading, against 0.65 CPU-s a worker to start the pool).
+# reading, against about 0.45 CPU-s for the zygote and the workers' first imports of a step's modules).
 SMALL_JOB_BYTES = 8 << 20
 
 
