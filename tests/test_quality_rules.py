@@ -167,6 +167,16 @@ def _plain_ngrams(toks):
             {n: gopher.dup_ngram_chars(toks, n) for n in gopher.DUP_NGRAMS})
 
 
+def _id_ngrams(toks):
+    """`ngrams.ngram_chars` as ({n: top chars}, {n: dup chars}), checking it yields in increasing n."""
+    tops, dups, order = {}, {}, []
+    for kind, n, chars in ngrams.ngram_chars(toks, gopher.TOP_NGRAMS, gopher.DUP_NGRAMS):
+        (tops if kind == ngrams.TOP else dups)[n] = chars
+        order.append(n)
+    assert order == sorted(order)
+    return tops, dups
+
+
 def test_ngram_ids_equal_the_plain_definitions_on_random_token_lists():
     """The id-based n-gram measures (datakit.quality.ngrams) equal the tuple-of-strings definitions, on
     token lists from tiny vocabularies (long overlapping repeats, ties for the most frequent n-gram) to
@@ -176,7 +186,7 @@ def test_ngram_ids_equal_the_plain_definitions_on_random_token_lists():
     for trial in range(1500):
         vocab = [f"w{i}" * (1 + i % 3) for i in range(rng.choice((1, 2, 3, 5, 40, 1000)))]
         toks = [rng.choice(vocab) for _ in range(rng.choice((0, 1, 3, 9, 10, 11, 64, 200, 700)))]
-        assert ngrams.ngram_chars(toks, gopher.TOP_NGRAMS, gopher.DUP_NGRAMS) == _plain_ngrams(toks), toks
+        assert _id_ngrams(toks) == _plain_ngrams(toks), toks
 
 
 def test_ngram_ids_equal_the_plain_definitions_on_real_text():
@@ -191,7 +201,7 @@ def test_ngram_ids_equal_the_plain_definitions_on_real_text():
         toks = tokens(text)
         if len(toks) >= ngrams.SMALL:
             checked += 1
-            assert ngrams.ngram_chars(toks, gopher.TOP_NGRAMS, gopher.DUP_NGRAMS) == _plain_ngrams(toks)
+            assert _id_ngrams(toks) == _plain_ngrams(toks)
     assert checked >= 50
 
 
@@ -330,6 +340,25 @@ def test_chain_annotate_only_keeps_text_and_computes_every_measure():
     assert stop.failure.rule == out.failure.rule and "fineweb_list_ratio" not in stop.measures
 
 
+def test_chain_computes_n_gram_measures_up_to_the_rule_that_removes():
+    """A document a top-2-gram rule removes gets no larger n-gram measure (the chain reads them n by n and
+    stops); with annotate_only, or when it is kept, it gets every one, equal to repetition_measures', even
+    for a rule switched off (its threshold null: its measure is never read by a rule)."""
+    names = [f"rep_top_{n}_gram" for n in gopher.TOP_NGRAMS] + [f"rep_dup_{n}_gram" for n in gopher.DUP_NGRAMS]
+    spam = "buy now " * 300
+    off = QualityRules(langid=dataclasses.replace(QualityRules().langid, enabled=False))
+    stop = Chain(off).run({"id": "x", "text": spam})
+    assert stop.failure.rule == "gopher_repetition.top_2_gram_frac"
+    assert "rep_top_2_gram" in stop.measures and not set(names[1:]) & set(stop.measures)
+    every = Chain(dataclasses.replace(off, annotate_only=True)).run({"id": "x", "text": spam})
+    want = gopher.ngram_repetition_measures(spam)
+    assert every.failure.rule == stop.failure.rule and {k: every.measures[k] for k in names} == want
+    kept_text = "\n".join(prose(40, 50 * i) for i in range(6))
+    no_dup_10 = dataclasses.replace(off, gopher_repetition=GopherRepetitionConfig(dup_10_gram_frac=None))
+    kept = Chain(no_dup_10).run({"id": "x", "text": kept_text})
+    assert kept.failure is None and {k: kept.measures[k] for k in names} == gopher.ngram_repetition_measures(kept_text)
+
+
 def test_a_disabled_rule_never_fires():
     rules = QualityRules(gopher_repetition=GopherRepetitionConfig(enabled=False), c4=dataclasses.replace(
         QualityRules().c4, enabled=False), fineweb=FineWebConfig(enabled=False),
@@ -440,6 +469,17 @@ def test_suffix_last_characters_are_derived_from_the_suffix_rules():
     assert _edge_ranges(R.SUFFIX, "last") == R.SUFFIX_LAST
 
 
+def test_prefix_first_characters_are_derived_from_the_prefix_rules():
+    """text.py skips the prefix regex for a piece starting with a character no prefix rule starts with:
+    every rule must be anchored at the start (so a match starts at the piece's first character), and the
+    stored set must be exactly the one the rules imply."""
+    from datakit.quality import _en_tokenizer_rules as R
+
+    rules = _top_level_alternatives(R.PREFIX)
+    assert "|".join(rules) == R.PREFIX and all(r.startswith("^") for r in rules)
+    assert _edge_ranges(R.PREFIX, "first") == R.PREFIX_FIRST
+
+
 def test_infix_first_characters_are_derived_from_the_infix_rules():
     """text.py tries the infix rules only where a character an infix match can start with stands; the
     stored set must be exactly the one the rules imply, and every infix rule must consume a character."""
@@ -507,7 +547,7 @@ def test_no_infix_rule_matches_letters_and_digits_alone():
 
 
 def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
-    """The suffix, infix and merge shortcuts change no token: every non-trivial whitespace piece of real
+    """The prefix, suffix, infix and merge shortcuts change no token: every non-trivial whitespace piece of real
     text (stdlib sources, their docstrings' punctuation) and of glued special cases tokenizes as with
     every rule run in full."""
     import os
@@ -535,8 +575,9 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
             out.append(s[pos:])
 
     def full(c):  # the rules without shortcuts
-        saved = text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW
+        saved = text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST
         text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW = every_char, (lambda s: not s), 10 ** 9
+        text._PREFIX_FIRST = every_char
         try:
             prefixes, suffixes = [], []
             s = text._split_affixes(c, prefixes, suffixes)
@@ -560,7 +601,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
                 i += 1
             return tuple(text._SPECIAL.get(c, out))
         finally:
-            text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW = saved
+            text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST = saved
 
     pieces = set()
     for f in sorted(pathlib.Path(os.path.dirname(os.__file__)).glob("*.py"))[:40]:

@@ -21,7 +21,8 @@ from typing import Any
 from . import c4, fineweb, gopher, langid
 from .config import QualityRules
 from .language_rules import LanguageSettings, settings_for
-from .rules import FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION_LINES, GOPHER_REPETITION_NGRAMS, Rule, first_failure
+from .rules import (FINEWEB, GOPHER_QUALITY, GOPHER_REPETITION_LINES, GOPHER_REPETITION_NGRAMS, Pulled, Rule,
+                    first_failure)
 from .urls import UrlLists
 
 # Attribute columns the quality stage adds to every document (None where a measure was not computed).
@@ -120,9 +121,9 @@ class Chain:
         out.measures.update(m)
         hit = first_failure(GOPHER_REPETITION_LINES, m, cfg)
         if hit is None or self.rules.annotate_only:  # a removed document's later measures are never needed
-            m = gopher.ngram_repetition_measures(out.text, split=out.settings.split)
-            out.measures.update(m)
-            hit = hit or first_failure(GOPHER_REPETITION_NGRAMS, m, cfg)
+            grams = Pulled(gopher.ngram_repetition(out.text, split=out.settings.split))  # n by n, as the rules read
+            hit = hit or first_failure(GOPHER_REPETITION_NGRAMS, grams, cfg)
+            out.measures.update(grams if hit and not self.rules.annotate_only else grams.rest())
         return _failure(*hit, cfg) if hit else None
 
     def _quality(self, doc: dict, out: Outcome) -> Failure | None:

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from .ngrams import SMALL, ngram_chars
+from .ngrams import DUP, SMALL, TOP, ngram_chars
 from .text import PUNCTUATION, tokens
 
 STOP_WORDS = frozenset({"the", "be", "to", "of", "and", "that", "have", "with"})
@@ -142,13 +142,23 @@ def line_repetition_measures(text: str) -> dict[str, float]:
 def ngram_repetition_measures(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
                               split: str = "spacy_en") -> dict[str, float]:
     """The word n-gram measures (rep_top_{n}_gram, rep_dup_{n}_gram) for the given n."""
+    return dict(ngram_repetition(text, top, dup, split))
+
+
+def ngram_repetition(text: str, top: tuple[int, ...] = TOP_NGRAMS, dup: tuple[int, ...] = DUP_NGRAMS,
+                     split: str = "spacy_en") -> Iterator[tuple[str, float]]:
+    """(measure, value) of each word n-gram measure, in increasing n (the rules' order), each computed
+    only when asked for: the chain stops at the first rule that removes the document."""
     n_chars = len(text) or 1
     toks = tokens(text, split)
-    if len(toks) < SMALL:
-        tops = {n: top_ngram_chars(toks, n) for n in top}
-        dups = {n: dup_ngram_chars(toks, n) for n in dup}
-    else:
-        tops, dups = ngram_chars(toks, top, dup)
-    out = {f"rep_top_{n}_gram": tops[n] / n_chars for n in top}
-    out.update({f"rep_dup_{n}_gram": dups[n] / n_chars for n in dup})
-    return out
+    for kind, n, chars in (_plain_ngram_chars(toks, top, dup) if len(toks) < SMALL else ngram_chars(toks, top, dup)):
+        yield f"rep_{kind}_{n}_gram", chars / n_chars
+
+
+def _plain_ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> Iterator[tuple[str, int, int]]:
+    """`ngrams.ngram_chars` by the plain definitions (faster on short token lists), in the same order."""
+    for n in sorted({*top, *dup}):
+        if n in top:
+            yield TOP, n, top_ngram_chars(toks, n)
+        if n in dup:
+            yield DUP, n, dup_ngram_chars(toks, n)

@@ -1,28 +1,37 @@
-"""Gopher's word n-gram repetition measures over integer token ids, for every n at once.
+"""Gopher's word n-gram repetition measures over integer token ids, one n after the other.
 
 The plain definitions (`gopher.top_ngram_chars`, `gopher.dup_ngram_chars`) build a tuple of strings per
 position and n: nine passes of Python work per token, three quarters of the repetition rule's time.
 
 Here every token gets an id once and each n-gram an exact id: the (n-1)-gram's id paired with the next
-token's, compacted by ``np.unique`` (no hashing, so no collisions). Only *repeating* n-grams are carried
+token's, compacted by a stable sort (no hashing, so no collisions). Only *repeating* n-grams are carried
 from one n to the next: a position whose n-gram occurs once also has a unique (n+1)-gram, so it can never
 be counted as a repeat nor change which n-gram is most frequent (unless none repeats: then the first
-position's, with count 1). In prose the repeating positions thin out fast (most 5-grams occur once), so
-the work per n shrinks with n.
+position's, with count 1, and every larger n is known without any work). In prose the repeating
+positions thin out fast (most 5-grams occur once), so the work per n shrinks with n.
+
+`ngram_chars` yields each n's value as soon as it is known, in increasing n, which is the order of the
+repetition rules (top 2, 3, 4, then dup 5..10): the chain stops asking once a rule removes the document
+(a removed document's later measures are never written), and the n-grams a document is most repetitive
+in, whose duplicate scans cost most, are exactly the ones that fail early.
 
 The duplicate scan is sequential by definition (a repeat skips its own n positions, which are then never
 "seen"), so it stays a Python loop, over the repeating positions only: a unique n-gram, seen or skipped,
-can never match a later position. The results equal the plain definitions exactly (integers;
-`tests/test_quality_rules.py` checks both on real and random token lists). `gopher.repetition_measures`
+can never match a later position. Characters of the words at positions p..p+n-1 are a difference of the
+token lengths' running sum. The results equal the plain definitions exactly (integers;
+`tests/test_quality_rules.py` checks both on real and random token lists). `gopher.ngram_repetition`
 keeps the plain definitions for token lists shorter than `SMALL`, where numpy's per-call cost is larger
 than their Python loops.
 """
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 SMALL = 64  # shorter token lists: the plain definitions are faster
+TOP, DUP = "top", "dup"  # the two kinds of n-gram measure
 
 
 def _ids(toks: list[str]) -> tuple[np.ndarray, int]:
@@ -33,23 +42,31 @@ def _ids(toks: list[str]) -> tuple[np.ndarray, int]:
     return ids, len(toks)
 
 
-def _chars(toks: list[str], p: int, n: int) -> int:
-    """Characters of the n words starting at position p (no separators)."""
-    return sum(map(len, toks[p:p + n]))
+def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the index in ``key`` of each distinct value's first occurrence, each position's group id, each
+    group's count), groups in ascending key order: ``np.unique``'s three answers without its generic
+    wrapping, which costs more than the sort on the few hundred keys of a document."""
+    order = np.argsort(key, kind="stable")  # stable: a group's first entry is its earliest position
+    ordered = key[order]
+    new = np.empty(len(key), bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    group = np.empty(len(key), np.int64)
+    group[order] = np.cumsum(new) - 1
+    return order[starts], group, np.diff(starts, append=len(key))
 
 
-def _top(toks: list[str], pos: np.ndarray, first: np.ndarray, counts: np.ndarray, n: int) -> int:
+def _top(cum: list[int], pos: np.ndarray, first: np.ndarray, counts: np.ndarray, n: int) -> int:
     """Characters of the most frequent n-gram (words joined by one space) times its count; among equally
     frequent n-grams the one seen first (what ``Counter.most_common(1)`` returns). ``pos`` are the
     positions of the repeating candidates, ``first``/``counts`` per candidate n-gram."""
-    if len(counts) == 0 or counts.max() < 2:  # nothing repeats: the first n-gram, once
-        return _chars(toks, 0, n) + n - 1
     top = counts.max()
-    pick = int(pos[first[counts == top].min()])
-    return (_chars(toks, pick, n) + n - 1) * int(top)
+    p = int(pos[first[counts == top].min()])
+    return (cum[p + n] - cum[p] + n - 1) * int(top)
 
 
-def _dup(toks: list[str], pos: list[int], gram: list[int], n: int) -> int:
+def _dup(cum: list[int], pos: list[int], gram: list[int], n: int) -> int:
     """Characters of the words in n-grams repeating an earlier n-gram, scanning left to right and skipping
     each repeat's n positions. ``pos``/``gram``: the positions (ascending) of repeating n-grams and their
     ids; every other position holds a unique n-gram, which cannot matter."""
@@ -59,7 +76,7 @@ def _dup(toks: list[str], pos: list[int], gram: list[int], n: int) -> int:
         if p < i:
             continue
         if g in seen:
-            chars += _chars(toks, p, n)
+            chars += cum[p + n] - cum[p]
             i = p + n
         else:
             seen.add(g)
@@ -67,23 +84,28 @@ def _dup(toks: list[str], pos: list[int], gram: list[int], n: int) -> int:
     return chars
 
 
-def ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> tuple[dict[int, int], dict[int, int]]:
-    """({n: top_ngram_chars(toks, n)}, {n: dup_ngram_chars(toks, n)}) for the given n."""
+def ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> Iterator[tuple[str, int, int]]:
+    """(TOP, n, top_ngram_chars(toks, n)) for each n in ``top`` and (DUP, n, dup_ngram_chars(toks, n)) for
+    each n in ``dup``, in increasing n (TOP before DUP for the same n), each as soon as it is known."""
     ids, bound = _ids(toks)
     total = len(ids)
-    tops = {n: 0 for n in top if n > total}
-    dups = {n: 0 for n in dup if n > total}
-    pos = np.flatnonzero(np.bincount(ids)[ids] >= 2)  # positions of repeating 1-grams
+    cum = [0, *np.cumsum(np.fromiter(map(len, toks), np.int64, total)).tolist()]
+    pos = np.flatnonzero(np.bincount(ids, minlength=1)[ids] >= 2)  # positions of repeating 1-grams
     gram = ids[pos]
-    for n in range(2, min(max((*top, *dup), default=1), total) + 1):
-        fits = pos <= total - n
-        pos, gram = pos[fits], gram[fits]
-        key = gram * bound + ids[pos + n - 1]  # < total ** 2: no overflow
-        _, first, gram, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    for n in range(2, max((*top, *dup), default=1) + 1):
+        t = d = 0  # an n longer than the text: no n-gram
+        if n <= total:
+            fits = int(np.searchsorted(pos, total - n, "right"))  # pos ascending: those with room for n words
+            pos, gram = pos[:fits], gram[:fits]
+            t = cum[n] + n - 1  # unless an n-gram repeats: the first n-gram, once
+        if n <= total and len(pos):
+            first, gram, counts = _group(gram * bound + ids[pos + n - 1])  # < total ** 2: no overflow
+            if n in top and counts.max() >= 2:
+                t = _top(cum, pos, first, counts, n)
+            repeating = counts[gram] >= 2
+            pos, gram = pos[repeating], gram[repeating]
+            d = _dup(cum, pos.tolist(), gram.tolist(), n) if n in dup and len(pos) else 0
         if n in top:
-            tops[n] = _top(toks, pos, first, counts, n)
-        repeating = counts[gram] >= 2
-        pos, gram = pos[repeating], gram[repeating]
+            yield TOP, n, t
         if n in dup:
-            dups[n] = _dup(toks, pos.tolist(), gram.tolist(), n) if len(pos) else 0
-    return tops, dups
+            yield DUP, n, d

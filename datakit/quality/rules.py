@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,25 @@ def first_failure(rules: tuple[Rule, ...], measures: dict[str, float], config: A
                 continue
             return rule, value
     return None
+
+
+class Pulled(dict):
+    """Measures computed when first read: reading one draws (measure, value) pairs from ``pairs`` (an
+    iterator computing each when drawn) until it comes, keeping every pair drawn. `first_failure` over it
+    computes the measures up to the first rule that fails and no further; `rest` computes the others
+    (a kept document carries them all)."""
+
+    def __init__(self, pairs: Iterator[tuple[str, float]]):
+        super().__init__()
+        self._pairs = pairs
+
+    def __missing__(self, measure: str) -> float:
+        for name, value in self._pairs:
+            self[name] = value
+            if name == measure:
+                return value
+        raise KeyError(measure)
+
+    def rest(self) -> "Pulled":
+        self.update(self._pairs)
+        return self

@@ -63,6 +63,9 @@ PUNCTUATION = frozenset(
 ) | TERMINAL_PUNCTUATION
 
 _PREFIX = re.compile(_R.PREFIX).search
+# Every prefix rule is anchored at the start: a piece starting with a character no rule starts with has
+# no prefix (most pieces start with a letter): skip the regex.
+_PREFIX_FIRST = frozenset(chr(c) for a, b in _R.PREFIX_FIRST for c in range(a, b + 1))
 _SUFFIX = re.compile(_R.SUFFIX).search
 _INFIX_AT = re.compile(_R.INFIX).match
 _URL = re.compile(_R.URL).match
@@ -128,7 +131,7 @@ def _split_affixes(s: str, prefixes: list[str], suffixes: list[str]) -> str:
         if s in _SPECIAL:
             break
         last = len(s)
-        m = _PREFIX(s)
+        m = _PREFIX(s) if s[0] in _PREFIX_FIRST else None
         pre = m.end() - m.start() if m else 0
         if pre:
             minus_pre = s[pre:]
@@ -206,7 +209,10 @@ def _split_infixes(s: str, out: list[str]) -> None:
 
 def _merge_specials(out: list[str]) -> None:
     """Replace the longest run of tokens starting at each position whose concatenation is a special case,
-    left to right (a run grows only while it is a prefix of some special case)."""
+    left to right (a run grows only while it is a prefix of some special case). A run can only start
+    with a token that is itself such a prefix: most pieces have none, and are left as they are."""
+    if _MERGE_PREFIXES.isdisjoint(out):
+        return
     i = 0
     while i < len(out) - 1:
         run, best, merged = out[i], 0, None
