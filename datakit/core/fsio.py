@@ -45,7 +45,6 @@ import uuid
 from dataclasses import dataclass
 from typing import IO, Callable, Iterator, Sequence, TypeVar
 
-import fsspec
 
 T = TypeVar("T")
 READ_CHUNK_BYTES = 8 << 20  # one ranged GET per chunk on object stores
@@ -68,10 +67,18 @@ def local_path(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
+def _fsspec():
+    """fsspec, imported when a path first needs it: a run on local paths never does, and its import
+    (with asyncio's) is about 0.07 CPU-s of every process's start."""
+    import fsspec
+
+    return fsspec
+
+
 def fs_for(path: str):
     """The fsspec filesystem of a URL, with the per-call deadline configured where the client has one."""
     protocol = path.split("://", 1)[0] if "://" in path else "file"
-    fs, _ = fsspec.core.url_to_fs(path, **_store_options(protocol))
+    fs, _ = _fsspec().core.url_to_fs(path, **_store_options(protocol))
     if protocol in _S3:
         fs.retries = 1  # s3fs retries a stalled call 5 times on its own (a class attribute): `retrying` decides
     return fs
@@ -92,7 +99,7 @@ def _store_options(protocol: str) -> dict:
     if protocol not in _S3:
         return {}
     t = call_timeout()
-    conf = fsspec.config.conf.get(protocol, {})
+    conf = _fsspec().config.conf.get(protocol, {})
     user = dict(conf.get("config_kwargs") or {})
     options = {"config_kwargs": {"connect_timeout": t, "read_timeout": t, "retries": {"total_max_attempts": 1},
                                  **user}}
@@ -116,10 +123,27 @@ def bounded(fs, method: str, *args, nbytes: int | None = 0, **kwargs):
 
 def store_url(url: str) -> str:
     """The canonical form of a prefix: an absolute local path, or a protocol URL without a trailing
-    slash. Why: step dirs and reports name the same place the same way however the user typed it."""
-    fs, path = fsspec.core.url_to_fs(url)
+    slash. Why: step dirs and reports name the same place the same way however the user typed it.
+    A local path is made absolute as fsspec's local filesystem does (without importing fsspec)."""
+    if is_local(url) and os.sep == "/":
+        return _absolute_posix(local_path(url)).rstrip("/") or "/"
+    fs, path = _fsspec().core.url_to_fs(url)
     path = path.rstrip("/") or "/"
     return path if is_local(url) else fs.unstrip_protocol(path)
+
+
+def _absolute_posix(path: str) -> str:
+    """What fsspec's ``make_path_posix`` gives for a path on a POSIX system: as it is when absolute, the
+    user's home expanded, else under the working directory (no other normalisation)."""
+    if path.startswith("/"):
+        return path
+    if path.startswith("~"):
+        return os.path.expanduser(path)
+    if path.startswith("./"):
+        path = path[2:]
+    elif path == ".":
+        path = ""
+    return f"{os.getcwd()}/{path}"
 
 
 def join(root: str | os.PathLike, *rel: str) -> str:
