@@ -12,7 +12,10 @@ only (backends.py): elsewhere forking a process that loaded numpy's BLAS or syst
 The protocol, over a socketpair, is strictly a request and then its reply, so a passed file descriptor
 never interleaves with another message:
 
-- ``("fork",)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then the worker's pid;
+- ``("fork", environ, path)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then the
+  worker's pid. The worker takes the driver's environment and module path as they are at this request
+  (as a worker spawned then would have: credentials a driver sets before a pipeline reach its workers);
+  what modules the zygote imported at its start read of their environment stays as it was then;
 - ``("exit_code", pid)``: its exit code, or None while it runs (the zygote reaps its children as they exit
   and keeps their codes);
 - ``("kill", pid)``: SIGKILL, sent only to a child not yet reaped (so a reused pid is never hit); None;
@@ -45,9 +48,15 @@ class ZygoteGone(RuntimeError):
     """The zygote did not answer (it died or hung): the caller starts another or spawns workers itself."""
 
 
+def _module_path() -> list[str]:
+    """This process's module path, absolute: what a worker needs to import what the driver pickled by
+    reference (test modules, user packages)."""
+    return [os.path.abspath(p) for p in sys.path if p]
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
+    env["PYTHONPATH"] = os.pathsep.join(_module_path())
     return env
 
 
@@ -80,7 +89,7 @@ class Zygote:
 
     def fork(self) -> tuple["ForkedProcess", Connection]:
         """A new worker: its process and the driver's end of its pipe."""
-        handle, pid = self._ask(("fork",), with_handle=True)
+        handle, pid = self._ask(("fork", dict(os.environ), _module_path()), with_handle=True)
         return ForkedProcess(self, int(pid)), Connection(handle)
 
     def exit_code(self, pid: int) -> int | None:
@@ -158,14 +167,18 @@ def _reap(exited: dict[int, int], children: set[int]) -> None:
         exited[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _fork_worker(conn: Connection, wakeup: tuple[int, int]) -> int:
-    """Fork one worker; send the driver its end of the worker's pipe; the worker's pid."""
+def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, str], path: list[str]) -> int:
+    """Fork one worker with the driver's environment and module path; send the driver its end of the
+    worker's pipe; the worker's pid."""
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # the worker: nothing of the zygote's plumbing stays open in it
         code = 0
         try:
             os.setsid()
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.path[:] = path + [p for p in sys.path if p not in path]
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in wakeup:
@@ -208,7 +221,7 @@ def _serve(conn: Connection) -> None:
         if msg is None:
             return
         if msg[0] == "fork":
-            pid = _fork_worker(conn, wakeup)
+            pid = _fork_worker(conn, wakeup, msg[1], msg[2])
             children.add(pid)
             conn.send(pid)
         elif msg[0] == "exit_code":
