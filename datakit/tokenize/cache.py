@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
+import xxhash
 
 from datakit.core.fsio import (
     atomic_write_bytes,
@@ -157,7 +158,7 @@ class NpyStreamWriter:
         if a.ndim != 1:
             raise ValueError(f"{self.path}: only 1-D arrays can be appended, got shape {a.shape}")
         assert self._f is not None
-        self._f.write(a.tobytes())
+        self._f.write(memoryview(a).cast("B"))  # the array's own bytes: no copy as tobytes() makes
         self.length += len(a)
 
     def close(self) -> str:
@@ -178,7 +179,9 @@ class NpyStreamWriter:
         remove(self._tmp)
 
 
-def write_npy_atomic(path: str, arr: np.ndarray) -> None:
+def write_npy_atomic(path: str, arr: np.ndarray) -> str:
+    """Write a 1-D array as a .npy file, published atomically; returns the file's xxh3-128 (what
+    `file_xxh3` gives for it), computed from the array in memory rather than read back."""
     w = NpyStreamWriter(path, arr.dtype)
     try:
         w.append(arr)
@@ -186,6 +189,9 @@ def write_npy_atomic(path: str, arr: np.ndarray) -> None:
         w.abort()
         raise
     w.close()
+    h = xxhash.xxh3_128(_npy_header(w.dtype, w.length))
+    h.update(memoryview(np.ascontiguousarray(arr, dtype=w.dtype)).cast("B"))
+    return h.hexdigest()
 
 
 def load_npy(path: str, mmap: bool = True) -> np.ndarray:

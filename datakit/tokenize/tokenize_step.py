@@ -534,16 +534,16 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     if len(new_rows):
         # scalar reads, not take(pa.array(...)): any list- or numpy-to-Arrow conversion imports pandas
         fresh, fresh_offsets, engine = _encode_fresh(spec, [texts[i].as_py() for i in new_rows.tolist()])
-    counts = {}
+    counts, sums = {}, {}
     for s in SPLITS:
         mine = _select(fresh, fresh_offsets, np.searchsorted(new_rows, fresh_rows[s])) if len(new_rows) else \
             (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
         tokens, offsets = trim.splice(*earlier[s], rows[s], *mine)
-        C.write_npy_atomic(C.join(dirs[s], names["tokens"]), np.asarray(tokens, dtype=np.dtype(spec.dtype)))
-        C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)
+        sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
+                                                np.asarray(tokens, dtype=np.dtype(spec.dtype))),
+                   "offsets": C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)}
         counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(doc_bytes[in_split[s]].sum())}
     _write_ids(spec, key, hashes)
-    sums = {s: C.shard_checksums(dirs[s], names) for s in SPLITS}
     _write_markers(dirs, names, fp, counts, _BadRows(), sums)
     _count_shard(counts, 0)
     return {"input": fp["input"], "reused": False, "spliced": True, "splits": counts, "bad": 0,
