@@ -425,9 +425,9 @@ def _tokens(arr: pa.Array, max_chars: int) -> tuple[np.ndarray, np.ndarray, np.n
     cross = inner[word[inner - 1] & word[inner]]  # a word running from one text into the next: two words
     if len(cross):
         edge = np.insert(edge, np.repeat(np.searchsorted(edge, cross), 2), np.repeat(cross, 2))
-    starts, stops = edge[0::2] + lo, edge[1::2] + lo
+    starts = edge[0::2] + lo
     ntok = np.diff(np.searchsorted(starts, off))
-    return u8, starts, stops - starts, ntok
+    return u8, starts, edge[1::2] - edge[0::2], ntok
 
 
 def _truncate(arr: pa.Array, max_chars: int) -> tuple[pa.Array, np.ndarray, np.ndarray]:
