@@ -39,8 +39,9 @@ _NGRAM_PRIME = 116049371
 _LONG = 256  # tokens longer than this are hashed one by one
 # Text per scoring batch. Its per-token arrays (67-75 bytes per token at their peak, 10-17 MB for 1-2
 # MB of text) bound the step's memory and stay within the CPU caches' reach: on the benchmark's 10 MB
-# (1,439 documents) 2 MB batches scored in 93-96 ms against 100-105 ms at 1 MB and 101-106 ms at 4 MB,
-# and the worker's peak RSS was 247 MB against 223 MB at 1 MB and 266 MB at 4 MB. The scores are the same
+# (1,439 documents, paired runs in one process on a loaded machine) 2 MB batches scored in 83-89 ms,
+# 1 MB in 93-97 ms, 4 MB in 100-106 ms; a worker reading, scoring and writing the file four times
+# peaked at 231 MB RSS with 2 MB batches, 217 MB with 1 MB, 266 MB with 4 MB. The scores are the same
 # whatever the batch (each document is scored on its own).
 _BATCH_BYTES = 2 << 20
 _SPREAD = 2  # a table has 2 to 4 slots per key: more spread fewer probes but cache misses (no faster)
@@ -110,7 +111,7 @@ def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full:
     else:
         w = view[at]
     for j in range(full, k):
-        w[j] &= _MASKS[np.minimum(lens, 8) if j == 0 else np.clip(lens - 8 * j, 0, 8)]
+        w[j] &= _MASKS.take(np.minimum(lens, 8) if j == 0 else np.clip(lens - 8 * j, 0, 8))
     return w
 
 
@@ -158,13 +159,13 @@ class _Table:
         2-d gather instead of up to ``probes`` rounds of numpy calls on a handful of keys): a key of the
         table sits at one slot within ``probes`` of its home, so a match anywhere in that window is it."""
         slot, mask = self._home(keys), len(self.ids) - 1
-        got = self.keys[0][slot]
+        got = self.keys[0].take(slot)  # take: twice the speed of [] with these indices
         hit = got == keys[0]
         for col, key in zip(self.keys[1:], keys[1:]):
-            hit &= col[slot] == key
-        out = np.where(hit, self.ids[slot], np.int32(-1))
+            hit &= col.take(slot) == key
+        out = np.where(hit, self.ids.take(slot), np.int32(-1))
         todo = np.flatnonzero(~hit & (got != 0))  # another key's slot: probe on
-        slot = (slot[todo] + 1) & mask
+        slot = (slot.take(todo) + 1) & mask
         for r in range(1, self.probes):
             want = keys[:, todo]
             if len(todo) * (self.probes - r) <= _BLOCK:
@@ -176,10 +177,10 @@ class _Table:
                     row, at = row[same], at[same]
                 out[todo[row]] = self.ids[at]
                 break
-            got = self.keys[0][slot]
+            got = self.keys[0].take(slot)
             hit = got == want[0]
             for col, key in zip(self.keys[1:], want[1:]):
-                hit &= col[slot] == key
+                hit &= col.take(slot) == key
             out[todo[hit]] = self.ids[slot[hit]]
             more = ~hit & (got != 0)
             todo, slot = todo[more], (slot[more] + 1) & mask
@@ -295,8 +296,8 @@ class Scorer:
         ndocs = len(arr)
         u8, starts, lens, ntok = _tokens(arr, max_chars)
         doc = np.repeat(np.arange(ndocs), ntok)
-        ids, nw = self._lookup(u8, starts, lens), ntok
-        hashes = self.hashes[ids]  # the unknown ones fixed below
+        ids, nw = self._lookup(u8, starts, lens).astype(np.intp), ntok
+        hashes = self.hashes.take(ids)  # the unknown ones fixed below
         unknown = np.flatnonzero(ids < 0)
         if len(unknown):
             at, size = starts[unknown], lens[unknown]
@@ -319,14 +320,14 @@ class Scorer:
         ids = np.empty(len(lens), np.int32)
         over = lens > 8
         short = np.flatnonzero(~over)
-        ids[short] = self._short.find(_words(view, starts[short], lens[short], 1))
+        ids[short] = self._short.find(_words(view, starts.take(short), lens.take(short), 1))
         rest = np.flatnonzero(over)
         if not len(rest):
             return ids
         size, lo = lens[rest], 8
         for hi, table in self._classes[1:]:
             at = rest[(size > lo) & (size <= hi)]
-            ids[at] = table.find(_words(view, starts[at], lens[at], hi // 8, lo // 8))
+            ids[at] = table.find(_words(view, starts.take(at), lens.take(at), hi // 8, lo // 8))
             lo = hi
         for i in rest[size > lo].tolist():
             ids[i] = self._long.get(u8[starts[i]:starts[i] + lens[i]].tobytes(), -1)
@@ -352,7 +353,7 @@ class Scorer:
         if nw is None:
             nw = np.bincount(doc, minlength=ndocs)
         end = np.cumsum(nw)  # one past each document's last word
-        total = np.bincount(doc, weights=self.s_words[ids], minlength=ndocs) + self.s_words[self.eos]
+        total = np.bincount(doc, weights=self.s_words.take(ids), minlength=ndocs) + self.s_words[self.eos]
         count = (nw + 1 - np.bincount(doc[ids < 0], minlength=ndocs)).astype(np.float64)
         acc = h = hashes
         h_eos, prime, bucket = self.hashes[self.eos], np.uint64(_NGRAM_PRIME), np.uint64(self.bucket)
