@@ -37,13 +37,14 @@ _SOFTMAX, _SUPERVISED = 3, 3
 _FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
 _NGRAM_PRIME = 116049371
 _LONG = 256  # tokens longer than this are hashed one by one
-# Text per scoring batch. Its per-token arrays (67-75 bytes per token at their peak, 10-17 MB for 1-2
-# MB of text) bound the step's memory and stay within the CPU caches' reach: on the benchmark's 10 MB
-# (1,439 documents, paired runs in one process on a loaded machine) 2 MB batches scored in 83-89 ms,
-# 1 MB in 93-97 ms, 4 MB in 100-106 ms; a worker reading, scoring and writing the file four times
-# peaked at 231 MB RSS with 2 MB batches, 217 MB with 1 MB, 266 MB with 4 MB. The scores are the same
-# whatever the batch (each document is scored on its own).
-_BATCH_BYTES = 2 << 20
+# Text per scoring batch. Its per-token arrays (about 75 bytes per token at their peak, 10 MB for 1 MB
+# of text) bound the step's memory. Their size also decides whether glibc's malloc keeps their pages:
+# arrays past its (dynamic) mmap threshold are mapped and unmapped per batch, and every page faults
+# again (2.5 us a fault on this VM). A qscore worker over the benchmark's 10 MB (1,439 documents) took
+# 0 faults and 87-97 ms of scoring per pass at 1 MB, 4-11k faults and 90-112 ms at 2 MB (peak RSS 243-259
+# vs 265 MB); main's 4 MB batches took 7.3k. The scores are the same whatever the batch (each document
+# is scored on its own).
+_BATCH_BYTES = 1 << 20
 _SPREAD = 2  # a table has 2 to 4 slots per key: more spread fewer probes but cache misses (no faster)
 _BLOCK = 1 << 13  # the probes left of a table lookup done as one 2-d gather below this many slots
 # Vocabulary tables by word length in bytes: a word of up to 8k bytes is a key of k uint64 words. The
