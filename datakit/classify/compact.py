@@ -100,9 +100,9 @@ def _word_view(u8: np.ndarray) -> np.ndarray:
 
 
 def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full: int = 0) -> np.ndarray:
-    """Bytes [0, 8k) of every span (``starts`` ascending) as k little-endian uint64 words, shape (k,
-    spans): row j holds bytes [8j, 8j + 8), zero past the span's end; the first ``full`` rows lie
-    within every span (its length class says so: no mask). A token holds no NUL (NUL splits words), so
+    """Bytes [0, 8k) of every span (``starts`` ascending, lengths in (8 * full, 8k]: one length class) as
+    k little-endian uint64 words, shape (k, spans): row j holds bytes [8j, 8j + 8), zero past the span's
+    end; the first ``full`` rows lie within every span (no mask). A token holds no NUL (NUL splits words), so
     a token of up to 8k bytes and its first k words determine each other: exact integer keys for the
     vocabulary tables. One 2-d gather for all k rows."""
     at = starts[None, :] if k == 1 else starts + np.arange(0, 8 * k, 8)[:, None]
@@ -111,8 +111,13 @@ def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full:
         w = view[np.minimum(at, last)] >> (np.clip(at - last, 0, 7) * 8).astype(np.uint64)
     else:
         w = view[at]
-    for j in range(full, k):
-        w[j] &= _MASKS.take(np.minimum(lens, 8) if j == 0 else np.clip(lens - 8 * j, 0, 8))
+    for j in range(full, k):  # the bytes of row j in the span: 8 for those within it, 0 past its end
+        rest = lens - 8 * j if j else lens
+        if j > full:
+            rest = np.maximum(rest, 0)
+        if j < k - 1:
+            rest = np.minimum(rest, 8)
+        w[j] &= _MASKS.take(rest)
     return w
 
 
