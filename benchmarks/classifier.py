@@ -14,8 +14,12 @@ process as the stage does). Scoring: every corpus document, by
         drives it (run() over the reader's documents). newline_replacement=" " makes its input the same
         text ours scores, so scores are compared document by document.
 Each side runs in its own process, warmed by one untimed pass, then --repeats timed passes (best kept);
-the figure is documents per CPU-second (user + system of that process). A side that scores 0 documents
-is an error. One JSON object on stdout. Memory: each scoring process's tree's peak PSS, sampled every
+the figure is documents per CPU-second (user + system of that process). The sides run --rounds times
+(default 2) in turn, ours then the peer, each a fresh process, and each side's best round is its figure
+(the per-round rates are printed too): on this shared machine the load moves by the minute, and one run
+per side measured the two under different loads. Ours also reports its CPU per pass for reading,
+scoring and writing, and its PSS after its imports, after loading the model and after its first pass.
+A side that scores 0 documents is an error. One JSON object on stdout. Memory: each scoring process's tree's peak PSS, sampled every
 50 ms by benchmarks/_pipeline_measure (shared library pages count by their share), and its own VmHWM
 (peak RSS, exact); training's is the training process tree's peak RSS (it holds every example in memory,
 then fastText trains in a spawned child). The peer reads the model under a name holding its sha256:
@@ -28,8 +32,22 @@ and memory are the figures; its held-out metrics then score copies of training t
     .venv/bin/python -m benchmarks.classifier --mb 10 --train-docs 100000
     .venv/bin/python -m benchmarks.classifier --work-dir W --reuse      # scoring again, same corpus and model
 
-Measured fresh (2026-11-26, both sides in one run, the machine loaded by other jobs, load 7-10; 10.3 MB,
-1,439 documents, a model trained on 19,600, 2 repeats): 7,378 vs 2,491 docs per CPU-second (2.96x; main's
+Measured fresh (2026-11-26, 2 rounds, the machine shared with other jobs, load 2.3-3.5; 10.3 MB, 1,439
+documents, a model trained on 19,600, 3 repeats, scoring in 1 MB batches): 10,429 vs 3,956 docs per
+CPU-second (2.64x; rounds 10,262/10,429 vs 3,956/3,734); per pass read 13 ms, score 92 ms, write 34 ms;
+18,469 at 2,000 characters (4.7x); decisions agree 1,439/1,439. Peak PSS 185 vs 113 MB, RSS 227
+vs 123 MB; ours 51 MB PSS after its imports, 70 after the model, 151 after the first pass. Then 3 rounds
+of ours, main's scorer and the peer in turn on that corpus and model: 10,315-11,161 vs main's
+8,271-9,515 vs 3,166-3,804 (2.93x against main's 2.50x, best rounds); peak PSS 174-206 vs main's
+221-247 vs 113-115 MB. What ours spends: the scorer's lookups ~43 ms per pass (the 9-128 byte words,
+a fifth of the tokens, half of it), n-gram means ~24 ms, tokenizing ~18 ms; the fixed read and write
+(zstd) ~45 ms. Its memory: imports ~51 MB (pyarrow + numpy + parquet alone: 47 MB in a lone process),
+the model ~11 MB of tables and rows (+19 MB at load), Arrow reading the 9 MB table (its mimalloc pool
+peaks at 34 MB; with MIMALLOC_PURGE_DECOMMITS=0 the pages stay), ~10 MB of scoring arrays per batch;
+reading the file in record batches of 1,024 rows without threads would save 26-30 MB of peak RSS
+(same output bytes), which is transform's read, not the scorer's.
+Before (the previous scorer, 4 MB batches; 2026-11-26, both sides in one run, the machine loaded by
+other jobs, load 7-10; 10.3 MB, 1,439 documents, a model trained on 19,600, 2 repeats): 7,378 vs 2,491 docs per CPU-second (2.96x; main's
 scorer 2.76x in a run right after, on the same corpus and model); peak PSS 187 vs 111 MB (main 222), peak
 RSS 238 vs 123 MB (main 282). What is left of ours: ~84 MB interpreter, pyarrow and the stage's imports,
 Arrow reading and writing the 9 MB table (~35 MB of Arrow allocations, more in mimalloc's pages), the
