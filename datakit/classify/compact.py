@@ -8,10 +8,10 @@ rows of those ids, and applies softmax to the output layer. For two labels softm
 sigmoid(h . (w_pos - w_neg)) = sigmoid(mean over ids of s[id]) with s = E (w_pos - w_neg):
 ``model.compact_model`` writes that model (dimension 1, still a fastText model), and :class:`Scorer`
 computes it here. The words are byte spans of the texts' own buffer, found by numpy (no token strings);
-a word of up to 32 bytes is its own exact key (1 or 4 uint64s: it holds no NUL), looked up in open-addressing
-tables built once per model, a few numpy gathers per token (Arrow's ``index_in`` rebuilt a hash table of the
-vocabulary on every call and probed it once per token: most of the scoring time); the few longer words
-still go through ``index_in``. FNV-1a hashes of the vocabulary are precomputed (computed for unknown
+a word of up to 128 bytes is its own exact key (its bytes as 1 to 16 uint64s: it holds no NUL), looked up
+in the open-addressing table of its length class, built once per model, a few numpy gathers per token
+(Arrow's ``index_in`` rebuilt a hash table of the vocabulary on every call and probed it once per token:
+most of the scoring time); the few longer words are a dict of their bytes. FNV-1a hashes of the vocabulary are precomputed (computed for unknown
 words), n-gram buckets and per-document sums in numpy, in fastText's order. The result is fastText's
 ``predict`` probability (smoothing included: fastText reports exp(log(p + 1e-5))) up to float rounding
 (float64 here, float32 there: differences ~1e-7; the tests check it against fastText on real and
@@ -21,6 +21,7 @@ adversarial text, and against a word-by-word reading of fastText's predict on sy
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Any
 
 import numpy as np
@@ -36,15 +37,21 @@ _SOFTMAX, _SUPERVISED = 3, 3
 _FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
 _NGRAM_PRIME = 116049371
 _LONG = 256  # tokens longer than this are hashed one by one
-# Text per scoring batch. The per-token arrays (about 10 of them, 8 bytes per token) stay within the
-# CPU caches' reach and bound the step's memory: on 25 MB of real text (3,734 documents) 4 MB batches
-# took 0.35-0.36 CPU-s and 279-287 MB peak against 16 MB batches' 0.45-0.57 CPU-s and 378-391 MB, with
-# the same scores (each document is scored on its own, whatever the batch); 1 MB batches were slower.
-_BATCH_BYTES = 4 << 20
-_MID = 4  # words of 9 to 8 * _MID bytes: keys of 4 uint64 words; longer ones looked up by Arrow
+# Text per scoring batch. Its per-token arrays (about 75 bytes per token at their peak, 10 MB for 1 MB
+# of text) bound the step's memory. Their size also decides whether glibc's malloc keeps their pages:
+# arrays past its (dynamic) mmap threshold are mapped and unmapped per batch, and every page faults
+# again (2.5 us a fault on this VM). A qscore worker over the benchmark's 10 MB (1,439 documents) took
+# 0 faults and 87-97 ms of scoring per pass at 1 MB, 4-11k faults and 90-112 ms at 2 MB (peak RSS 243-259
+# vs 265 MB); main's 4 MB batches took 7.3k. The scores are the same whatever the batch (each document
+# is scored on its own).
+_BATCH_BYTES = 1 << 20
+_SPREAD = 2  # a table has 2 to 4 slots per key: more spread fewer probes but cache misses (no faster)
+_BLOCK = 1 << 13  # the probes left of a table lookup done as one 2-d gather below this many slots
+# Vocabulary tables by word length in bytes: a word of up to 8k bytes is a key of k uint64 words. The
+# few longer words (683 of a 146k vocabulary, 0.06% of the tokens) are a dict of their bytes.
+_CLASSES = (8, 16, 32, 64, 128)
 _MASKS = np.array([(1 << (8 * i)) - 1 for i in range(9)], dtype=np.uint64)
 _WORD_BYTES = bytes(b not in b" \t\n\v\f\r\0" for b in range(256))
-_LABEL_WORD = int.from_bytes(LABEL_PREFIX[:8], "little")
 
 
 def fnv1a(tokens: pa.Array) -> np.ndarray:
@@ -92,18 +99,25 @@ def _word_view(u8: np.ndarray) -> np.ndarray:
     return np.ndarray((len(u8) - 7,), np.dtype("<u8"), buffer=u8, offset=0, strides=(1,))
 
 
-def _word(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int) -> np.ndarray:
-    """Bytes [8k, 8k + 8) of every span (``starts`` ascending) as a little-endian uint64, zero past the
-    span's end. A token holds no NUL (NUL splits words), so a token of up to 8m bytes and its first m
-    words determine each other: exact integer keys for the vocabulary tables."""
-    at = starts + 8 * k if k else starts
+def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full: int = 0) -> np.ndarray:
+    """Bytes [0, 8k) of every span (``starts`` ascending, lengths in (8 * full, 8k]: one length class) as
+    k little-endian uint64 words, shape (k, spans): row j holds bytes [8j, 8j + 8), zero past the span's
+    end; the first ``full`` rows lie within every span (no mask). A token holds no NUL (NUL splits words), so
+    a token of up to 8k bytes and its first k words determine each other: exact integer keys for the
+    vocabulary tables. One 2-d gather for all k rows."""
+    at = starts[None, :] if k == 1 else starts + np.arange(0, 8 * k, 8)[:, None]
     last = len(view) - 1
-    inside = int(np.searchsorted(at, last, side="right"))  # the others start within 8 bytes of the end
-    w = view[at] if inside == len(at) else view[np.minimum(at, last)]
-    if inside < len(at):  # read the buffer's last 8 bytes, shift the span's bytes down
-        w[inside:] >>= (np.minimum(at[inside:] - last, 7) * 8).astype(np.uint64)
-    rest = np.minimum(lens, 8) if not k else np.clip(lens - 8 * k, 0, 8)
-    w &= _MASKS[rest]
+    if len(starts) and int(starts[-1]) + 8 * (k - 1) > last:  # read the buffer's last 8 bytes, shift down
+        w = view[np.minimum(at, last)] >> (np.clip(at - last, 0, 7) * 8).astype(np.uint64)
+    else:
+        w = view[at]
+    for j in range(full, k):  # the bytes of row j in the span: 8 for those within it, 0 past its end
+        rest = lens - 8 * j if j else lens
+        if j > full:
+            rest = np.maximum(rest, 0)
+        if j < k - 1:
+            rest = np.minimum(rest, 8)
+        w[j] &= _MASKS.take(rest)
     return w
 
 
@@ -115,62 +129,94 @@ def _in_word(data: Any) -> np.ndarray:
 
 
 class _Table:
-    """Exact lookup of keys made of ``k`` uint64 words (never all zero) to ids: open addressing with
-    linear probing, built and probed with numpy over whole arrays. A slot holds the key's position in
-    the key arrays (a small table: the probes stay in cache); Arrow's ``index_in`` rebuilt a hash table of
-    the whole vocabulary per call and probed it with a string hash and compare per token."""
+    """Exact lookup of keys of ``k`` uint64 words (columns of a (k, keys) array, the first word never
+    zero) to int32 ids: open addressing with linear probing, built and probed with numpy over whole
+    arrays. The keys sit in the slots themselves (a probe gathers the words, then the id), at a load of
+    1/4 to 1/2. Arrow's ``index_in`` rebuilt a hash table of the whole vocabulary per call and probed it
+    with a string hash and compare per token."""
 
-    def __init__(self, keys: list[np.ndarray], ids: np.ndarray) -> None:
-        m = len(ids)
-        self.bits = max(4, (2 * m).bit_length())  # load factor 1/4 to 1/2
-        self.slots = np.full(1 << self.bits, -1, np.int32)
-        # position -1 (an empty slot): an all-zero key no token has, id -1
-        self.cols = [np.append(key, np.uint64(0)) for key in keys]
-        self.ids = np.append(ids.astype(np.int64), -1)
-        home, mask = self._home(keys), len(self.slots) - 1
+    def __init__(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        m = keys.shape[1]
+        self.bits = max(4, (_SPREAD * m - 1).bit_length())
+        self.keys = np.zeros((len(keys), 1 << self.bits), np.uint64)  # first word 0: an empty slot
+        self.ids = np.full(1 << self.bits, -1, np.int32)
+        home, mask = self._home(keys), (1 << self.bits) - 1
         todo, self.probes = np.arange(m), 0
         while len(todo):  # round r: every key still unplaced tries home + r; the first one per free slot wins
             slot = (home[todo] + self.probes) & mask
-            free = self.slots[slot] < 0
+            free = self.keys[0][slot] == 0
             taken, first = np.unique(slot[free], return_index=True)
             win = todo[free][first]
-            self.slots[taken] = win
+            self.keys[:, taken], self.ids[taken] = keys[:, win], ids[win]
             placed = np.zeros(m, bool)
             placed[win] = True
             todo = todo[~placed[todo]]
             self.probes += 1
 
-    def _home(self, keys: list[np.ndarray]) -> np.ndarray:
+    def _home(self, keys: np.ndarray) -> np.ndarray:
         h = keys[0]
         for key in keys[1:]:
             h = h * np.uint64(_NGRAM_PRIME) + key
         return ((h * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - self.bits)).astype(np.intp)
 
-    def find(self, keys: list[np.ndarray], among: np.ndarray | None = None) -> np.ndarray:
-        """The id of every key, -1 for the absent ones (and for those not ``among``, when given)."""
-        slot = self._home(keys)
-        at = self.slots[slot]
-        hit = self.cols[0][at] == keys[0]
-        for col, key in zip(self.cols[1:], keys[1:]):
-            hit &= col[at] == key
-        probe = ~hit & (at >= 0)  # another key's slot: probe on
-        if among is not None:
-            hit &= among
-            probe &= among
-        todo, at = np.flatnonzero(probe), np.where(hit, at, -1)
-        slot = slot[todo]
-        for _ in range(1, self.probes):  # no key sits further than probes - 1 slots past its home
-            if not len(todo):
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """The id of every key (a column of ``keys``), -1 for the absent ones. Probing goes round by round
+        while many keys are left; the last few are checked at every remaining distance at once (a small
+        2-d gather instead of up to ``probes`` rounds of numpy calls on a handful of keys): a key of the
+        table sits at one slot within ``probes`` of its home, so a match anywhere in that window is it."""
+        slot, mask = self._home(keys), len(self.ids) - 1
+        got = self.keys[0].take(slot)  # take: twice the speed of [] with these indices
+        hit = got == keys[0]
+        for col, key in zip(self.keys[1:], keys[1:]):
+            hit &= col.take(slot) == key
+        out = np.where(hit, self.ids.take(slot), np.int32(-1))
+        todo = np.flatnonzero(~hit & (got != 0))  # another key's slot: probe on
+        slot = (slot.take(todo) + 1) & mask
+        for r in range(1, self.probes):
+            want = keys[:, todo]
+            if len(todo) * (self.probes - r) <= _BLOCK:
+                at = (slot[:, None] + np.arange(self.probes - r)) & mask
+                row, dist = np.nonzero(self.keys[0][at] == want[0][:, None])
+                at = at[row, dist]
+                for col, key in zip(self.keys[1:], want[1:]):  # the first words match: compare the others
+                    same = col[at] == key[row]
+                    row, at = row[same], at[same]
+                out[todo[row]] = self.ids[at]
                 break
-            slot = (slot + 1) & (len(self.slots) - 1)
-            got = self.slots[slot]
-            hit = self.cols[0][got] == keys[0][todo]
-            for col, key in zip(self.cols[1:], keys[1:]):
-                hit &= col[got] == key[todo]
-            at[todo[hit]] = got[hit]
-            more = ~hit & (got >= 0)
-            todo, slot = todo[more], slot[more]
-        return self.ids[at]
+            got = self.keys[0].take(slot)
+            hit = got == want[0]
+            for col, key in zip(self.keys[1:], want[1:]):
+                hit &= col.take(slot) == key
+            out[todo[hit]] = self.ids[slot[hit]]
+            more = ~hit & (got != 0)
+            todo, slot = todo[more], (slot[more] + 1) & mask
+        return out
+
+
+def _first(keys: np.ndarray) -> np.ndarray:
+    """Whether each key (a column of uint64 words) is the first of its value: a repeated vocabulary word
+    keeps its first id, as ``index_in`` would."""
+    order = np.lexsort(keys[::-1])  # stable: equal keys in id order
+    same = np.ones(max(len(order) - 1, 0), bool)
+    for key in keys:
+        k = key[order]
+        same &= k[1:] == k[:-1]
+    first = np.ones(len(order), bool)
+    first[order[1:][same]] = False
+    return first
+
+
+def _vocabulary(blob: bytes, off: int, size: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The dictionary's ``size`` entries (word, NUL, int64 count, int8 type) from ``off``: (their bytes
+    end to end as uint8, their offsets (size + 1), the offset past the dictionary). The words are never
+    Python objects: 146k bytes objects and a set of them were most of the model's load-time memory."""
+    view, words, ends = memoryview(blob), bytearray(), array("q", [0])
+    for _ in range(size):  # a word holds no NUL; the 9 bytes after it may
+        end = blob.index(b"\0", off)
+        words += view[off:end]
+        ends.append(len(words))
+        off = end + 10
+    return np.frombuffer(bytes(words), np.uint8), np.frombuffer(ends, np.int64), off
 
 
 class Scorer:
@@ -184,12 +230,7 @@ class Scorer:
          _t) = struct.unpack_from("<12id", blob, 8)
         off = 8 + 56
         size, self.nwords, nlabels, _ntokens, prune = struct.unpack_from("<iiiqq", blob, off)
-        off += 28
-        words = []
-        for _ in range(size):
-            end = blob.index(b"\0", off)
-            words.append(blob[off:end])
-            off = end + 10  # NUL, int64 count, int8 type
+        u8, ends, off = _vocabulary(blob, off + 28, size)
         off += max(prune, 0) * 8
         quant = blob[off]
         rows, cols = struct.unpack_from("<qq", blob, off + 1)
@@ -197,44 +238,46 @@ class Scorer:
         if (magic, version) != (MAGIC, VERSION) or dim != 1 or cols != 1 or quant or loss != _SOFTMAX or \
                 model != _SUPERVISED or maxn > 0 or prune > 0 or nlabels != 2 or rows != self.nwords + self.bucket:
             raise ValueError(f"{path}: not a compact 2-label supervised fastText model (model.compact_model)")
-        self.s = np.frombuffer(blob, np.float32, rows, off).astype(np.float64)
+        # float32 as the file holds them (float64 sums of them are the same): half the bytes to gather
+        s = np.frombuffer(blob, np.float32, rows, off)
         off += 4 * rows
         quant_out, out_rows, out_cols = struct.unpack_from("<?qq", blob, off)
         out = np.frombuffer(blob, np.float32, out_rows * out_cols, off + 17)
-        labels = [w.decode() for w in words[self.nwords:]]
+        labels = [bytes(u8[a:b]).decode() for a, b in zip(ends[self.nwords:-1], ends[self.nwords + 1:])]
         if quant_out or out_rows != 2 or out_cols != 1 or positive not in labels:
             raise ValueError(f"{path}: not a compact 2-label supervised fastText model (model.compact_model)")
         pos = labels.index(positive)
         # logits [x * out[pos], x * out[neg]]: P(pos) = sigmoid(x * (out[pos] - out[neg]))
         self.scale = float(out[pos]) - float(out[1 - pos])
-        self.vocab = an.binary_array(pa.large_binary(), words[:self.nwords])
-        self.hashes = fnv1a(self.vocab)
-        self.eos = words.index(EOS)
-        self.s_words = np.append(self.s[:self.nwords], 0.0)  # id -1 (unknown): a +0.0 term
-        self.s_buckets = self.s[self.nwords:]
-        self.finite = bool(np.isfinite(self.s).all())
-        self._tables(words[:self.nwords])
+        starts, lens = ends[:self.nwords], np.diff(ends[:self.nwords + 1])
+        # FNV-1a as fastText's int32, sign-extended to the uint64 its n-gram hashing computes with
+        self.hashes = _fnv1a_spans(u8.view(np.int8), starts, lens).astype(np.int64).view(np.uint64)
+        self.s_words = np.append(s[:self.nwords], np.float32(0.0))  # id -1 (unknown): a +0.0 term
+        self.s_buckets = s[self.nwords:].copy()
+        self.finite = bool(np.isfinite(s).all())
+        self._tables(u8[:ends[self.nwords]], starts, lens)
+        eos = self._short.find(np.array([[int.from_bytes(EOS, "little")]], np.uint64))[0]
+        if eos < 0:
+            raise ValueError(f"{path}: the model's vocabulary has no {EOS.decode()} (not a fastText model)")
+        self.eos = int(eos)
 
-    def _tables(self, words: list[bytes]) -> None:
-        """The vocabulary as exact-key tables: words of up to 8 bytes keyed by one uint64, up to 8 * _MID by
-        _MID of them, longer ones an Arrow array for ``index_in`` (few words, few tokens). Words that no
-        token can equal (holding a separator byte) are left out, and a repeated word keeps its first id,
-        as ``index_in`` would."""
-        offsets = an.offsets(self.vocab)
-        u8 = np.frombuffer(self.vocab.buffers()[2], np.uint8)[offsets[0]:offsets[-1]].copy()
-        starts, lens = offsets[:-1] - offsets[0], np.diff(offsets)
+    def _tables(self, u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
+        """The vocabulary as exact-key tables, one per length class (``_CLASSES``), the few longer words
+        a dict of their bytes. Words that no token can equal (empty, or holding a separator byte) are
+        left out, and a repeated word keeps its first id, as ``index_in`` would."""
         ok = lens > 0
         ok[np.searchsorted(starts, np.flatnonzero(~_in_word(u8)), side="right") - 1] = False
-        if len(set(words)) < len(words):
-            first: dict[bytes, int] = {}
-            ok &= np.array([first.setdefault(w, i) == i for i, w in enumerate(words)], bool)
         view = _word_view(np.concatenate([u8, np.zeros(8, np.uint8)]))
-        ids = np.arange(self.nwords, dtype=np.int32)
-        short, mid = ok & (lens <= 8), ok & (lens > 8) & (lens <= 8 * _MID)
-        self._short = _Table([_word(view, starts[short], lens[short], 0)], ids[short])
-        self._mid = _Table([_word(view, starts[mid], lens[mid], k) for k in range(_MID)], ids[mid])
-        long = np.flatnonzero(ok & (lens > 8 * _MID))
-        self._long, self._long_ids = self.vocab.take(an.from_numpy(long)), long
+        self._classes = []
+        for lo, hi in zip((0,) + _CLASSES, _CLASSES):
+            ids = np.flatnonzero(ok & (lens > lo) & (lens <= hi))
+            keys = _words(view, starts[ids], lens[ids], hi // 8, lo // 8)
+            first = _first(keys)
+            self._classes.append((hi, _Table(keys[:, first], ids[first].astype(np.int32))))
+        self._short = self._classes[0][1]
+        self._long: dict[bytes, int] = {}
+        for i in np.flatnonzero(ok & (lens > _CLASSES[-1])).tolist():
+            self._long.setdefault(u8[starts[i]:starts[i] + lens[i]].tobytes(), i)
 
     def score(self, texts: Any, max_chars: int) -> np.ndarray:
         """fastText's P(positive) (smoothed as its predict reports it) per text, float64; ``texts`` is a
@@ -259,42 +302,47 @@ class Scorer:
         ndocs = len(arr)
         u8, starts, lens, ntok = _tokens(arr, max_chars)
         doc = np.repeat(np.arange(ndocs), ntok)
-        ids, w0 = self._lookup(u8, starts, lens)
-        hashes = self.hashes[ids]  # the unknown ones fixed below
+        ids, nw = self._lookup(u8, starts, lens).astype(np.intp), ntok
+        hashes = self.hashes.take(ids)  # the unknown ones fixed below
         unknown = np.flatnonzero(ids < 0)
         if len(unknown):
             at, size = starts[unknown], lens[unknown]
-            is_label = (size > 8) & (w0[unknown] == np.uint64(_LABEL_WORD))
-            is_label[is_label] = u8[at[is_label] + 8] == LABEL_PREFIX[8]
-            hashes[unknown[~is_label]] = _fnv1a_spans(u8.view(np.int8), at[~is_label], size[~is_label])
+            is_label = size > 8
+            for j, byte in enumerate(LABEL_PREFIX):
+                is_label[is_label] = u8[at[is_label] + j] == byte
+            hashes[unknown[~is_label]] = _fnv1a_spans(u8.view(np.int8), at[~is_label], size[~is_label]).astype(
+                np.int64).view(np.uint64)
             if is_label.any():  # label-like tokens are not words: no id, no n-gram
                 word = np.ones(len(ids), bool)
                 word[unknown[is_label]] = False
-                ids, hashes, doc = ids[word], hashes[word], doc[word]
-        return self._means(ids, hashes, doc, ndocs)
+                ids, hashes, doc, nw = ids[word], hashes[word], doc[word], None
+        return self._means(ids, hashes, doc, ndocs, nw)
 
-    def _lookup(self, u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _lookup(self, u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
         """Every token's vocabulary id (-1: not a word of the vocabulary), exactly the ids ``index_in`` over
-        the vocabulary gives, and its first 8 bytes as a uint64 (the label-prefix test reuses them)."""
+        the vocabulary gives: each length class looked up in its own table, the few longer tokens in
+        the dict of the longer words."""
         view = _word_view(u8 if len(u8) >= 8 else np.concatenate([u8, np.zeros(8, np.uint8)]))
-        w0 = _word(view, starts, lens, 0)
-        short = lens <= 8
-        ids = self._short.find([w0], short)
-        mid = np.flatnonzero(~short)
-        if len(mid):
-            long = lens[mid] > 8 * _MID
-            mid, long = mid[~long], mid[long]
-            at, size = starts[mid], lens[mid]
-            ids[mid] = self._mid.find([w0[mid]] + [_word(view, at, size, k) for k in range(1, _MID)])
-            if len(long) and len(self._long):
-                found = pc.index_in(_spans_array(u8, starts[long], lens[long]), value_set=self._long)
-                found = an.to_numpy(found.fill_null(an.from_numpy(np.full(1, -1, np.int32))[0]), np.int32)
-                ids[long] = np.where(found >= 0, self._long_ids[found], -1)
-        return ids, w0
+        ids = np.empty(len(lens), np.int32)
+        over = lens > 8
+        short = np.flatnonzero(~over)
+        ids[short] = self._short.find(_words(view, starts.take(short), lens.take(short), 1))
+        rest = np.flatnonzero(over)
+        if not len(rest):
+            return ids
+        size, lo = lens[rest], 8
+        for hi, table in self._classes[1:]:
+            at = rest[(size > lo) & (size <= hi)]
+            ids[at] = table.find(_words(view, starts.take(at), lens.take(at), hi // 8, lo // 8))
+            lo = hi
+        for i in rest[size > lo].tolist():
+            ids[i] = self._long.get(u8[starts[i]:starts[i] + lens[i]].tobytes(), -1)
+        return ids
 
-    def _means(self, ids: np.ndarray, hashes: np.ndarray, doc: np.ndarray, ndocs: int) -> np.ndarray:
+    def _means(self, ids: np.ndarray, hashes: np.ndarray, doc: np.ndarray, ndocs: int,
+               nw: np.ndarray | None = None) -> np.ndarray:
         """fastText's reading of each document's words (``ids``, -1 unknown; FNV-1a ``hashes``; ``doc``
-        ascending) into P(positive): the words up to the first "</s>" then "</s>", the word n-grams'
+        ascending; ``nw`` words per document when the caller knows them) into P(positive): the words up to the first "</s>" then "</s>", the word n-grams'
         hashed buckets, the mean of their rows, the sigmoid, fastText's smoothing. Each sum runs over the
         terms of :meth:`_means_exact` in its order but for its +0.0 and -0.0 ones (unknown words, n-grams
         across documents), which leave a sum that starts at +0.0 unchanged when every row is finite: the
@@ -307,14 +355,14 @@ class Scorer:
             cut = np.full(ndocs, len(ids))
             cut[docs] = eos[first]
             keep = np.arange(len(ids)) < cut[doc]
-            ids, hashes, doc = ids[keep], hashes[keep], doc[keep]
-        nw = np.bincount(doc, minlength=ndocs)
+            ids, hashes, doc, nw = ids[keep], hashes[keep], doc[keep], None
+        if nw is None:
+            nw = np.bincount(doc, minlength=ndocs)
         end = np.cumsum(nw)  # one past each document's last word
-        total = np.bincount(doc, weights=self.s_words[ids], minlength=ndocs) + self.s[self.eos]
+        total = np.bincount(doc, weights=self.s_words.take(ids), minlength=ndocs) + self.s_words[self.eos]
         count = (nw + 1 - np.bincount(doc[ids < 0], minlength=ndocs)).astype(np.float64)
-        acc = h = hashes.astype(np.int64).view(np.uint64)
-        h_eos, prime, bucket = np.int64(self.hashes[self.eos]).view(np.uint64), np.uint64(_NGRAM_PRIME), \
-            np.uint64(self.bucket)
+        acc = h = hashes
+        h_eos, prime, bucket = self.hashes[self.eos], np.uint64(_NGRAM_PRIME), np.uint64(self.bucket)
         for n in range(1, self.word_ngrams):  # n-grams of n + 1 words within a document
             prev, acc = acc, acc[:-1] * prime + h[n:]
             weight = self.s_buckets.take((acc % bucket).view(np.intp))
@@ -339,7 +387,7 @@ class Scorer:
         at = np.arange(len(ids)) + doc
         wid = np.empty(len(ids) + ndocs, np.int64)
         wid[at], wid[eos_at] = ids, self.eos
-        whash = np.empty(len(ids) + ndocs, np.int32)
+        whash = np.empty(len(ids) + ndocs, np.uint64)
         whash[at], whash[eos_at] = hashes, self.hashes[self.eos]
         wdoc = np.repeat(np.arange(ndocs), nw + 1)
         if np.count_nonzero(wid == self.eos) > ndocs:  # fastText stops reading a line at its first "</s>"
@@ -347,14 +395,14 @@ class Scorer:
             keep = seen == seen[eos_at - nw][wdoc]
             wid, whash, wdoc = wid[keep], whash[keep], wdoc[keep]
         known = wid >= 0
-        total = np.bincount(wdoc[known], weights=self.s[wid[known]], minlength=ndocs)
+        total = np.bincount(wdoc[known], weights=self.s_words[wid[known]], minlength=ndocs)
         count = np.bincount(wdoc[known], minlength=ndocs).astype(np.float64)
-        acc = h64 = whash.astype(np.int64).view(np.uint64)
+        acc = h64 = whash
         for n in range(1, self.word_ngrams):  # n-grams of n + 1 words within a document
             acc = acc[:-1] * np.uint64(_NGRAM_PRIME) + h64[n:]
             same = wdoc[n:] == wdoc[:-n]
-            rows = (acc % np.uint64(self.bucket)).astype(np.intp) + self.nwords
-            total += np.bincount(wdoc[:-n], weights=self.s[rows] * same, minlength=ndocs)
+            rows = (acc % np.uint64(self.bucket)).astype(np.intp)
+            total += np.bincount(wdoc[:-n], weights=self.s_buckets[rows].astype(np.float64) * same, minlength=ndocs)
             count += np.bincount(wdoc[:-n], weights=same, minlength=ndocs)
         mean = np.divide(total, count, out=np.zeros(ndocs), where=count > 0)
         p = 1.0 / (1.0 + np.exp(-mean * self.scale))
@@ -384,9 +432,9 @@ def _tokens(arr: pa.Array, max_chars: int) -> tuple[np.ndarray, np.ndarray, np.n
     cross = inner[word[inner - 1] & word[inner]]  # a word running from one text into the next: two words
     if len(cross):
         edge = np.insert(edge, np.repeat(np.searchsorted(edge, cross), 2), np.repeat(cross, 2))
-    starts, stops = edge[0::2] + lo, edge[1::2] + lo
+    starts = edge[0::2] + lo
     ntok = np.diff(np.searchsorted(starts, off))
-    return u8, starts, stops - starts, ntok
+    return u8, starts, edge[1::2] - edge[0::2], ntok
 
 
 def _truncate(arr: pa.Array, max_chars: int) -> tuple[pa.Array, np.ndarray, np.ndarray]:
@@ -405,11 +453,3 @@ def _truncate(arr: pa.Array, max_chars: int) -> tuple[pa.Array, np.ndarray, np.n
     ends = off[1:].copy()
     ends[over] = off[over] + an.to_numpy(kept, np.int64)
     return arr, off, ends
-
-
-def _spans_array(u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
-    """The byte spans as an Arrow large_binary array (for ``index_in`` on the few long tokens)."""
-    offsets = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    data = u8[np.repeat(starts - offsets[:-1], lens) + np.arange(offsets[-1])]
-    return pa.Array.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
