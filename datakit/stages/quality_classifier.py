@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from datakit.core.arrow_numpy import from_numpy
+from datakit.core.arrow_numpy import from_bools, from_numpy
 from datakit.core.fsio import atomic_write_bytes, is_local, local_path, read_bytes, read_parquet_metadata, sha256_file
 from datakit.core.layout import join
 from datakit.core.results import StepResult
@@ -146,7 +146,7 @@ def select_file(name: str, table: pa.Table, cfg: ClassifierConfig, cut: sel.Key 
     """One file's selection. A tier step also counts, per other tier, the documents that went there
     (``moved/<source>.<tier>``), so the summary says where a tier's documents went, not "removed"."""
     mask = sel.keep_mask(table, cfg, cut, tier)
-    kept = table.filter(pa.array(mask))
+    kept = table.filter(from_bools(mask))  # not pa.array: it imports pandas into the worker
     stats = {"docs_in": table.num_rows, "docs_out": kept.num_rows}
     scores, ids = table.column(sel.SCORE).to_pylist(), table.column("id").to_pylist()
     tiers = [sel.tier_of(scores[i], cfg.tiers) if cfg.select == "tiers" else None for i in range(len(mask))]
