@@ -90,6 +90,8 @@ def bools(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 _NUMBERS = {pa.float64(): np.float64, pa.int64(): np.int64}
+# The Python type whose values convert exactly (pyarrow refuses an int a double cannot hold; numpy rounds).
+_EXACT = {pa.float64(): float, pa.int64(): int}
 
 
 def from_bools(values: np.ndarray) -> pa.Array:
@@ -105,7 +107,7 @@ def column(values: Sequence, kind: pa.DataType) -> pa.Array:
     if (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and all(type(v) is str or v is None
                                                                              for v in values):
         return strings(values, kind)
-    if kind in _NUMBERS and all(type(v) in (int, float) or v is None for v in values):
+    if kind in _NUMBERS and all(type(v) is _EXACT[kind] or v is None for v in values):
         present = np.fromiter((v is not None for v in values), bool, len(values))
         data = np.array([0 if v is None else v for v in values], _NUMBERS[kind])
         return pa.Array.from_buffers(kind, len(values), [_validity(present), pa.py_buffer(data)])
