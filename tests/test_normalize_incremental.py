@@ -202,3 +202,46 @@ def test_reuse_records_are_deterministic_and_name_every_unit(built):
     mains = {f for u in earlier.keys.values() for f in u.files if f.startswith(("outputs/main/", "units/main/"))}
     names = {os.path.basename(f) for f in mains}
     assert names == {p.name for p in (Path(out) / "outputs" / "main").iterdir()}
+
+
+def _paragraph_source(root: Path) -> Path:
+    """One jsonl file per license, one document per paragraph: files that hold different numbers of
+    documents, so a dry run's counts name which files changed."""
+    src = root / "jsonl"
+    src.mkdir()
+    for path in sorted(glob.glob("/usr/share/common-licenses/*"))[:8]:
+        paras = [p.strip() for p in Path(path).read_text().split("\n\n") if p.strip()]
+        with open(src / (os.path.basename(path) + ".jsonl"), "w") as f:
+            for i, p in enumerate(paras):
+                f.write(json.dumps({"id": f"{os.path.basename(path)}-{i}", "text": p}) + "\n")
+    return src
+
+
+def test_dry_run_says_how_many_documents_the_changed_and_removed_files_held(tmp_path):
+    """`run --dry-run` after an edit, a deletion and a new file: normalize's plan counts the documents
+    the edited and the deleted file held in the earlier build (the new file is not read yet)."""
+    from click.testing import CliRunner
+
+    from datakit.cli import main
+
+    src = _paragraph_source(tmp_path)
+    m = {"prefix": str(tmp_path / "out"), "backend": "inline",
+         "sources": [{"name": "lic", "uri": f"{src}/*.jsonl", "format": "jsonl", "id_field": "id"}],
+         "normalize": {"target_shard_bytes": 20_000}, "dedup": {"exact": False, "fuzzy": False},
+         "tokenize": {"vocab_size": 300}}
+    assert pipeline.run(pipeline.manifest_from_dict(m), only=["normalize-lic"]).ok
+    files = sorted(src.iterdir())
+    lines = {p.name: len(p.read_text().splitlines()) for p in files}
+    edited, removed = files[1], files[4]
+    edited.write_text("".join(edited.read_text().splitlines(keepends=True)[:-1]))  # one paragraph fewer
+    removed.unlink()
+    (src / "zz-new.jsonl").write_text(json.dumps({"id": "new-0", "text": "A new file."}) + "\n")
+    summary = pipeline.run(pipeline.manifest_from_dict(m), only=["normalize-lic"], dry_run=True)
+    plan = next(s["plan"] for s in summary.to_dict()["steps"] if s["name"] == "normalize-lic")
+    assert plan["files"] == {"new": 1, "changed": 1, "removed": 1, "total": len(files),
+                             "changed_documents": lines[edited.name], "removed_documents": lines[removed.name]}
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps(m))
+    out = CliRunner().invoke(main, ["run", str(manifest), "--dry-run", "--only", "normalize-lic"])
+    assert (f"1 changed ({lines[edited.name]:,} documents), 1 removed ({lines[removed.name]:,} documents) of "
+            f"{len(files)} files recomputed, + 1 new files not yet read") in out.output, out.output

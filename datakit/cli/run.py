@@ -120,8 +120,9 @@ def run(manifest, prefix, backend, workers, ray_address, mirror, dry_run, only, 
 
 def _plan_line(plan: dict | None) -> str | None:
     """What a step takes from its earlier build, in words: ``reused``; ``incremental`` with the earlier
-    build's documents and the input files it recomputes (documents of new files are not known before they
-    are read, so they are said as files); or a full build."""
+    build's documents and the input files it recomputes, with the documents the changed and removed ones
+    held where that build counted them per file (documents of new files are not known before they are
+    read, so they are said as files); or a full build."""
     if not plan:
         return None
     if plan["mode"] != "incremental":
@@ -130,7 +131,10 @@ def _plan_line(plan: dict | None) -> str | None:
     line = f"incremental from {plan['earlier']}" + (f" ({docs:,} documents)" if isinstance(docs, int) else "")
     files = plan.get("files")
     if files:
-        line += f": {files['changed']} changed, {files['removed']} removed of {files['total']} files recomputed"
+        held = {k: f" ({files[f'{k}_documents']:,} documents)" if f"{k}_documents" in files else ""
+                for k in ("changed", "removed")}
+        line += (f": {files['changed']} changed{held['changed']}, {files['removed']} removed{held['removed']} "
+                 f"of {files['total']} files recomputed")
         if files["new"]:
             line += f", + {files['new']} new files not yet read"
     return line + "; the rest is taken"

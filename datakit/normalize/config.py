@@ -119,6 +119,9 @@ class NormalizeResult:
     columns: dict[str, str] = field(default_factory=dict)
     num_files: int = 0
     input_bytes: int = 0
+    # Records read per input file, by its name relative to the source root (empty when a unit taken from
+    # an earlier build did not record them): what `run --dry-run` says a changed or removed file costs.
+    input_documents: dict[str, int] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

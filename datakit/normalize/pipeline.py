@@ -53,7 +53,7 @@ from .incremental import Part, UnitReuse, computed_part, final_key, move, taken_
 from .plan import ReadPlan, direct_units, file_refs, read_plan, read_tasks, task_label
 from .planned import check_parquet_hashes, check_planned, planned_digests, planned_error, planned_failures
 from .schema import Conflict, ConflictFound, Examples, merge_examples, merge_schemas, schema_to_dict
-from .read import REJECT_PREFIX, read_stage, read_write_stage
+from .read import FILE_PREFIX, REJECT_PREFIX, read_stage, read_write_stage
 from .write import consolidate_rejects, item_sort, item_unit, stream_unit, write_unit
 
 # An example location that names a unit taken from an earlier build (its records were not read).
@@ -244,6 +244,7 @@ def _result(spec: SourceSpec, refs: list[FileRef], hidden: int, parts: list[Part
     rejects_by_reason = {k[len(REJECT_PREFIX):]: v for k, v in sorted(raw_counters.items())
                          if k.startswith(REJECT_PREFIX)}
     fields_seen = {k[len(FIELD_PREFIX):]: v for k, v in raw_counters.items() if k.startswith(FIELD_PREFIX)}
+    per_file = {k[len(FILE_PREFIX):]: int(v) for k, v in sorted(raw_counters.items()) if k.startswith(FILE_PREFIX)}
     counts = {k: int(raw_counters.get(k, 0)) for k in COUNTER_NAMES}
     counts["rejects"] = sum(rejects_by_reason.values())
     counts.update({f"rejects/{reason}": n for reason, n in rejects_by_reason.items()})  # shown by reason
@@ -258,8 +259,20 @@ def _result(spec: SourceSpec, refs: list[FileRef], hidden: int, parts: list[Part
         rejects_files=[DocumentsDir.rel_part("rejects", 0, 1)],
         counters=counts, rejects_by_reason=rejects_by_reason, columns=schema_to_dict(schema),
         num_files=len(refs), input_bytes=sum(r.size for r in refs),
+        input_documents=_input_documents(refs, per_file, counts["records_in"]),
     )
     return result, fields_seen
+
+
+def _input_documents(refs: list[FileRef], per_file: dict[str, int], records_in: int) -> dict[str, int]:
+    """Records read per input file (a file absent from the units' counts read none), or {} when some
+    unit taken from an earlier build did not count per file (its records are then not all attributed)."""
+    if sum(per_file.values()) != records_in:
+        return {}
+    out: dict[str, int] = {}
+    for ref in refs:
+        out[ref.rel] = per_file.get(ref.rel, 0)
+    return out
 
 
 def _parts(spec: SourceSpec, cfg: NormalizeConfig, refs: list[FileRef], plan: ReadPlan, keys: list[str | None],

@@ -29,6 +29,7 @@ from .units import part_of
 from .write import REJECT, STATS, item_sort, write_part
 
 REJECT_PREFIX = "reject/"
+FILE_PREFIX = "records_in_file/"  # records read per input file (its rel): what a dry run says a change costs
 
 
 def _read_ref(split: tuple[int, int], ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig,
@@ -37,6 +38,15 @@ def _read_ref(split: tuple[int, int], ref: FileRef, spec: SourceSpec, cfg: Norma
     (``split``): its documents (to their id range's part) and rejects (to the first) as shuffle items."""
     planned = ref.sha256 is not None or ref.planned_size is not None
     u, k = split
+    before = stats["records_in"]
+    try:
+        yield from _ref_items(u, k, planned, ref, spec, cfg, columns, stats)
+    finally:
+        stats[FILE_PREFIX + ref.rel] += stats["records_in"] - before
+
+
+def _ref_items(u: int, k: int, planned: bool, ref: FileRef, spec: SourceSpec, cfg: NormalizeConfig,
+               columns: tuple[str, ...] | None, stats: Counter) -> Iterator[tuple]:
 
     def reject(r: Reject, read: bool = True) -> tuple:
         stats["records_in"] += read

@@ -75,6 +75,7 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     result = normalize_source(spec, files=files, out_dir=ctx.output, cfg=cfg, exec_config=ctx.exec_config,
                               planned=plan, reuse_from=UnitReuse(settings, reuse.load(ctx.earlier)))
     out = counters_only(result.to_dict())
+    out["input_documents"] = _by_input_name(out.get("input_documents") or {}, ctx.step.inputs)
     c = out["counters"]
     if links is not None and links.skipped_links():
         c["symlinks_outside_skipped"] = links.symlinks_outside
@@ -84,6 +85,15 @@ def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, downloa
     removed = {label: c.get(key, 0) for key, label in _REASONS.items()}
     out["counters"] = {**c, **document_counters(c.get("records_in", 0), c.get("records_out", 0), removed)}
     return DocumentsResult.written(out)
+
+
+def _by_input_name(by_rel: dict[str, int], inputs: dict[str, str]) -> dict[str, int]:
+    """Records read per input file under the step's input names (relative to the files' common folder,
+    where normalize names a file relative to the source root), so a dry run can say how many documents
+    a changed or removed file held; {} when the names do not line up one to one."""
+    names = relative_names(["/" + rel for rel in by_rel])
+    out = {names["/" + rel]: n for rel, n in by_rel.items()}
+    return dict(sorted(out.items())) if by_rel and set(out) == set(inputs) else {}
 
 
 def _plan(listed: list[FileInfo], hashes: dict[str, str]) -> tuple[PlannedFile, ...]:

@@ -293,8 +293,23 @@ def _build_plan(step: Step, earlier: _EarlierBuild | None, root: str) -> dict:
     if step.inputs or _recorded_inputs(earlier.artifact):
         _, counts = _input_changes(step, earlier.artifact)
         plan["files"] = {"new": counts["added"], "changed": counts["changed"], "removed": counts["removed"],
-                         "total": len(step.inputs)}
+                         "total": len(step.inputs), **_documents_of_changes(step, earlier.artifact)}
     return plan
+
+
+def _documents_of_changes(step: Step, old: dict) -> dict[str, int]:
+    """How many documents the changed and the removed input files held in the earlier build, where that
+    build recorded its documents per input file (a result's ``input_documents``: name -> count); {}
+    where it did not. New files are not read yet, so their documents are not known."""
+    result = old.get("result") if isinstance(old.get("result"), dict) else {}
+    held = result.get("input_documents")
+    before = _recorded_inputs(old)
+    if not isinstance(held, dict) or set(held) != set(before):
+        return {}
+    changed = [n for n in before if n in step.inputs and step.inputs[n] != before[n]]
+    removed = [n for n in before if n not in step.inputs]
+    return {"changed_documents": sum(int(held[n]) for n in changed),
+            "removed_documents": sum(int(held[n]) for n in removed)}
 
 
 def _difference(step: Step, earlier: _EarlierBuild) -> str:
