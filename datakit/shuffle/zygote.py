@@ -223,6 +223,7 @@ def _serve(conn: Connection) -> None:
         if msg[0] == "fork":
             pid = _fork_worker(conn, wakeup, msg[1], msg[2])
             children.add(pid)
+            exited.pop(pid, None)  # a reused pid: the exit code kept is an earlier worker's
             conn.send(pid)
         elif msg[0] == "exit_code":
             conn.send(exited.get(msg[1]))
