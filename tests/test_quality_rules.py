@@ -117,6 +117,20 @@ def test_gopher_repetition_line_and_paragraph_fractions():
     assert _fails(GOPHER_REPETITION, gopher.repetition_measures(paras), cfg) == "gopher_repetition.dup_para_frac"
 
 
+def test_line_and_paragraph_splits_equal_the_regex_splits():
+    """The repetition rule splits lines and paragraphs with ``str.split``; the pieces must be exactly the
+    reference's ``re.split(r"\\n+")`` and ``re.split(r"\\n{2,}")`` (of the stripped text) ones, whatever the
+    runs of newlines, at either end or inside, with or without other whitespace around them."""
+    import itertools
+
+    alphabet = ["a", "b", "\n", " ", "\r", "\t"]
+    texts = ["".join(p) for n in range(7) for p in itertools.product(alphabet, repeat=n) if n < 6 or p[0] == "a"]
+    texts += [prose(30, i) + "\n" * i + prose(10, i) for i in range(7)] + ["\n" * i for i in range(7)]
+    for t in texts:
+        assert gopher._lines(t) == re.split(r"\n+", t), repr(t)
+        assert gopher._paragraphs(t) == re.split(r"\n{2,}", t.strip()), repr(t)
+
+
 def _only(**on) -> GopherRepetitionConfig:
     """A repetition config with every rule off but ``on``."""
     off = {f.name: None for f in dataclasses.fields(GopherRepetitionConfig) if f.name not in ("enabled", "given")}
@@ -461,12 +475,33 @@ def _edge_class(pattern: str, edge: str) -> str:
     return "|".join(edge_of(list(sp.parse(pattern).data)))
 
 
-def test_suffix_last_characters_are_derived_from_the_suffix_rules():
-    """text.py skips the suffix regex for a piece ending with a character no suffix rule ends with; the
-    stored set must be exactly the one the rules imply."""
+def test_suffix_rules_by_last_character_are_derived_from_the_suffix_rules():
+    """text.py searches a piece only with the suffix rules that can end with its last character (none: no
+    suffix). That is exact only if every rule consumes a character and ends at the end of the piece, and
+    if the stored groups are exactly the ones the rules imply: for every character any rule can end with,
+    the rules (in order) whose last character class holds it."""
+    import re._constants as C
+    import re._parser as sp
+
     from datakit.quality import _en_tokenizer_rules as R
 
-    assert _edge_ranges(R.SUFFIX, "last") == R.SUFFIX_LAST
+    rules = R.SUFFIX_RULES
+    assert "|".join(rules) == R.SUFFIX and _top_level_alternatives(R.SUFFIX) == list(rules)
+    for rule in rules:
+        parsed = sp.parse(rule)
+        assert parsed.getwidth()[0] >= 1 and parsed.data[-1] == (C.AT, C.AT_END), rule
+    last = [re.compile(_edge_class(rule, "last")).fullmatch for rule in rules]
+    derived: dict[tuple, list] = {}
+    for a, b in _edge_ranges(R.SUFFIX, "last"):
+        for c in range(a, b + 1):
+            group = derived.setdefault(tuple(i for i, one in enumerate(last) if one(chr(c))), [])
+            if group and group[-1][1] == c - 1:
+                group[-1][1] = c
+            else:
+                group.append([c, c])
+    stored = {rules_: ranges for rules_, ranges in R.SUFFIX_BY_LAST}
+    assert len(stored) == len(R.SUFFIX_BY_LAST)
+    assert stored == {k: tuple(map(tuple, v)) for k, v in derived.items()}
 
 
 def test_prefix_first_characters_are_derived_from_the_prefix_rules():
@@ -501,9 +536,9 @@ def test_suffix_shortcuts_follow_from_the_suffix_rules():
     from datakit.quality import _en_tokenizer_rules as R
     from datakit.quality import text
 
-    alnum_last = [chr(c) for a, b in R.SUFFIX_LAST for c in range(a, b + 1) if chr(c).isalnum()]
-    rules = _top_level_alternatives(R.SUFFIX)
-    assert "|".join(rules) == R.SUFFIX and r"\.\.+$" in rules
+    alnum_last = [c for c in text._SUFFIX_OF if c.isalnum()]
+    rules = R.SUFFIX_RULES
+    assert r"\.\.+$" in rules
     ending_alnum = []
     for rule in rules:
         if rule != r"\.\.+$":
@@ -557,6 +592,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
     from datakit.quality import text
 
     every_char = frozenset(chr(x) for x in range(0x110000) if not 0xD800 <= x <= 0xDFFF)
+    every_rule = dict.fromkeys(every_char, re.compile(R.SUFFIX).search)  # every suffix rule, every piece
 
     infixes = re.compile(R.INFIX).finditer
 
@@ -575,9 +611,9 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
             out.append(s[pos:])
 
     def full(c):  # the rules without shortcuts
-        saved = text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST
-        text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW = every_char, (lambda s: not s), 10 ** 9
-        text._PREFIX_FIRST = every_char
+        saved = text._SUFFIX_OF, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST
+        text._SUFFIX_OF = every_rule
+        text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST = (lambda s: not s), 10 ** 9, every_char
         try:
             prefixes, suffixes = [], []
             s = text._split_affixes(c, prefixes, suffixes)
@@ -601,7 +637,7 @@ def test_tokenizer_shortcuts_match_the_full_rules_on_real_pieces():
                 i += 1
             return tuple(text._SPECIAL.get(c, out))
         finally:
-            text._SUFFIX_LAST, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST = saved
+            text._SUFFIX_OF, text._no_suffix, text._SUFFIX_WINDOW, text._PREFIX_FIRST = saved
 
     pieces = set()
     for f in sorted(pathlib.Path(os.path.dirname(os.__file__)).glob("*.py"))[:40]:

@@ -34,27 +34,37 @@ SMALL = 64  # shorter token lists: the plain definitions are faster
 TOP, DUP = "top", "dup"  # the two kinds of n-gram measure
 
 
-def _ids(toks: list[str]) -> tuple[np.ndarray, int]:
-    """Each token's id: the position of its first occurrence (one C-level pass, no Python loop), and a
-    bound on the ids (the token count)."""
+def _ids(toks: list[str]) -> tuple[np.ndarray, int, list[int]]:
+    """Each token's id: the position of its first occurrence (one C-level pass, no Python loop), a bound
+    on the ids (the token count), and the running sum of the token lengths (``cum[p]``: characters of
+    the tokens before position p), the lengths measured once per distinct token."""
     first: dict[str, int] = {}
-    ids = np.fromiter(map(first.setdefault, toks, range(len(toks))), np.int64, len(toks))
-    return ids, len(toks)
+    total = len(toks)
+    ids = np.fromiter(map(first.setdefault, toks, range(total)), np.int64, total)
+    distinct = len(first)
+    length = np.zeros(total, np.int64)  # at each distinct token's first position, its length
+    length[np.fromiter(first.values(), np.int64, distinct)] = np.fromiter(map(len, first), np.int64, distinct)
+    return ids, total, [0, *length[ids].cumsum().tolist()]
 
 
 def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the index in ``key`` of each distinct value's first occurrence, each position's group id, each
     group's count), groups in ascending key order: ``np.unique``'s three answers without its generic
-    wrapping, which costs more than the sort on the few hundred keys of a document."""
-    order = np.argsort(key, kind="stable")  # stable: a group's first entry is its earliest position
+    wrapping, which costs more than the sort on the few hundred keys of a document (array methods, not
+    their ``np.`` wrappers, for the same reason)."""
+    m = len(key)
+    order = key.argsort(kind="stable")  # stable: a group's first entry is its earliest position
     ordered = key[order]
-    new = np.empty(len(key), bool)
+    new = np.empty(m, bool)
     new[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    group = np.empty(len(key), np.int64)
-    group[order] = np.cumsum(new) - 1
-    return order[starts], group, np.diff(starts, append=len(key))
+    starts = new.nonzero()[0]
+    group = np.empty(m, np.int64)
+    group[order] = new.cumsum() - 1
+    counts = np.empty(len(starts), np.int64)
+    np.subtract(starts[1:], starts[:-1], out=counts[:-1])
+    counts[-1] = m - starts[-1]
+    return order[starts], group, counts
 
 
 def _top(cum: list[int], pos: np.ndarray, first: np.ndarray, counts: np.ndarray, n: int) -> int:
@@ -87,19 +97,17 @@ def _dup(cum: list[int], pos: list[int], gram: list[int], n: int) -> int:
 def ngram_chars(toks: list[str], top: tuple[int, ...], dup: tuple[int, ...]) -> Iterator[tuple[str, int, int]]:
     """(TOP, n, top_ngram_chars(toks, n)) for each n in ``top`` and (DUP, n, dup_ngram_chars(toks, n)) for
     each n in ``dup``, in increasing n (TOP before DUP for the same n), each as soon as it is known."""
-    ids, bound = _ids(toks)
-    total = len(ids)
-    cum = [0, *np.cumsum(np.fromiter(map(len, toks), np.int64, total)).tolist()]
+    ids, total, cum = _ids(toks)
     pos = np.flatnonzero(np.bincount(ids, minlength=1)[ids] >= 2)  # positions of repeating 1-grams
     gram = ids[pos]
     for n in range(2, max((*top, *dup), default=1) + 1):
         t = d = 0  # an n longer than the text: no n-gram
         if n <= total:
-            fits = int(np.searchsorted(pos, total - n, "right"))  # pos ascending: those with room for n words
+            fits = int(pos.searchsorted(total - n, "right"))  # pos ascending: those with room for n words
             pos, gram = pos[:fits], gram[:fits]
             t = cum[n] + n - 1  # unless an n-gram repeats: the first n-gram, once
         if n <= total and len(pos):
-            first, gram, counts = _group(gram * bound + ids[pos + n - 1])  # < total ** 2: no overflow
+            first, gram, counts = _group(gram * total + ids[pos + n - 1])  # < total ** 2: no overflow
             if n in top and counts.max() >= 2:
                 t = _top(cum, pos, first, counts, n)
             repeating = counts[gram] >= 2

@@ -66,7 +66,6 @@ _PREFIX = re.compile(_R.PREFIX).search
 # Every prefix rule is anchored at the start: a piece starting with a character no rule starts with has
 # no prefix (most pieces start with a letter): skip the regex.
 _PREFIX_FIRST = frozenset(chr(c) for a, b in _R.PREFIX_FIRST for c in range(a, b + 1))
-_SUFFIX = re.compile(_R.SUFFIX).search
 _INFIX_AT = re.compile(_R.INFIX).match
 _URL = re.compile(_R.URL).match
 _SPECIAL: dict[str, tuple[str, ...]] = _R.SPECIAL
@@ -75,8 +74,21 @@ _SPECIAL: dict[str, tuple[str, ...]] = _R.SPECIAL
 _MERGE = {k: v for k, v in _SPECIAL.items() if not k.isalnum() and not k.isspace()}
 _MERGE_PREFIXES = frozenset(k[:i] for k in _MERGE for i in range(1, len(k) + 1))
 _SUFFIX_WINDOW = 6
-# A piece ending with a character no suffix rule ends with has no suffix: skip the (12k-character) regex.
-_SUFFIX_LAST = frozenset(chr(c) for a, b in _R.SUFFIX_LAST for c in range(a, b + 1))
+
+
+def _suffix_searches() -> dict[str, Callable]:
+    """Last character -> the search of the suffix rules that can end with it. Every rule ends at the
+    piece's end, so no other rule can match there: one or a few short rules are searched instead of the
+    whole (12k-character) expression, with the same leftmost match (the rules' order is kept, and which
+    rule matches does not matter: all end at the end). A character no rule ends with is no key."""
+    out: dict[str, Callable] = {}
+    for rules, ranges in _R.SUFFIX_BY_LAST:
+        search = re.compile("|".join(_R.SUFFIX_RULES[i] for i in rules)).search
+        out.update((chr(c), search) for a, b in ranges for c in range(a, b + 1))
+    return out
+
+
+_SUFFIX_OF = _suffix_searches()
 # A piece ending with a letter or digit has a suffix only as "'s" (or "’s", "'S", "’S") or as a unit of at
 # most _UNIT_MAX characters after an ASCII digit ("5km"): every other suffix rule ends with a mark.
 _UNIT_MAX = 5
@@ -102,7 +114,7 @@ def _no_suffix(s: str) -> bool:
     """Whether no suffix rule can match at the end of ``s``, told from its last characters alone: no rule
     ends with its last character, or that is a letter or digit after neither an apostrophe ("'s") nor,
     within _UNIT_MAX characters, an ASCII digit ("5km")."""
-    if not s or s[-1] not in _SUFFIX_LAST:
+    if not s or s[-1] not in _SUFFIX_OF:
         return True
     end = len(s) - 1
     return s[-1].isalnum() and s[-2:-1] not in _APOSTROPHES and not _ASCII_DIGIT(s, end - _UNIT_MAX, end)
@@ -115,12 +127,13 @@ def _suffix_len(s: str) -> int:
     match at the window's start is searched again on the whole piece."""
     if _no_suffix(s):
         return 0
+    search = _SUFFIX_OF[s[-1]]
     w = len(s) - _SUFFIX_WINDOW
     if w > 0:
-        m = _SUFFIX(s, w)
+        m = search(s, w)
         if m is None or m.start() > w:
             return m.end() - m.start() if m else 0
-    m = _SUFFIX(s)
+    m = search(s)
     return m.end() - m.start() if m else 0
 
 
