@@ -14,7 +14,9 @@ measured beside a fresh build of the same final inputs in a new prefix:
   takedown 1% of the documents listed by id in a `takedown:` file
 
 For each: CPU-seconds of the whole `datakit run` process tree (interpreter start, planning and the
-content check of every built step included) and wall time, both sides; the incremental run's share of the
+content check of every built step included) and wall time, both sides (the incremental side the median
+of ``--repeats`` runs, 3 by default, each on a fresh copy of the built prefix, every run's CPU listed: a
+run of 2 CPU-s varies by a quarter from run to run here); the incremental run's share of the
 rebuild's CPU; and whether every data file of every step of the final plan is byte-identical between the
 two prefixes (scripts/compare_outputs.py's rule: markers, timings and reuse records are not data).
 ``normalize.target_shard_bytes`` is 8 MB here (a unit of input files is what an edit recomputes; the
@@ -154,14 +156,21 @@ def takedown_file(files: list[Path], out: Path, seed: int) -> tuple[Path, int]:
     return out, len(chosen)
 
 
-def scenario(name: str, base: Path, work: Path, final: dict, timeout: float) -> dict:
-    """The change ``final`` applied to a copy of the built ``base`` prefix, and a fresh build of it."""
+def scenario(name: str, base: Path, work: Path, final: dict, timeout: float, repeats: int = 1) -> dict:
+    """The change ``final`` applied to a copy of the built ``base`` prefix (``repeats`` times, each on a
+    fresh copy: the run whose CPU is the median is reported, every run's CPU listed), and a fresh build
+    of it. Why repeats: a run of 2 CPU-s varies by a quarter from one run to the next on this machine,
+    more than the differences the shares are read for; the fresh build (25 times longer) varies less."""
     inc, fresh = work / f"{name}-incremental", work / f"{name}-fresh"
-    copy_prefix(base, inc)
+    runs = []
+    for _ in range(repeats):
+        copy_prefix(base, inc)
+        runs.append(run({**final, "prefix": str(inc)}, work, f"{name}-incremental", timeout))
+    ours = sorted(runs, key=lambda r: r["cpu_s"])[len(runs) // 2]
     shutil.rmtree(fresh, ignore_errors=True)
-    ours = run({**final, "prefix": str(inc)}, work, f"{name}-incremental", timeout)
     full = run({**final, "prefix": str(fresh)}, work, f"{name}-fresh", timeout)
-    out = {"incremental": ours, "rebuild": full, "cpu_share": round(ours["cpu_s"] / full["cpu_s"], 4),
+    out = {"incremental": {**ours, "cpu_s_of_each_run": [r["cpu_s"] for r in runs]}, "rebuild": full,
+           "cpu_share": round(ours["cpu_s"] / full["cpu_s"], 4),
            "wall_share": round(ours["wall_s"] / full["wall_s"], 4), "outputs": same_outputs(inc, fresh)}
     print(f"{name}: incremental {ours['cpu_s']} CPU-s ({ours['wall_s']} s) vs rebuild {full['cpu_s']} CPU-s "
           f"({full['wall_s']} s): {out['cpu_share']:.1%} of the CPU; outputs identical: "
@@ -180,6 +189,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--out", help="write the JSON here too")
     ap.add_argument("--scenarios", default="add,edit,takedown", help="which changes to measure (comma-separated)")
+    ap.add_argument("--repeats", type=int, default=3, help="incremental runs per change, the median reported")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -199,17 +209,18 @@ def main() -> None:
     if "add" in wanted or not (built / "plan.json").exists():
         results["base_build"] = run(manifest(base, {"corpus": main_files}, tok, args.workers), work, "base",
                                     args.timeout)
-        results["add"] = scenario("add", base, work, both, args.timeout)
+        results["add"] = scenario("add", base, work, both, args.timeout, args.repeats)
     if "edit" in wanted:
         edited = edited_copy(main_files, work / "edited", args.seed)
         results["edit"] = scenario("edit", built, work, manifest(built, {"corpus": edited, "extra": extra}, tok,
-                                                                   args.workers), args.timeout)
+                                                                   args.workers), args.timeout, args.repeats)
     if "takedown" in wanted:
         listing, n = takedown_file(main_files + extra, work / "takedown.txt", args.seed)
         results["takedown"] = scenario("takedown", built, work, manifest(
-            built, {"corpus": main_files, "extra": extra}, tok, args.workers, listing), args.timeout)
+            built, {"corpus": main_files, "extra": extra}, tok, args.workers, listing), args.timeout, args.repeats)
         results["takedown"]["documents_listed"] = n
-    report = {"benchmark": "incremental", "mb": info.mb, "documents": info.docs, "files": len(files),
+    report = {"benchmark": "incremental", "repeats": args.repeats, "mb": info.mb, "documents": info.docs,
+              "files": len(files),
               "workers": args.workers, "target_shard_bytes": TARGET_SHARD_BYTES, "cpu_count": os.cpu_count(),
               "load_avg_at_start": load0, "total_s": round(time.perf_counter() - t, 1), **results}
     text = json.dumps(report, indent=1)
