@@ -178,6 +178,39 @@ def scenario(name: str, base: Path, work: Path, final: dict, timeout: float, rep
     return out
 
 
+def rewrite_floor(prefix: Path) -> dict:
+    """What a takedown must pay whatever it does cleverly, measured in this process on a built prefix:
+    every documents file of the consolidate steps read and written again as the takedown writes it
+    (parquet, zstd) with one row fewer, and every token shard written again with one token fewer. A
+    takedown of 1% of documents by random id touches every file, and must remove the bytes."""
+    import io as _io
+    import resource
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    docs = sorted(prefix.glob("consolidate-*/outputs/main/*.parquet"))
+    t = cpu()
+    for f in docs:
+        buf = _io.BytesIO()
+        pq.write_table(pq.read_table(f).slice(1), buf, compression="zstd")
+    docs_cpu = cpu() - t
+    shards = sorted(prefix.glob("tokenize-*/train/*.npy")) + sorted(prefix.glob("tokenize-*/validation/*.npy"))
+    t, nbytes = cpu(), 0
+    for f in shards:
+        a = np.load(f, mmap_mode="r")
+        nbytes += a.nbytes
+        buf = _io.BytesIO()
+        np.save(buf, np.asarray(a[1:]))
+    return {"documents_files": len(docs), "rewrite_documents_cpu_s": round(docs_cpu, 2),
+            "token_files": len(shards), "token_mb": round(nbytes / 1e6, 1),
+            "rewrite_tokens_cpu_s": round(cpu() - t, 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=400)
@@ -219,6 +252,10 @@ def main() -> None:
         results["takedown"] = scenario("takedown", built, work, manifest(
             built, {"corpus": main_files, "extra": extra}, tok, args.workers, listing), args.timeout, args.repeats)
         results["takedown"]["documents_listed"] = n
+        floor = rewrite_floor(built)
+        floor["share_of_rebuild"] = round((floor["rewrite_documents_cpu_s"] + floor["rewrite_tokens_cpu_s"])
+                                          / results["takedown"]["rebuild"]["cpu_s"], 4)
+        results["takedown"]["rewrite_floor"] = floor
     report = {"benchmark": "incremental", "repeats": args.repeats, "mb": info.mb, "documents": info.docs,
               "files": len(files),
               "workers": args.workers, "target_shard_bytes": TARGET_SHARD_BYTES, "cpu_count": os.cpu_count(),
