@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection, wait as mp_wait
 from typing import TYPE_CHECKING, Any
 
 from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
+from .processes import stop_child
 
 if TYPE_CHECKING:  # imported when the first worker starts: `python -m datakit.shuffle.zygote` must find it unimported
     from .zygote import ForkedProcess, Zygote
@@ -72,19 +73,7 @@ class _Worker:
         return self.proc.pid
 
     def stop(self, kill: bool = False) -> None:
-        if not kill:
-            try:
-                self.conn.send(None)
-            except (OSError, BrokenPipeError):
-                kill = True
-        if kill:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
+        stop_child(self.proc, self.conn, kill)
 
 
 USE_ZYGOTE = sys.platform.startswith("linux")

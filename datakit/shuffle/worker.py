@@ -11,6 +11,7 @@ import time
 from multiprocessing.connection import Connection
 
 from .backend_base import error_info, execute_payload
+from .processes import next_request
 
 DRIVER_POLL_S = 1.0  # how often a worker checks that its parent (the driver, or the zygote) is alive
 
@@ -31,13 +32,7 @@ def _exit_with_driver(driver: int) -> None:
 def worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     threading.Thread(target=_exit_with_driver, args=(os.getppid(),), daemon=True, name="driver-watch").start()
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
+    while (msg := next_request(conn)) is not None:
         key, payload = msg
         try:
             result = execute_payload(payload)

@@ -37,6 +37,7 @@ import time
 from multiprocessing.connection import Connection, wait as mp_wait
 from multiprocessing.reduction import recv_handle, send_handle
 
+from .processes import next_request, stop_child
 from .worker import DRIVER_POLL_S, worker_main
 
 REPLY_TIMEOUT_S = 60.0  # a zygote answers in milliseconds; one that does not is hung or gone
@@ -102,16 +103,7 @@ class Zygote:
         return self.proc.poll() is None
 
     def close(self) -> None:
-        try:
-            self.conn.send(None)
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
+        stop_child(self.proc, self.conn)
 
 
 class ForkedProcess:
@@ -214,10 +206,7 @@ def _serve(conn: Connection) -> None:
         _reap(exited, children)
         if conn not in ready:
             continue
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
+        msg = next_request(conn)
         if msg is None:
             return
         if msg[0] == "fork":
