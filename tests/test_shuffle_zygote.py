@@ -113,12 +113,13 @@ def test_without_the_zygote_workers_are_spawned_interpreters(monkeypatch):
 def _env_and_import(x):
     import importlib
 
-    return os.environ.get("DATAKIT_TEST_ZYGOTE_ENV"), importlib.import_module("zygote_user_mod").VALUE
+    return (os.environ.get("DATAKIT_TEST_ZYGOTE_ENV"), importlib.import_module("zygote_user_mod").VALUE,
+            Path("relative.txt").read_text())
 
 
 def test_a_new_worker_takes_the_drivers_environment_and_path_as_they_are_now(tmp_path, monkeypatch):
-    """Credentials or a module folder the driver sets up after the zygote started reach the workers a new
-    pool forks (as they reached workers spawned then); the zygote keeps its own."""
+    """Credentials, a module folder or a working directory the driver sets up after the zygote started
+    reach the workers a new pool forks (as they reached workers spawned then); the zygote keeps its own."""
     Dataset.from_items([1], num_shards=1).map(lambda x: x).collect(_cfg())  # the zygote is up
     zygote = backends._ZYGOTE[0]
     for pool in backends._POOLS.values():  # the pools close; the zygote stays and forks the next pool's workers
@@ -127,6 +128,9 @@ def test_a_new_worker_takes_the_drivers_environment_and_path_as_they_are_now(tmp
     (tmp_path / "zygote_user_mod.py").write_text("VALUE = 'from the driver'\n")
     monkeypatch.setenv("DATAKIT_TEST_ZYGOTE_ENV", "set after the zygote started")
     monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "relative.txt").write_text("found from the driver's working directory")
+    monkeypatch.chdir(tmp_path)
     rows = Dataset.from_items([1, 2], num_shards=2).map(_env_and_import).collect(_cfg())
-    assert rows == [("set after the zygote started", "from the driver")] * 2
+    want = ("set after the zygote started", "from the driver", "found from the driver's working directory")
+    assert rows == [want] * 2
     assert backends._ZYGOTE[0] is zygote

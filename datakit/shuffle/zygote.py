@@ -12,8 +12,9 @@ only (backends.py): elsewhere forking a process that loaded numpy's BLAS or syst
 The protocol, over a socketpair, is strictly a request and then its reply, so a passed file descriptor
 never interleaves with another message:
 
-- ``("fork", environ, path)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then the
-  worker's pid. The worker takes the driver's environment and module path as they are at this request
+- ``("fork", environ, path, cwd)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then
+  the worker's pid. The worker takes the driver's environment, module path and working directory as they
+  are at this request
   (as a worker spawned then would have: credentials a driver sets before a pipeline reach its workers);
   what modules the zygote imported at its start read of their environment stays as it was then;
 - ``("exit_code", pid)``: its exit code, or None while it runs (the zygote reaps its children as they exit
@@ -90,7 +91,7 @@ class Zygote:
 
     def fork(self) -> tuple["ForkedProcess", Connection]:
         """A new worker: its process and the driver's end of its pipe."""
-        handle, pid = self._ask(("fork", dict(os.environ), _module_path()), with_handle=True)
+        handle, pid = self._ask(("fork", dict(os.environ), _module_path(), os.getcwd()), with_handle=True)
         return ForkedProcess(self, int(pid)), Connection(handle)
 
     def exit_code(self, pid: int) -> int | None:
@@ -159,9 +160,10 @@ def _reap(exited: dict[int, int], children: set[int]) -> None:
         exited[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, str], path: list[str]) -> int:
-    """Fork one worker with the driver's environment and module path; send the driver its end of the
-    worker's pipe; the worker's pid."""
+def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, str], path: list[str],
+                 cwd: str) -> int:
+    """Fork one worker with the driver's environment, module path and working directory; send the
+    driver its end of the worker's pipe; the worker's pid."""
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # the worker: nothing of the zygote's plumbing stays open in it
@@ -171,6 +173,7 @@ def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, s
             os.environ.clear()
             os.environ.update(environ)
             sys.path[:] = path + [p for p in sys.path if p not in path]
+            os.chdir(cwd)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd in wakeup:
@@ -210,7 +213,7 @@ def _serve(conn: Connection) -> None:
         if msg is None:
             return
         if msg[0] == "fork":
-            pid = _fork_worker(conn, wakeup, msg[1], msg[2])
+            pid = _fork_worker(conn, wakeup, *msg[1:])
             children.add(pid)
             exited.pop(pid, None)  # a reused pid: the exit code kept is an earlier worker's
             conn.send(pid)
