@@ -71,6 +71,16 @@ _CLASS_OF_CATEGORY = {"Nd": DIGIT, "Cc": SPACE, "Zs": SPACE, "Zl": SPACE, "Zp": 
 
 
 @lru_cache(maxsize=1)
+def _categories() -> tuple[list[str], np.ndarray]:
+    """(the Unicode general categories that occur below _LUT_SIZE, sorted; each code point's index into
+    them): the one pass over the code points both lookup tables below are derived from."""
+    cats = list(map(unicodedata.category, map(chr, range(_LUT_SIZE))))
+    uniq = sorted(set(cats))
+    index = {c: i for i, c in enumerate(uniq)}
+    return uniq, np.fromiter(map(index.__getitem__, cats), dtype=np.int64, count=_LUT_SIZE)
+
+
+@lru_cache(maxsize=1)
 def char_classes() -> np.ndarray:
     """Code point -> class lookup table, built once per process (~50 ms).
 
@@ -78,12 +88,9 @@ def char_classes() -> np.ndarray:
     punctuation (P*), symbols (S*) and format characters (Cf); DIGIT for decimal digits (Nd); SPACE
     for whitespace, separators (Z*) and control characters (Cc).
     """
-    cats = list(map(unicodedata.category, map(chr, range(_LUT_SIZE))))
-    uniq = sorted(set(cats))
-    code = {c: _CLASS_OF_CATEGORY.get(c, DROP if c[0] in "PS" else KEEP) for c in uniq}
-    index = {c: i for i, c in enumerate(uniq)}
-    per_cat = np.array([code[c] for c in uniq], dtype=np.uint8)
-    lut = per_cat[np.fromiter(map(index.__getitem__, cats), dtype=np.int64, count=_LUT_SIZE)]
+    uniq, of = _categories()
+    per_cat = np.array([_CLASS_OF_CATEGORY.get(c, DROP if c[0] in "PS" else KEEP) for c in uniq], dtype=np.uint8)
+    lut = per_cat[of]
     spaces = [cp for cp in range(_LUT_SIZE) if cp < 0x3100 and chr(cp).isspace()]  # no isspace() chars above
     lut[spaces] = SPACE
     return np.concatenate([lut, np.array([KEEP], dtype=np.uint8)])  # index _LUT_SIZE: "above the table"
@@ -215,8 +222,9 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
 @lru_cache(maxsize=1)
 def _punctuation_classes() -> np.ndarray:
     """Code point -> True for punctuation and symbols (Unicode P*, S*): the DROP class less Cf."""
-    cats = np.array([unicodedata.category(chr(cp))[0] in "PS" for cp in range(_LUT_SIZE)], dtype=bool)
-    return np.concatenate([cats, np.array([False])])
+    uniq, of = _categories()
+    punct = np.array([c[0] in "PS" for c in uniq], dtype=bool)[of]
+    return np.concatenate([punct, np.array([False])])
 
 
 @lru_cache(maxsize=2)
