@@ -1,10 +1,12 @@
-"""Arrow arrays to and from numpy through their buffers, without pyarrow's pandas layer.
+"""Arrow arrays to and from numpy arrays and Python values through their buffers, without pyarrow's pandas
+layer.
 
-Why: with pyarrow 26, ``pa.array``, ``pa.scalar``, ``Array.to_numpy``, ``fill_null`` with a Python value
-and ``Schema.empty_table`` first ask whether a value is a pandas object, which imports pandas wherever
-it is installed: 0.2-0.3 CPU-s and about 50 MB in a worker process that never uses it (a tokenize or
-scoring worker). These read and build arrays from their buffers instead: the same values, no copy where
-the layout allows one to be skipped.
+Why: with pyarrow 26, ``pa.array``, ``pa.table`` and ``Table.from_pylist`` of Python or numpy values,
+``pa.scalar``, ``Array.to_numpy``, ``fill_null`` with a Python value, ``Schema.empty_table`` and
+``combine_chunks`` of a column with no chunks first ask whether a value is a pandas object, which imports
+pandas wherever it is installed: 0.2-0.3 CPU-s and about 50 MB in a process that never uses it (every
+worker of a built-in step, and the driver of an edit). These read and build arrays from their buffers
+instead: the same values, no copy where the layout allows one to be skipped.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["offsets", "byte_lengths", "valid", "from_numpy", "to_numpy", "binary_array", "strings", "bools", "from_bools", "column", "numbers_table",
-           "columns", "empty", "combined", "rows_table"]
+__all__ = ["offsets", "byte_lengths", "valid", "from_numpy", "to_numpy", "binary_array", "strings", "bools",
+           "from_bools", "column", "rows_table", "numbers_table", "columns", "empty", "combined"]
 
 
 def offsets(arr: pa.Array) -> np.ndarray:
@@ -56,28 +58,31 @@ def to_numpy(arr: pa.Array, dtype: type) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype, len(arr), arr.offset * np.dtype(dtype).itemsize)
 
 
-def binary_array(kind: pa.DataType, items: Sequence[bytes]) -> pa.Array:
-    """``items`` as a large_binary or large_string array, built from their lengths and bytes."""
-    ends = np.zeros(len(items) + 1, np.int64)
-    np.cumsum([len(b) for b in items], out=ends[1:])
-    return pa.Array.from_buffers(kind, len(items), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(items))])
-
-
 def _validity(present: np.ndarray) -> pa.Buffer | None:
     """An Arrow validity bitmap (LSB first) for a bool mask of present values; None when all are."""
     return None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+
+
+def _variable_width(kind: pa.DataType, items: Sequence[bytes], present: np.ndarray | None = None) -> pa.Array:
+    """A string or binary array, large or not, of ``items`` (a null's item is b"": ``present`` says
+    which are values), built from their lengths and bytes."""
+    large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    ends = np.zeros(len(items) + 1, np.int64 if large else np.int32)
+    np.cumsum([len(b) for b in items], out=ends[1:])
+    validity = None if present is None else _validity(present)
+    return pa.Array.from_buffers(kind, len(items), [validity, pa.py_buffer(ends), pa.py_buffer(b"".join(items))])
+
+
+def binary_array(kind: pa.DataType, items: Sequence[bytes]) -> pa.Array:
+    """``items`` (bytes, none null) as an array of ``kind``, a string or binary type, large or not."""
+    return _variable_width(kind, items)
 
 
 def strings(values: Sequence[str | None], kind: pa.DataType = pa.string()) -> pa.Array:
     """Python strings (None: null) as a string or large_string array, what ``pa.array(values, kind)``
     gives, encoded one by one. A lone surrogate raises UnicodeEncodeError as ``pa.array`` does."""
     present = np.fromiter((v is not None for v in values), bool, len(values))
-    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-    large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
-    ends = np.zeros(len(encoded) + 1, np.int64 if large else np.int32)
-    np.cumsum([len(b) for b in encoded], out=ends[1:])
-    return pa.Array.from_buffers(kind, len(values), [_validity(present), pa.py_buffer(ends),
-                                                    pa.py_buffer(b"".join(encoded))])
+    return _variable_width(kind, [b"" if v is None else v.encode("utf-8") for v in values], present)
 
 
 def bools(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -89,15 +94,15 @@ def bools(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return out & valid(arr) if arr.null_count else out
 
 
-_NUMBERS = {pa.float64(): np.float64, pa.int64(): np.int64}
-# The Python type whose values convert exactly (pyarrow refuses an int a double cannot hold; numpy rounds).
-_EXACT = {pa.float64(): float, pa.int64(): int}
-
-
 def from_bools(values: np.ndarray) -> pa.Array:
     """A 1-d numpy bool array as an Arrow boolean array (bits packed, no nulls)."""
     values = np.asarray(values, dtype=bool)
     return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values, bitorder="little"))])
+
+
+_NUMBERS = {pa.float64(): np.float64, pa.int64(): np.int64}
+# The Python type whose values convert exactly (pyarrow refuses an int a double cannot hold; numpy rounds).
+_EXACT = {pa.float64(): float, pa.int64(): int}
 
 
 def column(values: Sequence, kind: pa.DataType) -> pa.Array:
