@@ -269,10 +269,7 @@ def _input_documents(refs: list[FileRef], per_file: dict[str, int], records_in: 
     unit taken from an earlier build did not count per file (its records are then not all attributed)."""
     if sum(per_file.values()) != records_in:
         return {}
-    out: dict[str, int] = {}
-    for ref in refs:
-        out[ref.rel] = per_file.get(ref.rel, 0)
-    return out
+    return {ref.rel: per_file.get(ref.rel, 0) for ref in refs}
 
 
 def _parts(spec: SourceSpec, cfg: NormalizeConfig, refs: list[FileRef], plan: ReadPlan, keys: list[str | None],

@@ -202,14 +202,16 @@ def _array(values: list, type_: pa.DataType | None, stats) -> pa.Array:
 
 
 def _builder(values: list, type_: pa.DataType | None) -> Callable[[list], pa.Array]:
-    """How one column's values become an array: strings (the core columns, and a source column holding
-    only strings, which ``pa.array`` would type as string too) from their bytes, any other column by
-    ``pa.array``. Why: ``pa.array`` imports pandas wherever it is installed, 0.2-0.3 CPU-s and ~50 MB in
-    each normalize worker (and in the driver when an edit normalizes one unit there)."""
-    strings = all(v is None or type(v) is str for v in values)
-    if strings and (type_ == pa.string() or (type_ is None and any(v is not None for v in values))):
+    """How one column's values become an array: a typed column (the core columns, a fixed schema's) by
+    `arrow_numpy.column`, an untyped one holding only strings as strings (what ``pa.array`` would infer),
+    any other by ``pa.array``'s inference. Why: ``pa.array`` imports pandas wherever it is installed,
+    0.2-0.3 CPU-s and ~50 MB in each normalize worker (and in the driver when an edit normalizes one unit
+    there)."""
+    if type_ is not None:
+        return partial(an.column, kind=type_)
+    if any(v is not None for v in values) and all(v is None or type(v) is str for v in values):
         return an.strings
-    return partial(pa.array, type=type_)
+    return pa.array
 
 
 def note_examples(table: pa.Table, prov: list[tuple[int, int]], examples: Examples) -> None:
