@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from multiprocessing.connection import Connection, wait as mp_wait
 from typing import TYPE_CHECKING, Any
 
 from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
-from .processes import stop_child
+from .processes import start_child, stop_child
 
 if TYPE_CHECKING:  # imported when the first worker starts: `python -m datakit.shuffle.zygote` must find it unimported
     from .zygote import ForkedProcess, Zygote
@@ -65,7 +64,7 @@ class _Worker:
 
     def __init__(self) -> None:
         forked = _forked_worker() if USE_ZYGOTE else None
-        self.proc, self.conn = forked if forked is not None else _spawned_worker()
+        self.proc, self.conn = forked if forked is not None else start_child("datakit.shuffle.worker")
         self.key: Any = None
 
     @property
@@ -100,18 +99,6 @@ def _forked_worker() -> tuple[ForkedProcess, Connection] | None:
             log.warning("%s", e)
             zygote.proc.kill()
     return None
-
-
-def _spawned_worker() -> tuple[subprocess.Popen, Connection]:
-    parent, child = socket.socketpair()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p)
-    proc = subprocess.Popen([sys.executable, "-m", "datakit.shuffle.worker", str(child.fileno())],
-                            pass_fds=(child.fileno(),), env=env, start_new_session=True)
-    child.close()
-    conn = Connection(os.dup(parent.fileno()))
-    parent.close()
-    return proc, conn
 
 
 class LocalBackend(Backend):

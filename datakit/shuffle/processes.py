@@ -1,11 +1,33 @@
-"""Two things the local backend's processes (workers, the zygote, and the driver's handles on them) do
-alike: read the next request from a pipe, and stop a child process they started."""
+"""What the local backend's processes (workers, the zygote, and the driver's handles on them) do alike:
+start a child interpreter over a socketpair, read the next request from a pipe, stop a child."""
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+import sys
 from multiprocessing.connection import Connection
 from typing import Any
+
+
+def module_path() -> list[str]:
+    """This process's module path, absolute: what a child needs to import what the driver pickled by
+    reference (test modules, user packages)."""
+    return [os.path.abspath(p) for p in sys.path if p]
+
+
+def start_child(module: str) -> tuple[subprocess.Popen, Connection]:
+    """``python -m <module> FD`` in its own session, with this process's environment and module path, the
+    other end of a socketpair as FD: (the process, this end of the pipe)."""
+    parent, child = socket.socketpair()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(module_path())}
+    proc = subprocess.Popen([sys.executable, "-m", module, str(child.fileno())], pass_fds=(child.fileno(),),
+                            env=env, start_new_session=True)
+    child.close()
+    conn = Connection(os.dup(parent.fileno()))
+    parent.close()
+    return proc, conn
 
 
 def next_request(conn: Connection) -> Any | None:

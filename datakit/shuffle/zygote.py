@@ -2,7 +2,7 @@
 worker needs once, then forks a worker per request (`python -m datakit.shuffle.zygote FD`).
 
 Why: a worker started as its own interpreter paid Python's start and the imports every task needs
-(datakit.shuffle, pyarrow, numpy, fsspec) itself, about 0.45 CPU-s and tens of MB of private pages per
+(datakit.shuffle, pyarrow, numpy) itself, about 0.45 CPU-s and tens of MB of private pages per
 worker, and paid it again for each replacement of a dead worker: with two workers, a tenth of a small
 incremental run. Forked from the zygote, a worker starts in milliseconds and shares those pages with its
 siblings. The zygote is itself a fresh interpreter, started the way workers were (not a fork of the
@@ -14,9 +14,9 @@ never interleaves with another message:
 
 - ``("fork", environ, path, cwd)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then
   the worker's pid. The worker takes the driver's environment, module path and working directory as they
-  are at this request
-  (as a worker spawned then would have: credentials a driver sets before a pipeline reach its workers);
-  what modules the zygote imported at its start read of their environment stays as it was then;
+  are at this request, as a worker spawned then would have (credentials a driver sets before a pipeline
+  reach its workers); what the modules the zygote imported at its start read of their environment then
+  stays as it was;
 - ``("exit_code", pid)``: its exit code, or None while it runs (the zygote reaps its children as they exit
   and keeps their codes);
 - ``("kill", pid)``: SIGKILL, sent only to a child not yet reaped (so a reused pid is never hit); None;
@@ -38,40 +38,22 @@ import time
 from multiprocessing.connection import Connection, wait as mp_wait
 from multiprocessing.reduction import recv_handle, send_handle
 
-from .processes import next_request, stop_child
+from .processes import module_path, next_request, start_child, stop_child
 from .worker import DRIVER_POLL_S, worker_main
 
 REPLY_TIMEOUT_S = 60.0  # a zygote answers in milliseconds; one that does not is hung or gone
-PRELOAD = ("datakit.shuffle", "pyarrow.parquet", "pyarrow.compute", "numpy",
-           "datakit.core.arrow_numpy")
+PRELOAD = ("datakit.shuffle", "pyarrow.parquet", "pyarrow.compute", "numpy", "datakit.core.arrow_numpy")
 
 
 class ZygoteGone(RuntimeError):
     """The zygote did not answer (it died or hung): the caller starts another or spawns workers itself."""
 
 
-def _module_path() -> list[str]:
-    """This process's module path, absolute: what a worker needs to import what the driver pickled by
-    reference (test modules, user packages)."""
-    return [os.path.abspath(p) for p in sys.path if p]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(_module_path())
-    return env
-
-
 class Zygote:
     """The driver's handle on one zygote process (thread-safe: one request at a time)."""
 
     def __init__(self) -> None:
-        parent, child = socket.socketpair()
-        self.proc = subprocess.Popen([sys.executable, "-m", "datakit.shuffle.zygote", str(child.fileno())],
-                                     pass_fds=(child.fileno(),), env=_env(), start_new_session=True)
-        child.close()
-        self.conn = Connection(os.dup(parent.fileno()))
-        parent.close()
+        self.proc, self.conn = start_child("datakit.shuffle.zygote")
         self._lock = threading.Lock()
 
     def _ask(self, msg: tuple, with_handle: bool = False) -> tuple[int | None, object]:
@@ -91,7 +73,7 @@ class Zygote:
 
     def fork(self) -> tuple["ForkedProcess", Connection]:
         """A new worker: its process and the driver's end of its pipe."""
-        handle, pid = self._ask(("fork", dict(os.environ), _module_path(), os.getcwd()), with_handle=True)
+        handle, pid = self._ask(("fork", dict(os.environ), module_path(), os.getcwd()), with_handle=True)
         return ForkedProcess(self, int(pid)), Connection(handle)
 
     def exit_code(self, pid: int) -> int | None:
