@@ -18,9 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.core import arrow_numpy as an
-
 from datakit.core.fsio import read_parquet_metadata, read_table
-
 from datakit.manifest import Section
 from datakit.quality.takedown import TakedownConfig, Takedowns
 from datakit.steps import Step, StepContext
