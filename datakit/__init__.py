@@ -25,6 +25,12 @@ __version__ = "0.1.0"
 # takes the pages back under memory pressure but a reuse costs no fault (263k faults, 1.55 s). Set
 # before pyarrow loads (workers inherit it); a user's own setting wins.
 _os.environ.setdefault("MIMALLOC_PURGE_DECOMMITS", "0")
+# numpy's OpenBLAS starts a thread per core when numpy is imported, which costs every datakit process
+# (the driver, the zygote, each spawned worker) about 60 ms of CPU before it does any work, and the
+# engine's parallelism is processes, not BLAS threads (Ray sets OMP_NUM_THREADS=1 in its workers for the
+# same reason). One BLAS thread also makes the few matrix products (mixture search, the classifier's
+# embedding) independent of the core count. A user's own setting wins.
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 __all__ = ["load_manifest", "manifest_from_dict", "build_plan", "build_steps", "steps_by_name", "run", "Step", "StepContext",
            "RunSummary", "ExecConfig"]
