@@ -108,3 +108,55 @@ def test_force_takes_nothing(tmp_path):
     s = pipeline.run(after, workers=1, only=_until_tokenize(after), force=["pii-json"])
     assert _step(s, "pii-json")["counters"]["files/reused"] == 0
     assert _step(s, "consolidate-json")["counters"]["files/computed"] == 0
+
+
+def _copies(tmp_path, name: str, licenses: tuple[str, ...]) -> dict:
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    for lic in licenses:
+        shutil.copy(f"/usr/share/common-licenses/{lic}", d / f"{lic}.txt")
+    return {"name": name, "uri": f"{d}/*.txt", "format": "text"}
+
+
+def _priority_manifest(tmp_path, prefix: str, first: bool):
+    sources = [_copies(tmp_path, "copies", ("GPL-3", "Apache-2.0")), *_sources(tmp_path, extra=False)]
+    if first:  # a new source before the others: it now holds the surviving GPL-3 copy
+        sources.insert(0, _copies(tmp_path, "first", ("GPL-3",)))
+    return pipeline.manifest_from_dict({
+        "prefix": str(tmp_path / prefix), "sources": sources, "normalize": {"target_shard_bytes": 20_000},
+        "dedup": {"fuzzy": False}, "tokenize": {"vocab_size": 300}})
+
+
+def _removed_details(summary, step: str) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    d = _step(summary, step)["output"]
+    out = {}
+    for path in glob.glob(os.path.join(d, "outputs", "removed", "*.parquet")):
+        t = pq.read_table(path)
+        out.update(zip(t.column("id").to_pylist(), t.column("detail").to_pylist()))
+    return out
+
+
+def test_a_mark_whose_reason_alone_changed_takes_the_documents_and_rewrites_the_removed_file(tmp_path):
+    """A new first source holding a copy the licenses source had already lost to `copies`: the licenses
+    documents stay as they were (taken, not recomputed) while their removed listing now names `first`
+    as the surviving copy's source, byte for byte what a from-scratch build writes."""
+    before = _priority_manifest(tmp_path, "inc", first=False)
+    b = pipeline.run(before, workers=2, only=_until_tokenize(before))
+    assert b.ok
+    assert sorted(_removed_details(b, "consolidate-licenses").values()) == ["copies", "copies"]
+    after = _priority_manifest(tmp_path, "inc", first=True)
+    s = pipeline.run(after, workers=2, only=_until_tokenize(after))
+    assert s.ok
+    assert sorted(_removed_details(s, "consolidate-licenses").values()) == ["copies", "first"]
+    step = _step(s, "consolidate-licenses")
+    assert step["counters"]["files/computed"] == 0 and step["counters"]["files/reused"] > 1, step
+    assert _step(s, "consolidate-copies")["counters"]["files/computed"] >= 1  # its GPL-3 copy now goes
+    fresh = _priority_manifest(tmp_path, "fresh", first=True)
+    f = pipeline.run(fresh, workers=1, only=_until_tokenize(fresh))
+    assert f.ok
+    for name in ("consolidate-first", "consolidate-copies", "consolidate-licenses", "consolidate-json"):
+        assert _outputs(s, name) == _outputs(f, name), name
+    assert _step(s, "consolidate-licenses")["counters"] == _step(f, "consolidate-licenses")["counters"] | {
+        "files/reused": step["counters"]["files/reused"], "files/computed": 0}

@@ -296,7 +296,8 @@ def _check_all_found(marks: list[_Marks], found: list[np.ndarray], attr_files: l
     for m, seen, (_, path) in zip(marks, found, attr_files):
         if not seen.all():
             missing = m.ids[int(np.flatnonzero(~seen)[0])].as_py()
-            discard(tmp)
+            if tmp is not None:
+                discard(tmp)
             raise AttributeMismatch(
                 f"{path}: {int((~seen).sum())} marked id(s) are not in {src} (first: {missing}); these "
                 "attributes were made for different data"
@@ -341,9 +342,41 @@ def marks_digest(marks: list[_Marks]) -> str:
     return h.hexdigest()
 
 
+def documents_digest(marks: list[_Marks]) -> str:
+    """What a file's marks decide of its kept documents alone: the ids each kind drops and the cuts,
+    not why (the detail) nor what is only annotated. A new source that bridges two fuzzy clusters gives
+    their members a new canonical, so a new ``cluster_id`` in outputs/removed/, while the same
+    documents go: the documents file is then taken whole and only the small removed file rewritten."""
+    h = xxhash.xxh3_128()
+    for m in marks:
+        dropped = m.ids.filter(an.from_bools(m.drop)) if len(m.ids) else m.ids
+        h.update(m.kind.encode() + b"\0" + "\0".join(dropped.to_pylist()).encode() + b"\1")
+        h.update(repr(sorted(m.cuts.items())).encode())
+    return h.hexdigest()
+
+
 def _stats_only(job: tuple, marks: list[_Marks]) -> dict[str, int]:
     out = _consolidate_file(job, marks)
     return {k: v for k, v in out.items() if k != "file"}
+
+
+def _removed_only(job: tuple, marks: list[_Marks]) -> dict[str, int]:
+    """A file whose kept documents are already in place (taken): its removed file and its stats, from
+    its id column and the marks alone (the documents are not read)."""
+    src, attr_files, _dst_main, dst_removed = job
+    ids = an.combined(read_columns(src, ["id"]).column("id"))
+    found = [np.zeros(len(m.ids), dtype=bool) for m in marks]
+    removed: list[tuple[pa.Array, pa.Array, pa.Array]] = []
+    stats = {"docs_in": len(ids), "docs_out": 0, **{f"removed_{k}": 0 for k in REASONS},
+             "cut_decontaminate": 0, "annotated_decontaminate": sum(m.annotated for m in marks)}
+    _apply_marks(ids, marks, found, removed, stats)
+    _check_all_found(marks, found, attr_files, src, None)
+    cut_ids = _effective_cuts(marks)
+    if cut_ids is not None:
+        stats["cut_decontaminate"] = int(an.bools(pc.is_in(ids, value_set=cut_ids)).sum())
+    stats["docs_out"] = stats["docs_in"] - sum(stats[f"removed_{k}"] for k in REASONS)
+    _write_removed(removed, dst_removed)
+    return stats
 
 
 def _read_marks(job: tuple) -> list[_Marks]:
@@ -358,36 +391,64 @@ def _unit(base: str | None, job: tuple, marks: list[_Marks], earlier: reuse.Earl
                      (f"{DocumentsDir.MAIN}/{name}", f"{DocumentsDir.REMOVED}/{name}"), job, earlier)
 
 
-def _keyed_file(todo: tuple) -> keyed.Done:
-    """One file consolidated in its task, with its key; its marks are read once, for both (here, unless
-    the driver read them already to look the file up in the earlier build)."""
+def _documents_unit(base: str | None, job: tuple, marks: list[_Marks], earlier: reuse.Earlier | None) -> keyed.Job:
+    """A file's documents-only unit: the kept documents file alone, keyed by the base and
+    `documents_digest` (recorded beside the whole unit, so a later build whose marks differ only in
+    their detail takes the documents file)."""
+    return keyed.Job(None if base is None else reuse.content_key(base, "documents", documents_digest(marks)),
+                     (f"{DocumentsDir.MAIN}/{basename(job[0])}",), job, earlier)
+
+
+def _keyed_file(todo: tuple) -> tuple[keyed.Done, keyed.Done]:
+    """One file consolidated in its task: (the whole unit, its documents-only unit); its marks are read
+    once, for both (here, unless the driver read them already to look the file up in the earlier build)."""
     base, job, marks = todo
     marks = _read_marks(job) if marks is None else marks
-    unit = _unit(base, job, marks, None)
-    return keyed.Done(unit.key, unit.files, _stats_only(job, marks), False)
+    unit, docs = _unit(base, job, marks, None), _documents_unit(base, job, marks, None)
+    stats = _stats_only(job, marks)
+    return keyed.Done(unit.key, unit.files, stats, False), keyed.Done(docs.key, docs.files, stats, False)
+
+
+def _take_one(base: str | None, job: tuple, earlier: reuse.Earlier, out_dir: str
+              ) -> tuple[keyed.Done, keyed.Done] | list[_Marks]:
+    """The file taken in the driver: whole, or its documents file with its removed file rewritten from
+    the marks ((the whole unit, its documents-only unit)); else its marks, read, for its task."""
+    marks = _read_marks(job)
+    whole, docs = _unit(base, job, marks, earlier), _documents_unit(base, job, marks, earlier)
+    taken = keyed.take(whole, out_dir)
+    if taken is not None:
+        return taken, keyed.Done(docs.key, docs.files, taken.stats, True)
+    taken_docs = keyed.take(docs, out_dir)
+    if taken_docs is None:
+        return marks
+    stats = _removed_only(job, marks)
+    return keyed.Done(whole.key, whole.files, stats, True), keyed.Done(docs.key, docs.files, stats, True)
 
 
 def _take_known(bases: list[str | None], jobs: list[tuple], earlier: reuse.Earlier | None, out_dir: str
-                ) -> tuple[list[keyed.Done | None], list[tuple]]:
+                ) -> tuple[list[tuple[keyed.Done, keyed.Done] | None], list[tuple]]:
     """(each file taken here, in the driver, or None; what is left to compute: (key base, job, marks)).
     With an earlier build, each file's marks are read here (small: the marked ids only) and the file
     taken when its key is there (a link and a hash check, cheaper than a task: a change to a few files
-    then starts no worker pool for the others); without one, nothing is read here."""
-    done: list[keyed.Done | None] = []
+    then starts no worker pool for the others), or its documents file when only the marks' detail
+    changed; without one, nothing is read here."""
+    done: list[tuple[keyed.Done, keyed.Done] | None] = []
     todo = []
     for base, job in zip(bases, jobs):
-        marks = _read_marks(job) if earlier is not None and base is not None else None
-        taken = keyed.take(_unit(base, job, marks, earlier), out_dir) if marks is not None else None
-        done.append(taken)
-        if taken is None:
-            todo.append((base, job, marks))
+        got = _take_one(base, job, earlier, out_dir) if earlier is not None and base is not None else None
+        if isinstance(got, tuple):
+            done.append(got)
+            continue
+        done.append(None)
+        todo.append((base, job, got))
     return done, todo
 
 
 def _run_keyed(jobs: list[tuple], normalized_dir: str, reuse_from: Reuse, out_dir: str,
-               exec_config: ExecConfig | None) -> list[keyed.Done]:
-    """Every file, in order: taken from the earlier build, or consolidated on the engine (inline when
-    the files to compute are few bytes, `small_job_config_for_files`)."""
+               exec_config: ExecConfig | None) -> list[tuple[keyed.Done, keyed.Done]]:
+    """Every file, in order, as (the whole unit, its documents-only unit): taken from the earlier build,
+    or consolidated on the engine (inline when the files to compute are few bytes,
+    `small_job_config_for_files`)."""
     done, todo = _take_known(_file_keys(jobs, normalized_dir, reuse_from.settings), jobs, reuse_from.earlier,
                              out_dir)
     if todo:
@@ -451,7 +512,7 @@ def consolidate(
         c = {k: int(run.counters.get(k, 0)) for k in keys}
     else:
         done = _run_keyed(jobs, normalized_dir, reuse_from, out_dir, exec_config)
-        c = {k: sum(int(d.stats.get(k, 0)) for d in done) for k in keys}
-        c.update(keyed.record(out_dir, done))
+        c = {k: sum(int(whole.stats.get(k, 0)) for whole, _ in done) for k in keys}
+        c.update(keyed.record(out_dir, [whole for whole, _ in done], also=[docs for _, docs in done]))
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,
                              attributes={k: v[1].get("params") for k, v in sets.items()})

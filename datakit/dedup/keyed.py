@@ -104,8 +104,9 @@ def run_all(jobs: Sequence[Job], inputs: Sequence[str], step_dir: str, compute: 
     return [d if d is not None else next(computed) for d in done]
 
 
-def record(step_dir: str, done: Sequence[Done]) -> dict[str, int]:
-    """Write reuse.json for the next build (one entry per key); the units taken and computed."""
-    reuse.write(step_dir, {d.key: reuse.Unit(d.files, d.stats) for d in done if d.key is not None})
+def record(step_dir: str, done: Sequence[Done], also: Sequence[Done] = ()) -> dict[str, int]:
+    """Write reuse.json for the next build (one entry per key); the units taken and computed. ``also``:
+    further keys of the same files (a unit that can be taken in part), recorded but not counted."""
+    reuse.write(step_dir, {d.key: reuse.Unit(d.files, d.stats) for d in (*done, *also) if d.key is not None})
     taken = sum(d.taken for d in done)
     return {REUSED: taken, COMPUTED: len(done) - taken}
