@@ -399,58 +399,103 @@ def _documents_unit(base: str | None, job: tuple, marks: list[_Marks], earlier: 
                      (f"{DocumentsDir.MAIN}/{basename(job[0])}",), job, earlier)
 
 
-def _keyed_file(todo: tuple) -> tuple[keyed.Done, keyed.Done]:
-    """One file consolidated in its task: (the whole unit, its documents-only unit); its marks are read
-    once, for both (here, unless the driver read them already to look the file up in the earlier build)."""
-    base, job, marks = todo
+# A file's units after a run: the one counted (and recorded), and further keys of the same files
+# (recorded, not counted): see `_Keys`.
+Units = tuple[keyed.Done, list[keyed.Done]]
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """How a file can be found in a later build, cheapest first: ``attrs`` (the settings, the file's
+    documents and the recorded hashes of its attribute files: known from manifests, nothing read), then,
+    once its marks are read, the whole unit's key and its documents-only key (`_unit`,
+    `_documents_unit`). ``base``: the settings, the file's name and its documents' recorded hash."""
+
+    base: str | None
+    attrs: str | None
+
+
+def _attrs_unit(keys: _Keys, job: tuple, earlier: reuse.Earlier | None) -> keyed.Job:
+    name = basename(job[0])
+    return keyed.Job(keys.attrs, (f"{DocumentsDir.MAIN}/{name}", f"{DocumentsDir.REMOVED}/{name}"), job, earlier)
+
+
+def _units(keys: _Keys, job: tuple, marks: list[_Marks], stats: dict[str, int], taken: bool) -> Units:
+    """(the whole unit, [its documents-only unit, its attrs unit]) of a file computed or taken with its
+    marks read."""
+    whole, docs, attrs = _unit(keys.base, job, marks, None), _documents_unit(keys.base, job, marks, None), \
+        _attrs_unit(keys, job, None)
+    return keyed.Done(whole.key, whole.files, stats, taken), [keyed.Done(docs.key, docs.files, stats, taken),
+                                                             keyed.Done(attrs.key, attrs.files, stats, taken)]
+
+
+def _keyed_file(todo: tuple) -> Units:
+    """One file consolidated in its task; its marks are read once, for both the work and the keys (here,
+    unless the driver read them already to look the file up in the earlier build)."""
+    keys, job, marks = todo
     marks = _read_marks(job) if marks is None else marks
-    unit, docs = _unit(base, job, marks, None), _documents_unit(base, job, marks, None)
-    stats = _stats_only(job, marks)
-    return keyed.Done(unit.key, unit.files, stats, False), keyed.Done(docs.key, docs.files, stats, False)
+    return _units(keys, job, marks, _stats_only(job, marks), False)
 
 
-def _take_one(base: str | None, job: tuple, earlier: reuse.Earlier, out_dir: str
-              ) -> tuple[keyed.Done, keyed.Done] | list[_Marks]:
-    """The file taken in the driver: whole, or its documents file with its removed file rewritten from
-    the marks ((the whole unit, its documents-only unit)); else its marks, read, for its task."""
-    marks = _read_marks(job)
-    whole, docs = _unit(base, job, marks, earlier), _documents_unit(base, job, marks, earlier)
-    taken = keyed.take(whole, out_dir)
+def _keys_by_document(earlier: reuse.Earlier) -> dict[str, list[tuple[str, reuse.Unit]]]:
+    """The earlier build's keys by the documents file they name (the first file of each unit)."""
+    out: dict[str, list[tuple[str, reuse.Unit]]] = {}
+    for k, u in earlier.keys.items():
+        if u.files:
+            out.setdefault(u.files[0], []).append((k, u))
+    return out
+
+
+def _carried(by_document: dict[str, list[tuple[str, reuse.Unit]]], taken: keyed.Done) -> list[keyed.Done]:
+    """The earlier build's other keys of a file taken by its attrs key: every key naming its files
+    described the same job there, and with the same documents and attribute files they hold now too."""
+    files = set(taken.files)
+    return [keyed.Done(k, u.files, dict(u.stats), True) for k, u in by_document.get(taken.files[0], ())
+            if k != taken.key and set(u.files) <= files]
+
+
+def _take_one(keys: _Keys, job: tuple, earlier: reuse.Earlier, by_document: dict, out_dir: str
+              ) -> Units | list[_Marks]:
+    """The file taken in the driver: whole by its attrs key (no marks read), or whole or by its
+    documents file (its removed file rewritten from the marks) once its marks are read; else its marks,
+    read, for its task."""
+    taken = keyed.take(_attrs_unit(keys, job, earlier), out_dir) if keys.attrs is not None else None
     if taken is not None:
-        return taken, keyed.Done(docs.key, docs.files, taken.stats, True)
-    taken_docs = keyed.take(docs, out_dir)
-    if taken_docs is None:
+        return taken, _carried(by_document, taken)
+    marks = _read_marks(job)
+    taken = keyed.take(_unit(keys.base, job, marks, earlier), out_dir)
+    if taken is not None:
+        return _units(keys, job, marks, taken.stats, True)
+    if keyed.take(_documents_unit(keys.base, job, marks, earlier), out_dir) is None:
         return marks
-    stats = _removed_only(job, marks)
-    return keyed.Done(whole.key, whole.files, stats, True), keyed.Done(docs.key, docs.files, stats, True)
+    return _units(keys, job, marks, _removed_only(job, marks), True)
 
 
-def _take_known(bases: list[str | None], jobs: list[tuple], earlier: reuse.Earlier | None, out_dir: str
-                ) -> tuple[list[tuple[keyed.Done, keyed.Done] | None], list[tuple]]:
-    """(each file taken here, in the driver, or None; what is left to compute: (key base, job, marks)).
-    With an earlier build, each file's marks are read here (small: the marked ids only) and the file
-    taken when its key is there (a link and a hash check, cheaper than a task: a change to a few files
-    then starts no worker pool for the others), or its documents file when only the marks' detail
-    changed; without one, nothing is read here."""
-    done: list[tuple[keyed.Done, keyed.Done] | None] = []
+def _take_known(keys: list[_Keys], jobs: list[tuple], earlier: reuse.Earlier | None, out_dir: str
+                ) -> tuple[list[Units | None], list[tuple]]:
+    """(each file taken here, in the driver, or None; what is left to compute: (keys, job, marks)).
+    With an earlier build each file is looked up here (a link and a hash check, cheaper than a task: a
+    change to a few files then starts no worker pool for the others), its marks read only when its
+    attribute files changed; without one, nothing is read here."""
+    done: list[Units | None] = []
     todo = []
-    for base, job in zip(bases, jobs):
-        got = _take_one(base, job, earlier, out_dir) if earlier is not None and base is not None else None
+    by_document = _keys_by_document(earlier) if earlier is not None else {}
+    for k, job in zip(keys, jobs):
+        got = _take_one(k, job, earlier, by_document, out_dir) if earlier is not None and k.base is not None else None
         if isinstance(got, tuple):
             done.append(got)
             continue
         done.append(None)
-        todo.append((base, job, got))
+        todo.append((k, job, got))
     return done, todo
 
 
-def _run_keyed(jobs: list[tuple], normalized_dir: str, reuse_from: Reuse, out_dir: str,
-               exec_config: ExecConfig | None) -> list[tuple[keyed.Done, keyed.Done]]:
-    """Every file, in order, as (the whole unit, its documents-only unit): taken from the earlier build,
-    or consolidated on the engine (inline when the files to compute are few bytes,
-    `small_job_config_for_files`)."""
-    done, todo = _take_known(_file_keys(jobs, normalized_dir, reuse_from.settings), jobs, reuse_from.earlier,
-                             out_dir)
+def _run_keyed(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[str], reuse_from: Reuse,
+               out_dir: str, exec_config: ExecConfig | None) -> list[Units]:
+    """Every file, in order: taken from the earlier build, or consolidated on the engine (inline when
+    the files to compute are few bytes, `small_job_config_for_files`)."""
+    keys = _file_keys(jobs, normalized_dir, attribute_dirs, reuse_from.settings)
+    done, todo = _take_known(keys, jobs, reuse_from.earlier, out_dir)
     if todo:
         paths = [job[0] for _, job, _ in todo]
         engine = small_job_config_for_files(exec_config, paths)
@@ -459,12 +504,17 @@ def _run_keyed(jobs: list[tuple], normalized_dir: str, reuse_from: Reuse, out_di
     return [d for d in done if d is not None]
 
 
-def _file_keys(jobs: list[tuple], normalized_dir: str, settings: tuple) -> list[str | None]:
-    """Each job's key base: the settings, the file's name and its documents' recorded hash (None: the
-    input step recorded none); the task adds what its marks decide."""
+def _file_keys(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[str], settings: tuple
+               ) -> list[_Keys]:
+    """Each job's `_Keys`, from the input steps' recorded hashes (None where a step recorded none)."""
     recorded = {join(normalized_dir, rel): h for rel, h in reuse.output_hashes(normalized_dir).items()}
-    return [None if recorded.get(src) is None else reuse.content_key(settings, basename(src), recorded[src])
-            for src, _attrs, _main, _removed in jobs]
+    attr_hashes = keyed.recorded_hashes(attribute_dirs)
+    out = []
+    for src, attrs, _main, _removed in jobs:
+        base = None if recorded.get(src) is None else reuse.content_key(settings, basename(src), recorded[src])
+        marks = [attr_hashes.get(path) for _kind, path in attrs]
+        out.append(_Keys(base, None if base is None or None in marks else reuse.content_key(base, "attrs", marks)))
+    return out
 
 
 def consolidate(
@@ -511,8 +561,8 @@ def consolidate(
         run = per_file_tasks(jobs, paths).map(_consolidate_file).run(small_job_config_for_files(exec_config, paths))
         c = {k: int(run.counters.get(k, 0)) for k in keys}
     else:
-        done = _run_keyed(jobs, normalized_dir, reuse_from, out_dir, exec_config)
-        c = {k: sum(int(whole.stats.get(k, 0)) for whole, _ in done) for k in keys}
-        c.update(keyed.record(out_dir, [whole for whole, _ in done], also=[docs for _, docs in done]))
+        done = _run_keyed(jobs, normalized_dir, attribute_dirs, reuse_from, out_dir, exec_config)
+        c = {k: sum(int(unit.stats.get(k, 0)) for unit, _ in done) for k in keys}
+        c.update(keyed.record(out_dir, [unit for unit, _ in done], also=[a for _, more in done for a in more]))
     return ConsolidateResult(source=name, num_shards=len(files), counters=c,
                              attributes={k: v[1].get("params") for k, v in sets.items()})
