@@ -5,11 +5,13 @@ Ray backend (ray_backend.py) build on this module, so neither of those imports t
 The interface is deliberately tiny so a cluster backend slots in: `submit(key, payload)` starts one
 attempt, `wait(timeout)` returns finished attempts as events `(key, status, value)` where status is
 `ok`, `error` (user code raised; value describes it) or `died` (the worker vanished: kill -9, OOM,
-node loss). Payloads are cloudpickled `(TaskSpec, attempt)` so lambdas and closures travel.
+node loss). Payloads (`task_payload`) are cloudpickled `(TaskSpec, attempt)` so lambdas and closures
+travel.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import traceback
 from dataclasses import dataclass
@@ -33,11 +35,27 @@ def error_info(exc: BaseException) -> dict:
     }
 
 
+def pickled_ops(ops: list) -> bytes:
+    """A stage's ops, pickled once for all of its tasks' payloads: every task of a stage runs the same
+    ops, and the functions they carry hold the step's settings (a tokenize step's: the earlier build's
+    every file hash), 79 KB a task pickled again for each of 58 tasks."""
+    import cloudpickle
+
+    return cloudpickle.dumps(ops)
+
+
+def task_payload(spec: Any, attempt: int, ops: bytes) -> bytes:
+    """One attempt's payload: the task without its stage's ops, and the ops pickled (`pickled_ops`)."""
+    import cloudpickle
+
+    return cloudpickle.dumps((dataclasses.replace(spec, pipe=dataclasses.replace(spec.pipe, ops=[])), attempt, ops))
+
+
 def execute_payload(payload: bytes) -> dict:
     from .tasks import run_task
 
-    spec, attempt = pickle.loads(payload)
-    return run_task(spec, attempt)
+    spec, attempt, ops = pickle.loads(payload)
+    return run_task(dataclasses.replace(spec, pipe=dataclasses.replace(spec.pipe, ops=pickle.loads(ops))), attempt)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 import cloudpickle
 
-from .backend_base import Backend
+from .backend_base import Backend, pickled_ops, task_payload
 from .backends import get_backend
 from datakit.core.fsio import StoreUnavailable, atomic_write_bytes, exists, is_local, open_read, remove
 from .io import format_output
@@ -148,18 +148,31 @@ class _Bar:
             self.progress.remove_task(self.bar)
 
 
+def _stage_ops(specs: list[TaskSpec]) -> list[bytes]:
+    """Each task's ops, pickled once per distinct list (a stage's tasks all carry the same one)."""
+    blobs: dict[tuple[int, ...], bytes] = {}
+    out = []
+    for spec in specs:
+        key = tuple(id(op) for op in spec.pipe.ops)
+        if key not in blobs:
+            blobs[key] = pickled_ops(spec.pipe.ops)
+        out.append(blobs[key])
+    return out
+
+
 def _schedule(backend: Backend, specs: list[TaskSpec], config: ExecConfig, st: StageStats, tick) -> list[dict]:
     n = len(specs)
     pending = deque(range(n))
     attempts, failures, deaths = [0] * n, [0] * n, [0] * n
     results: list[dict | None] = [None] * n
     inflight: dict[Any, int] = {}
+    ops = _stage_ops(specs)
     try:
         while pending or inflight:
             while pending and len(inflight) < backend.capacity:
                 i = pending.popleft()
                 key = (specs[i].stage_id, i, attempts[i])
-                backend.submit(key, cloudpickle.dumps((specs[i], attempts[i])))
+                backend.submit(key, task_payload(specs[i], attempts[i], ops[i]))
                 inflight[key] = i
                 attempts[i] += 1
             for key, status, value in backend.wait(timeout=1.0):
