@@ -15,8 +15,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from datakit.core.layout import FETCHED_FILES_DIR as FILES_DIR
 from datakit.sources.fetch import (
-    FILES_DIR,
     PROVENANCE_FILE,
     FetchError,
     FetchResult,

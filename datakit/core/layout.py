@@ -63,6 +63,10 @@ stat is recorded there is not read again to be trusted. A cache: safe to delete.
 TOKENIZER_FILE = "tokenizer.json"
 """What the tokenizer step writes (and the token cache keeps a copy of): one HF tokenizers JSON file."""
 
+FETCHED_FILES_DIR = "files"
+"""Where a download step keeps a remote source's fetched files, ``<step dir>/files/<relative name>``
+(``datakit.sources.fetch``), which normalize then reads in place."""
+
 TOKENIZER_PINS_DIR = ".datakit/tokenizer-pins"
 """Pinned tokenizers, ``<prefix>/.datakit/tokenizer-pins/`` (``datakit.tokenize.pin``): per set of
 training settings, the record of the tokenizer later runs use instead of retraining, and the pinned

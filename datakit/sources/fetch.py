@@ -52,6 +52,7 @@ from typing import Any
 from datakit.manifest import SourceSpec
 from datakit.core import fsio
 from datakit.core.fsio import local_path, stream_digest
+from datakit.core.layout import FETCHED_FILES_DIR
 from datakit.core.listing import FileInfo, is_http
 from datakit.core.uris import USER_AGENT, is_remote, list_source_files
 
@@ -63,13 +64,11 @@ __all__ = [
     "fetch_source",
     "is_remote",
     "PROVENANCE_FILE",
-    "FILES_DIR",
 ]
 
 log = logging.getLogger(__name__)
 
 PROVENANCE_FILE = "provenance.json"
-FILES_DIR = "files"
 _FATAL_HTTP = {400, 401, 403, 404, 405, 410, 451}
 _TRANSIENT_HTTP = {408, 425, 429}
 
@@ -174,7 +173,7 @@ class FetchResult:
         if self.local:
             return self.paths
         root = out_dir.rstrip("/")
-        return [f"{root}/{FILES_DIR}/{f.name}" for f in self.files]
+        return [f"{root}/{FETCHED_FILES_DIR}/{f.name}" for f in self.files]
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -519,7 +518,7 @@ def _fetch_one(
     """Download one file: HEAD for its announced length, GET (resuming with Range after a break),
     verify against every signal there is, publish by rename. Never publishes a partial file, nor one
     nothing vouches for unless ``allow_unsized`` (then it is marked ``size_unconfirmed``)."""
-    final = fsio.join(root, FILES_DIR, *rf.rel.split("/"))
+    final = fsio.join(root, FETCHED_FILES_DIR, *rf.rel.split("/"))
     fsio.makedirs(posixpath.dirname(final))
     head = _http_head(rf.path, timeout) if is_http(rf.path) else Upstream(rf.size)
     existing = _reuse_existing(rf, pin, final, head.length if head.length is not None else rf.size, stats,
@@ -633,7 +632,7 @@ def fetch_source(
         return _local_result(spec, files, chunk_size)
 
     root = _dest_root(out_dir)
-    fsio.makedirs(fsio.join(root, FILES_DIR))
+    fsio.makedirs(fsio.join(root, FETCHED_FILES_DIR))
     stats = _Stats()
     stop = threading.Event()
     results: dict[str, FetchedFile] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.layout import FETCHED_FILES_DIR
 from datakit.core.results import FilesResult
 from datakit.manifest import SourceSpec
 from datakit.steps import Step, StepContext, StepRecord
@@ -16,12 +17,12 @@ VERSION = "1"
 def _download(ctx: StepContext, spec: SourceSpec) -> dict:
     """Fetch, then record the files by their paths relative to the step dir (a mirrored or moved
     download stays valid)."""
-    from datakit.sources.fetch import FILES_DIR, fetch_source
+    from datakit.sources.fetch import fetch_source
 
     result = fetch_source(spec, ctx.output).to_dict()
     result.pop("out_dir", None)
     for f in result["files"]:
-        f["path"] = f"{FILES_DIR}/{f['name']}"
+        f["path"] = f"{FETCHED_FILES_DIR}/{f['name']}"
     return FilesResult.written(counters_only(result))
 
 

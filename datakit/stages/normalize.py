@@ -15,10 +15,10 @@ import os
 from functools import partial
 
 from datakit.core.fsio import is_local, local_path
+from datakit.core.layout import FETCHED_FILES_DIR
 from datakit.core.results import DocumentsResult, FilesResult
 from datakit.manifest import Section, SourceSpec
 from datakit.normalize.config import NormalizeConfig, PlannedFile
-from datakit.sources.fetch import FILES_DIR
 from datakit.core.listing import FileInfo, Listing, scan
 from datakit.steps import Step, StepContext
 from datakit.steps.fingerprint import fingerprint_files, relative_names
@@ -53,7 +53,7 @@ def effective_config(spec: SourceSpec, section: NormalizeConfig) -> NormalizeCon
 def _downloaded_plan(ctx: StepContext, download: str) -> list[PlannedFile]:
     """The download step's record is the plan for a remote source: each file's name, size, sha256."""
     rec = ctx.deps[download]
-    return [PlannedFile(rec.path(FILES_DIR, f.name), int(f.size), f.sha256) for f in FilesResult.of(rec).files]
+    return [PlannedFile(rec.path(FETCHED_FILES_DIR, f.name), int(f.size), f.sha256) for f in FilesResult.of(rec).files]
 
 
 def _normalize(ctx: StepContext, spec: SourceSpec, cfg: NormalizeConfig, download: str | None,
