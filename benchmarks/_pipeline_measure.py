@@ -19,14 +19,17 @@ sample. Linux only (smaps_rollup: kernel 4.14+). benchmarks/scale.py samples thr
 
 The sampler runs on the machine it measures, so its own CPU is taken from the run: reading smaps_rollup
 makes the kernel walk every page of the process (about 12 ms for a driver and two workers of a few hundred
-MB; every 50 ms that was 0.19 of a 2-core machine's cores, most of what the FineWeb quality step then
-missed of 2 cores). So CPU is sampled every 50 ms (cheap: /proc/<pid>/stat) and PSS on a budget of
-`PSS_SHARE` of one core (`next_pss_at`): with that tree, about every 0.25 s, each stage still seeing
-at least its nearest samples. The sampler's own CPU-seconds are reported (`sampler_cpu_s`).
+MB; every 50 ms that was 0.19 of a 2-core machine's cores, taken from the run it measured). So CPU is
+sampled every 50 ms (cheap: /proc/<pid>/stat) and PSS on a budget of `PSS_SHARE` of one core
+(`next_pss_at`): with that tree, about every 0.25 s, each stage still seeing at least its nearest
+samples. The sampler's own CPU-seconds are reported (`sampler_cpu_s`), and so is what the rest of the
+machine ran beside the tree in each window (`machine_other_cores`: other processes and the sampler, from
+/proc/stat), so a stage's cores used on a shared machine can be read against what it was left.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import threading
@@ -49,6 +52,7 @@ class Sample:
     driver: int = 0   # the root process's PSS (bytes)
     worker: int = 0   # the largest PSS of any other process (bytes)
     workers: int = 0  # processes of the tree besides the root
+    machine_cpu_s: float = 0.0  # busy CPU-seconds of the whole machine so far (/proc/stat)
 
 
 @dataclass
@@ -83,6 +87,18 @@ def tree_sample(pid: int, cpu_seen: dict) -> tuple[int, int]:
     return s.pss, s.largest
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s() -> float:
+    """Busy CPU-seconds of the whole machine since boot (/proc/stat: every state but idle, iowait and
+    steal, which are not work done here)."""
+    with open("/proc/stat", "rb") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]
+    return (user + nice + system + irq + softirq) * _TICK_S
+
+
 def _sample(pid: int, cpu_seen: dict, last: Sample | None = None) -> Sample:
     """One sample of the process tree: CPU so far and PSS sums and peaks (tree, largest, root, other),
     the PSS figures read now, or, given ``last``, carried from it (only the CPU is read)."""
@@ -109,9 +125,11 @@ def _sample(pid: int, cpu_seen: dict, last: Sample | None = None) -> Sample:
             driver = pss
         else:
             worker = max(worker, pss)
+    machine = machine_cpu_s()
     if last is not None:
-        return Sample(time.time(), sum(cpu_seen.values()), last.pss, last.largest, last.driver, last.worker, n)
-    return Sample(time.time(), sum(cpu_seen.values()), total, largest, driver, worker, n)
+        return Sample(time.time(), sum(cpu_seen.values()), last.pss, last.largest, last.driver, last.worker, n,
+                      machine)
+    return Sample(time.time(), sum(cpu_seen.values()), total, largest, driver, worker, n, machine)
 
 
 def next_pss_at(now: float, cost_s: float) -> float:
@@ -174,10 +192,15 @@ def window(tl: Timeline, start: float, end: float) -> dict:
     after = [s for s in tl.samples if s.t >= end]
     # a stage shorter than the interval may hold no sample: its PSS is the nearest samples' on each side
     inside = [s for s in tl.samples if start <= s.t <= end] or before[-1:] + after[:1]
-    c0 = before[-1].cpu_s if before else 0.0
-    c1 = after[0].cpu_s if after else (tl.samples[-1].cpu_s if tl.samples else 0.0)
+    # the samples around the window (a window before the first sample starts from nothing run yet)
+    first = before[-1] if before else (tl.samples[0] if tl.samples else Sample(start, 0.0, 0, 0))
+    last = after[0] if after else (tl.samples[-1] if tl.samples else first)
+    c0, c1 = (first.cpu_s if before else 0.0), last.cpu_s
     wall = max(end - start, 1e-9)
+    # what the rest of the machine ran between those samples: other processes, and this sampler
+    others = (last.machine_cpu_s - first.machine_cpu_s) - (last.cpu_s - first.cpu_s)
     return {"wall_s": round(end - start, 2), "cpu_s": round(c1 - c0, 2), "cores_used": round((c1 - c0) / wall, 2),
+            "machine_other_cores": round(max(0.0, others) / max(last.t - first.t, 1e-9), 2),
             "peak_pss_tree_mb": round(max((s.pss for s in inside), default=0) / 2**20, 1),
             "peak_pss_largest_process_mb": round(max((s.largest for s in inside), default=0) / 2**20, 1),
             "peak_pss_driver_mb": round(max((s.driver for s in inside), default=0) / 2**20, 1),

@@ -80,3 +80,14 @@ def test_a_sampled_run_reports_the_samplers_own_cpu():
     tl = measure.run_sampled([sys.executable, "-c", "import time; time.sleep(0.3)"], dict(os.environ), ".", 60)
     assert tl.returncode == 0 and tl.samples and tl.sampler_cpu_s > 0
     assert measure.per_stage(tl, [])["total"]["sampler_cpu_s"] == round(tl.sampler_cpu_s, 2)
+
+
+def test_a_window_says_what_the_rest_of_the_machine_ran():
+    """On a shared machine a stage's cores used reads against what the others took: the machine's busy
+    CPU between the window's samples minus the tree's."""
+    tl = measure.Timeline(samples=[measure.Sample(t, cpu, 0, 0, machine_cpu_s=machine)
+                                   for t, cpu, machine in ((0.0, 0.0, 100.0), (1.0, 1.5, 102.0), (3.0, 5.0, 106.0))])
+    w = measure.window(tl, 1.0, 3.0)
+    assert (w["cpu_s"], w["cores_used"], w["machine_other_cores"]) == (3.5, 1.75, 0.25)
+    assert measure.window(tl, 0.0, 1.0)["machine_other_cores"] == 0.5
+    assert measure.machine_cpu_s() > 0 and measure._sample(os.getpid(), {}).machine_cpu_s > 0
