@@ -56,3 +56,38 @@ def test_decisions_agree_by_kept_or_removed_and_differences_name_both_rules():
         ("c4.min_sentences", "kept", 1), ("kept", "fineweb", 1)]
     assert out["removed_by"] == {"datakit": {"langid": 1, "gopher_quality": 1, "c4": 1},
                                  "datatrove": {"langid": 1, "gopher_repetition": 1, "fineweb": 1}}
+
+
+def test_pss_is_read_on_a_budget_and_carried_between_readings():
+    """smaps_rollup walks every page of a process (about 12 ms for a driver and two workers), and the
+    sampler runs on the machine it measures: PSS is read at most PSS_SHARE of a core, CPU every sample."""
+    assert measure.next_pss_at(100.0, 0.0001) == 100.0 + measure.INTERVAL_S
+    assert measure.next_pss_at(100.0, 0.012) == 100.0 + 0.012 / measure.PSS_SHARE > 100.0 + measure.INTERVAL_S
+    code = "import sys\nx = bytearray(32 << 20)\nprint(1, flush=True)\nsys.stdin.readline()\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdout.readline()  # the buffer is there
+        cpu_seen: dict = {}
+        first = measure._sample(proc.pid, cpu_seen)
+        carried = measure._sample(proc.pid, cpu_seen, last=first)
+        assert first.pss > (32 << 20) and (carried.pss, carried.largest, carried.driver) == (first.pss, first.largest, first.driver)
+        assert carried.cpu_s >= first.cpu_s and carried.t >= first.t and carried.workers == first.workers == 0
+    finally:
+        proc.communicate("\n")
+
+
+def test_a_sampled_run_reports_the_samplers_own_cpu():
+    tl = measure.run_sampled([sys.executable, "-c", "import time; time.sleep(0.3)"], dict(os.environ), ".", 60)
+    assert tl.returncode == 0 and tl.samples and tl.sampler_cpu_s > 0
+    assert measure.per_stage(tl, [])["total"]["sampler_cpu_s"] == round(tl.sampler_cpu_s, 2)
+
+
+def test_a_window_says_what_the_rest_of_the_machine_ran():
+    """On a shared machine a stage's cores used reads against what the others took: the machine's busy
+    CPU between the window's samples minus the tree's."""
+    tl = measure.Timeline(samples=[measure.Sample(t, cpu, 0, 0, machine_cpu_s=machine)
+                                   for t, cpu, machine in ((0.0, 0.0, 100.0), (1.0, 1.5, 102.0), (3.0, 5.0, 106.0))])
+    w = measure.window(tl, 1.0, 3.0)
+    assert (w["cpu_s"], w["cores_used"], w["machine_other_cores"]) == (3.5, 1.75, 0.25)
+    assert measure.window(tl, 0.0, 1.0)["machine_other_cores"] == 0.5
+    assert measure.machine_cpu_s() > 0 and measure._sample(os.getpid(), {}).machine_cpu_s > 0
