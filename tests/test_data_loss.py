@@ -30,7 +30,8 @@ import datakit
 import datakit.pipeline
 from datakit.cli import main
 from datakit.report.events import event_lines
-from datakit.sources.fetch import FILES_DIR, FetchError, RetryPolicy, fetch_source
+from datakit.core.layout import FETCHED_FILES_DIR
+from datakit.sources.fetch import FetchError, RetryPolicy, fetch_source
 from datakit.manifest import SourceSpec
 from datakit.steps import Step, run_steps
 from datakit.steps.lease import Lease
@@ -132,14 +133,14 @@ def test_truncated_download_fails_clearly_then_a_rerun_gets_every_record(corpus:
         assert f"truncated transfer: got {len(corpus) // 2 + 17} of {len(corpus)} bytes" in by["download-web"]["error"]
         assert by["normalize-web"]["status"] == "cascaded"
         dl_dir = Path(by["download-web"]["output"])
-        assert not (dl_dir / FILES_DIR / "web.jsonl").exists() and leftovers(dl_dir) == []
+        assert not (dl_dir / FETCHED_FILES_DIR / "web.jsonl").exists() and leftovers(dl_dir) == []
 
         server.cuts = 0  # the server is fixed
         second = datakit.run(m, only=steps, workers=1)
         assert second.ok, second.to_dict()
         c = second.records["normalize-web"].counters
         assert (c["records_in"], c["records_out"], c["rejects"]) == (300, 300, 0)
-        assert (dl_dir / FILES_DIR / "web.jsonl").read_bytes() == corpus
+        assert (dl_dir / FETCHED_FILES_DIR / "web.jsonl").read_bytes() == corpus
     finally:
         server.close()
 
@@ -168,7 +169,7 @@ def test_an_unsized_download_cut_early_fails_by_default_and_allow_unsized_warns(
     try:
         manifest.write_text(head)
         refused = CliRunner().invoke(main, args)
-        published = list(prefix.glob(f"download-web-*/{FILES_DIR}/*"))
+        published = list(prefix.glob(f"download-web-*/{FETCHED_FILES_DIR}/*"))
         manifest.write_text(head + "    allow_unsized: true\n")
         allowed = CliRunner().invoke(main, args)
     finally:
@@ -262,7 +263,7 @@ def test_broken_transfer_resumes_with_a_range_request(corpus: bytes, tmp_path: P
     finally:
         server.close()
     assert server.requests == ["full", "bytes=4000-", "bytes=8000-"]
-    assert (tmp_path / FILES_DIR / "web.jsonl").read_bytes() == corpus
+    assert (tmp_path / FETCHED_FILES_DIR / "web.jsonl").read_bytes() == corpus
     assert result.files[0].sha256 == hashlib.sha256(corpus).hexdigest()
     assert result.files[0].announced_size == len(corpus) and result.counters["retries"] == 2
 
@@ -275,7 +276,7 @@ def test_a_download_that_stays_short_is_never_published(corpus: bytes, tmp_path:
                          sleep=lambda s: None)
     finally:
         server.close()
-    assert list((tmp_path / FILES_DIR).iterdir()) == []
+    assert list((tmp_path / FETCHED_FILES_DIR).iterdir()) == []
 
 
 # ------------------------------------------------------------------------- 2. planned inputs

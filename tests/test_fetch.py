@@ -15,7 +15,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from datakit.core.layout import FETCHED_FILES_DIR as FILES_DIR
+from datakit.core.layout import FETCHED_FILES_DIR
 from datakit.sources.fetch import (
     PROVENANCE_FILE,
     FetchError,
@@ -184,9 +184,9 @@ def test_http_list_downloads_files_with_provenance(server: Server, tmp_path: Pat
     for f in result.files:
         data = server.files[f.name]
         assert Path(f.path).read_bytes() == data
-        assert f.path == str(out / FILES_DIR / f.name)
+        assert f.path == str(out / FETCHED_FILES_DIR / f.name)
         assert (f.size, f.sha256, f.uri) == (len(data), sha(data), server.url("files", f.name))
-    assert result.paths == [str(out / FILES_DIR / n) for n in names]
+    assert result.paths == [str(out / FETCHED_FILES_DIR / n) for n in names]
     assert not result.local and result.out_dir == str(out)
     assert result.counters == {"files": 6, "bytes": sum(map(len, server.files.values())),
                                "downloaded_files": 6, "skipped_existing": 0, "retries": 0}
@@ -199,13 +199,13 @@ def test_http_list_downloads_files_with_provenance(server: Server, tmp_path: Pat
     assert leftovers(out) == []  # no temp files
     assert FetchResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
     assert result.paths_under(str(out)) == result.paths
-    assert result.paths_under("/mirror/step")[0] == f"/mirror/step/{FILES_DIR}/{names[0]}"
+    assert result.paths_under("/mirror/step")[0] == f"/mirror/step/{FETCHED_FILES_DIR}/{names[0]}"
 
 
 def test_single_url_is_one_file(server: Server, tmp_path: Path):
     result = fetch_source(spec(server.url("files", "part-2.jsonl")), str(tmp_path), retry=FAST)
     assert [f.name for f in result.files] == ["part-2.jsonl"]
-    assert (tmp_path / FILES_DIR / "part-2.jsonl").read_bytes() == server.files["part-2.jsonl"]
+    assert (tmp_path / FETCHED_FILES_DIR / "part-2.jsonl").read_bytes() == server.files["part-2.jsonl"]
 
 
 def test_transient_503_is_retried_with_backoff(server: Server, tmp_path: Path):
@@ -213,7 +213,7 @@ def test_transient_503_is_retried_with_backoff(server: Server, tmp_path: Path):
     policy = RetryPolicy(attempts=5, backoff=0.1, max_backoff=10.0)
     url = server.url("flaky", "part-1.jsonl")
     result = fetch_source(spec(url), str(tmp_path), retry=policy, sleep=delays.append)
-    assert (tmp_path / FILES_DIR / "part-1.jsonl").read_bytes() == server.files["part-1.jsonl"]
+    assert (tmp_path / FETCHED_FILES_DIR / "part-1.jsonl").read_bytes() == server.files["part-1.jsonl"]
     assert server.gets["/flaky/part-1.jsonl"] == 3
     assert result.counters["retries"] == 2
     # Exponential: the second wait is about twice the first (each has +-25% jitter).
@@ -223,7 +223,7 @@ def test_transient_503_is_retried_with_backoff(server: Server, tmp_path: Path):
 
 def test_truncated_transfer_is_retried(server: Server, tmp_path: Path):
     result = fetch_source(spec(server.url("truncated", "part-5.jsonl")), str(tmp_path), retry=FAST)
-    assert (tmp_path / FILES_DIR / "part-5.jsonl").read_bytes() == server.files["part-5.jsonl"]
+    assert (tmp_path / FETCHED_FILES_DIR / "part-5.jsonl").read_bytes() == server.files["part-5.jsonl"]
     assert server.gets["/truncated/part-5.jsonl"] == 2 and result.counters["retries"] == 1
     assert leftovers(tmp_path) == []
 
@@ -242,14 +242,14 @@ def test_a_download_nothing_vouches_for_fails_naming_the_url_and_the_options(ser
             "or accept it unconfirmed with allow_unsized: true")
         assert "\n" not in str(info.value) and info.value.url == url
         assert server.gets[f"/{route}/part-2.jsonl"] == 1
-        assert list((tmp_path / route / FILES_DIR).iterdir()) == [] and leftovers(tmp_path / route) == []
+        assert list((tmp_path / route / FETCHED_FILES_DIR).iterdir()) == [] and leftovers(tmp_path / route) == []
 
 
 def test_allow_unsized_keeps_the_file_marked_size_unconfirmed(server: Server, tmp_path: Path):
     url = server.url("unsized", "part-2.jsonl")
     result = fetch_source(spec(url, allow_unsized=True), str(tmp_path), retry=FAST)
     got = result.files[0]
-    assert (tmp_path / FILES_DIR / "part-2.jsonl").read_bytes() == server.files["part-2.jsonl"]
+    assert (tmp_path / FETCHED_FILES_DIR / "part-2.jsonl").read_bytes() == server.files["part-2.jsonl"]
     assert (got.announced_size, got.size_unconfirmed) == (None, True)
     assert "size_unconfirmed" not in json.loads((tmp_path / PROVENANCE_FILE).read_text())["files"][0]
     # A rerun reuses the kept copy while the source allows it; without allow_unsized it downloads
@@ -276,12 +276,12 @@ def test_a_chunked_body_vouches_for_itself_and_a_cut_one_is_retried(server: Serv
     the last chunk, http.client raises and the transfer is retried, then fails naming the break."""
     url = server.url("chunked", "part-4.jsonl")
     result = fetch_source(spec(url), str(tmp_path / "ok"), retry=FAST)
-    assert (tmp_path / "ok" / FILES_DIR / "part-4.jsonl").read_bytes() == server.files["part-4.jsonl"]
+    assert (tmp_path / "ok" / FETCHED_FILES_DIR / "part-4.jsonl").read_bytes() == server.files["part-4.jsonl"]
     assert (result.files[0].announced_size, result.files[0].size_unconfirmed) == (None, False)
     cut = server.url("chunked-cut", "part-4.jsonl")
     with pytest.raises(FetchError, match=r"failed after 4 attempts: connection broke mid-transfer"):
         fetch_source(spec(cut), str(tmp_path / "cut"), retry=FAST, sleep=lambda s: None)
-    assert list((tmp_path / "cut" / FILES_DIR).iterdir()) == []
+    assert list((tmp_path / "cut" / FETCHED_FILES_DIR).iterdir()) == []
 
 
 def test_a_kept_copy_nothing_confirmed_is_outdated_unless_the_source_allows_it():
@@ -315,7 +315,7 @@ def test_client_errors_fail_fast_naming_url_and_status(server: Server, tmp_path:
     assert str(info.value) == f"{url}: {text}"
     assert (info.value.url, info.value.status) == (url, status)
     assert server.gets[f"/{route}/part-0.jsonl"] == 1 and delays == []  # no retries
-    assert list((tmp_path / FILES_DIR).iterdir()) == []
+    assert list((tmp_path / FETCHED_FILES_DIR).iterdir()) == []
 
 
 def test_retries_run_out(server: Server, tmp_path: Path):
@@ -348,7 +348,7 @@ def test_sha256_pins(server: Server, tmp_path: Path):
     message = str(info.value)
     assert message.startswith(f"{url}: sha256 mismatch: expected {wrong}, got {sha(data)}")
     assert server.gets[f"/files/{name}"] == 2  # mismatch is not retried
-    assert list((tmp_path / "bad" / FILES_DIR).iterdir()) == []  # nothing kept, no temp file
+    assert list((tmp_path / "bad" / FETCHED_FILES_DIR).iterdir()) == []  # nothing kept, no temp file
 
     # A dict pins by name; a pin naming no listed file is an error (a file went missing).
     urls = [server.url("files", n) for n in ("part-0.jsonl", "part-1.jsonl")]
@@ -368,7 +368,7 @@ def test_rerun_skips_finished_files_and_reproduces_provenance(server: Server, tm
     before = (out / PROVENANCE_FILE).read_bytes()
     gets = sum(server.gets.values())
     # Lose one file, as if the first run had died before finishing it.
-    (out / FILES_DIR / "part-4.jsonl").unlink()
+    (out / FETCHED_FILES_DIR / "part-4.jsonl").unlink()
     second = fetch_source(spec(urls), str(out), workers=1, retry=FAST)
     assert sum(server.gets.values()) == gets + 1
     assert second.counters["skipped_existing"] == 5 and second.counters["downloaded_files"] == 1
@@ -380,7 +380,7 @@ def test_worker_count_does_not_change_outputs(server: Server, tmp_path: Path):
     urls = [server.url("files", n) for n in sorted(server.files)]
     fetch_source(spec(urls), str(tmp_path / "w1"), workers=1, retry=FAST)
     fetch_source(spec(urls), str(tmp_path / "w5"), workers=5, retry=FAST)
-    for rel in [PROVENANCE_FILE] + [f"{FILES_DIR}/{n}" for n in server.files]:
+    for rel in [PROVENANCE_FILE] + [f"{FETCHED_FILES_DIR}/{n}" for n in server.files]:
         assert (tmp_path / "w1" / rel).read_bytes() == (tmp_path / "w5" / rel).read_bytes()
 
 
@@ -440,8 +440,8 @@ def test_memory_to_memory_output(mem):
     fs.pipe(f"{root}/in/doc.jsonl", b'{"text": "hello"}\n')
     out = f"memory://{root}/out"
     result = fetch_source(spec(f"memory://{root}/in/doc.jsonl"), out, retry=FAST)
-    assert result.files[0].path == f"{out}/{FILES_DIR}/doc.jsonl"
-    assert fs.cat(f"{root}/out/{FILES_DIR}/doc.jsonl") == b'{"text": "hello"}\n'
+    assert result.files[0].path == f"{out}/{FETCHED_FILES_DIR}/doc.jsonl"
+    assert fs.cat(f"{root}/out/{FETCHED_FILES_DIR}/doc.jsonl") == b'{"text": "hello"}\n'
     prov = json.loads(fs.cat(f"{root}/out/{PROVENANCE_FILE}"))
     assert prov["files"] == [{"name": "doc.jsonl", "uri": f"memory://{root}/in/doc.jsonl", "size": 18,
                               "sha256": sha(b'{"text": "hello"}\n')}]
