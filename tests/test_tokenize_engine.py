@@ -20,7 +20,7 @@ import datakit
 from datakit.manifest import ManifestInvalid
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.encode import assemble, assemble_flat, to_pieces
-from datakit.tokenize.engine import (CHECK_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample, choose, convert,
+from datakit.tokenize.engine import (CHECK_CHARS, PREFIX_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample, choose, convert,
                                      tiktoken_arrays, tiktoken_ids)
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
 from datakit.tokenize.tokenize_step import tokenize_source
@@ -314,9 +314,11 @@ def test_shard_check_is_bounded_per_shard_and_every_shard_is_checked(trained, do
         assert shard.encode(chunk) == _hf_ids(tok, chunk)
     rec = shard.record()
     assert rec["engine"] == "tiktoken" and rec["engine_mismatches"] == 0
-    # the process's first 20 pieces (they hold more than 4000 characters), plus two short non-ASCII ones
-    first = sum(map(len, pieces[:20]))
-    assert first > 4000 and shard.non_ascii_checked == 2
+    # the process's first 20 pieces: whole up to the 4000-character budget, the rest (taken only to reach
+    # the minimum) by their first PREFIX_CHARS; plus two short non-ASCII ones
+    n = next(k for k in range(1, len(pieces) + 1) if sum(map(len, pieces[:k])) >= 4000)
+    first = sum(map(len, pieces[:n])) + sum(min(len(p), PREFIX_CHARS) for p in pieces[n:20])
+    assert n < 20 and sum(map(len, pieces[:20])) > first and shard.non_ascii_checked == 2
     assert first < shard.checked_chars <= first + 2 * 4096 and rec["engine_checked_pieces"] == shard.checked == 22
     # a second shard in the same process: the minimum is met, only its budget is checked
     second = ShardEncoder(choice, min_pieces=20, check_chars=4000)
@@ -422,3 +424,19 @@ def test_engine_setting_is_validated_and_leaves_step_identities_alone(tmp_path):
     assert identities(engine="tiktoken") == default == identities(engine="hf", engine_check_pieces=500)
     with pytest.raises(ManifestInvalid, match="tokenize.engine: 'fast' is not one of auto, hf, tiktoken"):
         datakit.manifest_from_dict({**base, "tokenize": {"engine": "fast"}})
+
+
+def test_the_minimums_prefix_checks_alone_catch_a_corrupted_conversion(trained, documents):
+    """With a one-character shard budget, every piece past the first is compared by its first
+    PREFIX_CHARS only; a conversion that differs on common words is still caught there, and the
+    shard's ids are HF's."""
+    tok, _ = load_tokenizer(trained["tok"])
+    enc, _ = convert(tok)
+    corrupt = _swapped_ranks(enc, b" the", b"in")
+    choice = EngineChoice("auto", tok, corrupt, "test", specials_as_text=True)
+    encoder = ShardEncoder(choice, min_pieces=64, check_chars=1)
+    pieces, _ = to_pieces(documents[:400])
+    assert encoder.encode(pieces) == _hf_ids(tok, pieces)
+    rec = encoder.record()
+    assert rec["engine"] == "hf" and rec["engine_mismatches"] > 0 and rec["engine_checked_pieces"] >= 64
+    assert encoder.checked_chars <= len(pieces[0]) + 63 * PREFIX_CHARS + 2 * 4096

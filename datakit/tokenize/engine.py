@@ -13,12 +13,13 @@ deterministic sample of its pieces with HF and compares them with tiktoken's ids
 (see ``check_sample``): the shard's first pieces, up to ``CHECK_CHARS`` (32 Ki) characters and at least
 one piece, and more first pieces while the worker process has compared fewer than ``min_pieces`` pieces
 in all (``tokenize.engine_check_pieces``: a process's first chunk is checked broadly, so a conversion that
-differs on common words is caught before any of its ids are written); then, until the shard's sample
+differs on common words is caught before any of its ids are written; these extra pieces are compared on
+their first ``PREFIX_CHARS`` (1,024) characters, each encoded by both engines: any text is a test of the
+conversion, and their whole length cost each worker ~0.3 CPU-s per step); then, until the shard's sample
 holds two non-ASCII pieces, the next non-ASCII pieces of at most 4096 characters, wherever in the shard
 they are. The shard's later chunks are not re-checked. The cost is bounded per shard and per process,
 not proportional to the corpus: HF encodes about 3M characters per CPU-second, so the 32 Ki characters
-cost ~11 ms per shard, and a process's first ``min_pieces`` pieces (64 of at most 10,000 characters)
-at most ~0.2 s. On any
+cost ~11 ms per shard, and a process's ``min_pieces`` prefixes (64 of 1,024 characters) ~20 ms. On any
 mismatch the chunk is re-encoded with HF and the rest of the step (in this process) stays on HF. The
 cache bytes are therefore always HF's.
 
@@ -55,7 +56,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 __all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
-           "tiktoken_arrays", "encode_thread", "check_sample", "CHECK_CHARS", "GPT2_PATTERN"]
+           "tiktoken_arrays", "encode_thread", "check_sample", "CHECK_CHARS", "PREFIX_CHARS",
+           "GPT2_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,10 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 # Characters of each shard that HF re-encodes to prove equality (its first pieces), and how many
 # non-ASCII pieces (up to _NON_ASCII_MAX_CHARS long) each shard's check adds so it sees non-Latin text.
 CHECK_CHARS = 1 << 15
+# Characters of each piece that HF re-encodes when the piece is compared only to reach the process's
+# minimum count (`ShardEncoder._sample`): 64 whole pieces of up to 10,000 characters cost each worker
+# process ~0.3 CPU-s of HF encoding per step, a tenth of a 40 MB step's tiktoken time; 64 prefixes, 0.03.
+PREFIX_CHARS = 1024
 _NON_ASCII_EXTRA = 2
 _NON_ASCII_MAX_CHARS = 4096
 _BPE_OPTIONS_UNSUPPORTED = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix")
@@ -361,15 +367,22 @@ class ShardEncoder:
     checked_chars: int = 0
     non_ascii_checked: int = 0
 
-    def _sample(self, pieces: Sequence[str]) -> list[int]:
+    def _sample(self, pieces: Sequence[str]) -> tuple[list[int], list[int]]:
+        """(the pieces HF re-encodes whole, those it re-encodes the first `PREFIX_CHARS` of): `check_sample`'s
+        pieces, the ones taken only to reach the process's minimum count by their prefix."""
         budget = self.check_chars - self.checked_chars
         if self.checked == 0:
             budget = max(budget, 1)  # every shard compares at least its first piece
         idx = check_sample(pieces, budget, self.min_pieces - self.choice.checked,
                            _NON_ASCII_EXTRA - self.non_ascii_checked)
-        self.checked_chars += sum(len(pieces[i]) for i in idx)
-        self.non_ascii_checked += sum(1 for i in idx if not pieces[i].isascii())
-        return idx
+        within_budget = len(check_sample(pieces, budget, 0, 0))
+        first_run = next((k for k, i in enumerate(idx) if i != k), len(idx))
+        prefix = [i for i in idx[:first_run] if i >= within_budget]
+        whole = [i for i in idx if not within_budget <= i < first_run]
+        texts = [pieces[i] for i in whole] + [pieces[i][:PREFIX_CHARS] for i in prefix]
+        self.checked_chars += sum(map(len, texts))
+        self.non_ascii_checked += sum(1 for t in texts if not t.isascii())
+        return whole, prefix
 
     def _run(self, pieces: Sequence[str]) -> tuple[str, list]:
         """("tiktoken", one uint32 array per piece) or ("hf", HF Encodings)."""
@@ -378,16 +391,18 @@ class ShardEncoder:
             self.engines.add("hf")
             return "hf", _hf_encodings(c.hf, pieces)
         arrays = tiktoken_arrays(c.encoding, pieces, self.threads, c.specials_as_text)
-        idx = self._sample(pieces)
-        expected = hf_ids(c.hf, [pieces[i] for i in idx])
-        bad = [i for i, e in zip(idx, expected) if arrays[i].tolist() != e]
-        self.checked += len(idx)
-        c.checked += len(idx)
+        whole, prefix = self._sample(pieces)
+        heads = [pieces[i][:PREFIX_CHARS] for i in prefix]
+        got = [arrays[i] for i in whole] + tiktoken_arrays(c.encoding, heads, 1, c.specials_as_text)
+        expected = hf_ids(c.hf, [pieces[i] for i in whole] + heads)
+        bad = [i for i, g, e in zip(whole + prefix, got, expected) if g.tolist() != e]
+        self.checked += len(got)
+        c.checked += len(got)
         if not bad:
             self.engines.add("tiktoken")
             return "tiktoken", arrays
         self.mismatches += len(bad)
-        c.failed = (f"tiktoken gave different ids than HF on {len(bad)} of {len(idx)} checked pieces "
+        c.failed = (f"tiktoken gave different ids than HF on {len(bad)} of {len(got)} checked pieces "
                     f"(first: piece {bad[0]} of a chunk, {pieces[bad[0]][:60]!r}); HF encodes the rest")
         log.warning("tokenize engine: %s", c.failed)
         self.engines.add("hf")
