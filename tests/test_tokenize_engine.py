@@ -20,8 +20,8 @@ import datakit
 from datakit.manifest import ManifestInvalid
 from datakit.shuffle import ExecConfig
 from datakit.tokenize.encode import assemble, assemble_flat, to_pieces
-from datakit.tokenize.engine import (CHECK_CHARS, PREFIX_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample, choose, convert,
-                                     tiktoken_arrays, tiktoken_ids)
+from datakit.tokenize.engine import (CHECK_CHARS, PREFIX_CHARS, EngineChoice, EngineError, ShardEncoder, check_sample,
+                                     choose, convert, tiktoken_arrays, tiktoken_ids)
 from datakit.tokenize.fixtures import license_texts, stdlib_texts, write_source
 from datakit.tokenize.tokenize_step import tokenize_source
 from datakit.tokenize.tokenizer import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, load_tokenizer, train_tokenizer

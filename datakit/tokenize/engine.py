@@ -257,14 +257,16 @@ class EngineChoice:
     checked: int = 0  # pieces compared so far in this process (the minimum sample counts these)
 
 
-def choose(tok: Tokenizer, setting: str, *, where: str = "tokenizer") -> EngineChoice:
+def choose(tok: Tokenizer, setting: str, *, where: str = "tokenizer",
+           converted: tuple[Any, str] | None = None) -> EngineChoice:
     """The engine for ``setting`` (auto | hf | tiktoken). Forcing tiktoken on a tokenizer it cannot
-    reproduce raises EngineError naming why; auto then quietly keeps HF."""
+    reproduce raises EngineError naming why; auto then quietly keeps HF. ``converted``: what `convert`
+    gave for this tokenizer, when the caller keeps it (a worker converts a tokenizer once, not per step)."""
     if setting not in ENGINES:
         raise EngineError(f"tokenize.engine must be one of {', '.join(ENGINES)}, got {setting!r}")
     if setting == "hf":
         return EngineChoice(setting, tok, None, "engine hf: set in tokenize.engine", tok.encode_special_tokens)
-    enc, reason = convert(tok)
+    enc, reason = converted if converted is not None else convert(tok)
     if enc is None and setting == "tiktoken":
         raise EngineError(f"{where}: tokenize.engine is tiktoken, but the {reason.split(';')[0]}. "
                           "Set tokenize.engine to auto (or hf) to encode with HF tokenizers.")

@@ -56,7 +56,8 @@ from datakit.steps import reuse
 from datakit.tokenize import cache as C
 from datakit.tokenize import trim
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
-from datakit.tokenize.engine import CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose, encode_thread
+from datakit.tokenize.engine import (CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose, convert,
+                                     encode_thread)
 from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
@@ -134,12 +135,13 @@ class TokenizeResult:
 
 # --------------------------------------------------------------------------------------------- the task
 
-_TOKENIZERS: dict[tuple[str, str], Any] = {}
+_TOKENIZERS: dict[str, Any] = {}
 
 
 def _tokenizer_for(spec: _ShardSpec):
-    """Load once per worker process (a task per shard would otherwise re-parse the JSON each time)."""
-    key = (spec.tokenizer_path, spec.identity["sha256"])
+    """Load once per worker process (a task per shard would otherwise re-parse the JSON each time), by
+    content: each source's step reads its own copy of the same tokenizer."""
+    key = spec.identity["sha256"]
     if key not in _TOKENIZERS:
         if spec.threads and not spec.in_process and "RAYON_NUM_THREADS" not in os.environ:
             os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
@@ -156,12 +158,20 @@ def _tokenizer_for(spec: _ShardSpec):
 _ENGINES: dict[tuple[str, str, str], EngineChoice] = {}
 
 
+_CONVERSIONS: dict[str, tuple[Any, str]] = {}
+
+
 def _engine_for(spec: _ShardSpec) -> EngineChoice:
     """One engine choice per worker process and step: a failed equality check then keeps the rest of the
-    step in this process on HF, and the tiktoken conversion is built once."""
+    step in this process on HF. The tiktoken conversion is built once per process and tokenizer (by
+    content), whichever source's step uses it."""
     key = (spec.tokenizer_path, spec.identity["sha256"], spec.engine)
     if key not in _ENGINES:
-        _ENGINES[key] = choose(_tokenizer_for(spec), spec.engine, where=spec.tokenizer_path)
+        tok = _tokenizer_for(spec)
+        sha = spec.identity["sha256"]
+        if spec.engine != "hf" and sha not in _CONVERSIONS:
+            _CONVERSIONS[sha] = convert(tok)
+        _ENGINES[key] = choose(tok, spec.engine, where=spec.tokenizer_path, converted=_CONVERSIONS.get(sha))
     return _ENGINES[key]
 
 
