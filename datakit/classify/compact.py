@@ -107,10 +107,14 @@ def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full:
     vocabulary tables. One 2-d gather for all k rows."""
     at = starts[None, :] if k == 1 else starts + np.arange(0, 8 * k, 8)[:, None]
     last = len(view) - 1
-    if len(starts) and int(starts[-1]) + 8 * (k - 1) > last:  # read the buffer's last 8 bytes, shift down
-        w = view[np.minimum(at, last)] >> (np.clip(at - last, 0, 7) * 8).astype(np.uint64)
-    else:
+    inside = int(np.searchsorted(starts, last - 8 * (k - 1), side="right"))  # spans whose reads fit the buffer
+    if inside == len(starts):
         w = view[at]
+    else:  # the last spans (a batch's buffer ends with its last word): its last 8 bytes, shifted down
+        w = np.empty((k, len(starts)), np.uint64)
+        w[:, :inside] = view[at[:, :inside]]
+        tail = at[:, inside:]
+        w[:, inside:] = view[np.minimum(tail, last)] >> (np.clip(tail - last, 0, 7) * 8).astype(np.uint64)
     for j in range(full, k):  # the bytes of row j in the span: 8 for those within it, 0 past its end
         rest = lens - 8 * j if j else lens
         if j > full:
