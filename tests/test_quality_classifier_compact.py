@@ -8,12 +8,16 @@ sequence's (``Scorer._means_exact``) bit for bit."""
 
 from __future__ import annotations
 
+import collections
 import math
 import random
 import re
 import struct
 import subprocess
 import sys
+import sysconfig
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +26,8 @@ import pytest
 
 from datakit.classify import compact
 from datakit.classify.compact import Scorer, fnv1a
+from datakit.stages.quality_classifier import score_file
+from datakit.stages.transform import REMOVED_VALUE_SCHEMA, table_bytes, transform_file
 
 LABELS = [b"__label__hq", b"__label__lq"]
 
@@ -157,21 +163,22 @@ def test_fnv1a_hashes_a_sliced_array_window():
 
 _SCORE_A_FILE = """
 import sys
+from functools import partial
 import pyarrow.parquet as pq
 from datakit.stages.quality_classifier import score_file
-from datakit.stages.transform import REMOVED_VALUE_SCHEMA, write_file
-from datakit.core.fsio import read_table
+from datakit.stages.transform import REMOVED_VALUE_SCHEMA, transform_file
 model, src, dst, removed = sys.argv[1:]
-table, rows, _ = score_file("docs.parquet", read_table(src), model, "sha", 44)
-write_file(dst, removed, table, rows, REMOVED_VALUE_SCHEMA)
+fn = partial(score_file, model_path=model, sha="sha", max_chars=44)
+transform_file(src, dst, removed, fn, REMOVED_VALUE_SCHEMA, batch_bytes=40)  # batches of 2 rows
 print("pandas" in sys.modules, pq.read_table(dst).column("quality_score").to_pylist())
 """
 
 
 def test_a_qscore_worker_scores_and_writes_a_file_without_importing_pandas(tmp_path):
     """pyarrow's pa.array, pa.scalar and to_numpy import pandas on first use (about 50 MB of a worker's
-    memory): the qscore task's path (read, score, write the file and its empty removed file) avoids them,
-    through a null text, a cut text and long words in and out of the vocabulary."""
+    memory): the qscore task's path (read the file in batches, score, write each batch and the empty
+    removed file) avoids them, through a null text, a cut text and long words in and out of the
+    vocabulary."""
     words = [b"</s>", b"good", b"bad", b"x" * 40]
     _write_model(tmp_path / "m.bin", words, np.array([0.5, 1.0, -1.0, 2.0] + [0.25] * 7), 2, 7)
     texts = ["good bad", None, "bad bad good", "x" * 40 + " good", "y" * 40 + " bad", "good", "naïve café"]
@@ -182,3 +189,51 @@ def test_a_qscore_worker_scores_and_writes_a_file_without_importing_pandas(tmp_p
     imported, scores = out.split(" ", 1)
     assert imported == "False"
     assert scores.strip() == str(Scorer(str(tmp_path / "m.bin"), "__label__hq").score(texts, 44).tolist())
+
+
+def _real_texts() -> list[str]:
+    """Real text of this machine: the standard library's modules, cut into documents of 1-40 lines."""
+    rng, out = random.Random(7), []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:60]:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        while lines:
+            n = rng.randint(1, 40)
+            out.append("".join(lines[:n]))
+            lines = lines[n:]
+    return out
+
+
+def test_a_file_scored_in_batches_equals_the_file_scored_whole(tmp_path):
+    """qscore reads a file in record batches and writes each as a row group (`transform_file` with
+    batch_bytes): the rows, their order and every score's bits are the whole file's, and the scores are
+    the scorer's on the whole column. The input is written as the stages write theirs (`table_bytes`: a
+    dictionary page of text, pages of 1,024 rows); an empty file gives an empty scored file."""
+    texts = _real_texts()
+    counts = collections.Counter(w for t in texts for w in t.split())
+    words = [b"</s>"] + [w.encode() for w, _ in counts.most_common(3000)]
+    rng = np.random.default_rng(0)
+    _write_model(tmp_path / "m.bin", words, rng.normal(0, 1, len(words) + 1009).astype(np.float32), 2, 1009)
+    ids = [f"{i:06d}" for i in range(len(texts))]
+    src = tmp_path / "docs.parquet"
+    src.write_bytes(table_bytes(pa.table({"id": ids, "text": texts})))
+    fn = partial(score_file, model_path=str(tmp_path / "m.bin"), sha="sha", max_chars=2000)
+    outputs = {}
+    for label, batch in (("whole", None), ("batches", 64 << 10)):
+        dst, removed = tmp_path / f"{label}.parquet", tmp_path / f"{label}-removed.parquet"
+        stats = transform_file(str(src), str(dst), str(removed), fn, REMOVED_VALUE_SCHEMA, batch)
+        assert stats == {"docs_in": len(texts), "docs_out": len(texts), "removed": 0}
+        assert pq.read_table(removed).num_rows == 0
+        outputs[label] = (pq.read_table(dst), pq.ParquetFile(dst).metadata.num_row_groups)
+    (whole, groups), (batched, batch_groups) = outputs["whole"], outputs["batches"]
+    assert len(texts) > 1500 and groups == 1 and batch_groups > 20
+    assert batched.column("id").to_pylist() == ids and batched.column("text").to_pylist() == texts
+    scores = batched.column("quality_score").to_numpy()
+    assert np.array_equal(scores.view(np.uint64), whole.column("quality_score").to_numpy().view(np.uint64))
+    want = Scorer(str(tmp_path / "m.bin"), "__label__hq").score(texts, 2000)
+    assert np.array_equal(scores.view(np.uint64), want.view(np.uint64)) and 0.05 < scores.mean() < 0.95
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), empty)
+    assert transform_file(str(empty), str(tmp_path / "e.parquet"), str(tmp_path / "e-removed.parquet"), fn,
+                          REMOVED_VALUE_SCHEMA, 64 << 10) == {"docs_in": 0, "docs_out": 0, "removed": 0}
+    got = pq.read_table(tmp_path / "e.parquet")
+    assert got.num_rows == 0 and got.schema.names == ["id", "text", "quality_score"]

@@ -107,10 +107,14 @@ def _words(view: np.ndarray, starts: np.ndarray, lens: np.ndarray, k: int, full:
     vocabulary tables. One 2-d gather for all k rows."""
     at = starts[None, :] if k == 1 else starts + np.arange(0, 8 * k, 8)[:, None]
     last = len(view) - 1
-    if len(starts) and int(starts[-1]) + 8 * (k - 1) > last:  # read the buffer's last 8 bytes, shift down
-        w = view[np.minimum(at, last)] >> (np.clip(at - last, 0, 7) * 8).astype(np.uint64)
-    else:
+    inside = int(np.searchsorted(starts, last - 8 * (k - 1), side="right"))  # spans whose reads fit the buffer
+    if inside == len(starts):
         w = view[at]
+    else:  # the last spans (a batch's buffer ends with its last word): its last 8 bytes, shifted down
+        w = np.empty((k, len(starts)), np.uint64)
+        w[:, :inside] = view[at[:, :inside]]
+        tail = at[:, inside:]
+        w[:, inside:] = view[np.minimum(tail, last)] >> (np.clip(tail - last, 0, 7) * 8).astype(np.uint64)
     for j in range(full, k):  # the bytes of row j in the span: 8 for those within it, 0 past its end
         rest = lens - 8 * j if j else lens
         if j > full:
@@ -154,10 +158,15 @@ class _Table:
             self.probes += 1
 
     def _home(self, keys: np.ndarray) -> np.ndarray:
-        h = keys[0]
+        """Each key's home slot, computed in place in one new array: a scoring batch's memory is its
+        per-token arrays and their temporaries."""
+        h = keys[0].copy()
         for key in keys[1:]:
-            h = h * np.uint64(_NGRAM_PRIME) + key
-        return ((h * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - self.bits)).astype(np.intp)
+            h *= np.uint64(_NGRAM_PRIME)
+            h += key
+        h *= np.uint64(0x9E3779B97F4A7C15)
+        h >>= np.uint64(64 - self.bits)
+        return h.view(np.intp)  # below 2 ** bits
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """The id of every key (a column of ``keys``), -1 for the absent ones. Probing goes round by round
@@ -169,8 +178,11 @@ class _Table:
         hit = got == keys[0]
         for col, key in zip(self.keys[1:], keys[1:]):
             hit &= col.take(slot) == key
-        out = np.where(hit, self.ids.take(slot), np.int32(-1))
-        todo = np.flatnonzero(~hit & (got != 0))  # another key's slot: probe on
+        out = self.ids.take(slot)
+        miss = ~hit
+        out[miss] = -1
+        miss &= got != 0  # another key's slot: probe on
+        todo = np.flatnonzero(miss)
         slot = (slot.take(todo) + 1) & mask
         for r in range(1, self.probes):
             want = keys[:, todo]
@@ -301,7 +313,6 @@ class Scorer:
         """:meth:`score` of one batch: its words as byte spans, their ids and hashes, the means."""
         ndocs = len(arr)
         u8, starts, lens, ntok = _tokens(arr, max_chars)
-        doc = np.repeat(np.arange(ndocs), ntok)
         ids, nw = self._lookup(u8, starts, lens).astype(np.intp), ntok
         hashes = self.hashes.take(ids)  # the unknown ones fixed below
         unknown = np.flatnonzero(ids < 0)
@@ -312,10 +323,12 @@ class Scorer:
                 is_label[is_label] = u8[at[is_label] + j] == byte
             hashes[unknown[~is_label]] = _fnv1a_spans(u8.view(np.int8), at[~is_label], size[~is_label]).astype(
                 np.int64).view(np.uint64)
-            if is_label.any():  # label-like tokens are not words: no id, no n-gram
-                word = np.ones(len(ids), bool)
-                word[unknown[is_label]] = False
-                ids, hashes, doc, nw = ids[word], hashes[word], doc[word], None
+        del starts, lens  # not needed past here: the means' arrays take their place
+        doc = np.repeat(np.arange(ndocs), ntok)
+        if len(unknown) and is_label.any():  # label-like tokens are not words: no id, no n-gram
+            word = np.ones(len(ids), bool)
+            word[unknown[is_label]] = False
+            ids, hashes, doc, nw = ids[word], hashes[word], doc[word], None
         return self._means(ids, hashes, doc, ndocs, nw)
 
     def _lookup(self, u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -43,9 +43,9 @@ from datakit.shuffle import Dataset
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
-from .transform import REMOVED_VALUE_SCHEMA, FileKey, documents_result, input_names, run_per_file
+from .transform import BATCH_BYTES, REMOVED_VALUE_SCHEMA, FileKey, documents_result, input_names, run_per_file
 
-VERSION = "2"
+VERSION = "3"
 TRAIN_STEP = "quality-classifier-train"
 MODEL_FILE = "model.bin"
 SCORING_FILE = "scoring.bin"
@@ -137,7 +137,7 @@ def _score(ctx: StepContext, source: str, documents: str, model: str, cfg: Class
     # by the training step's identity), a rebuild that trained the same model again (its examples did
     # not change) or a change to a few files rescores those files only.
     key = FileKey(settings={"scoring_sha256": trained.scoring_sha256, "max_chars": cfg.max_chars})
-    names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}", reuse_key=key)
+    names, totals = run_per_file(ctx, documents, fn, f"qscore-{source}", reuse_key=key, batch_bytes=BATCH_BYTES)
     return documents_result(names, totals, stage=STAGE.name, source=source)
 
 
