@@ -112,6 +112,32 @@ def test_cache_serves_unchanged_files_and_rehashes_a_touched_one(tmp_path):
     assert (fourth.hashed, fourth.cached) == (0, 3)
 
 
+def test_a_moved_tree_and_a_folder_of_hard_links_are_not_read_again_but_a_replaced_file_is(tmp_path):
+    """The cache knows a file by device and inode: another name for the same file (a hard link, or the
+    tree moved with ``mv``) is served from it; a file replaced by a new one (an editor's save: a new
+    inode, even with the same bytes and stat times) is read again."""
+    cache = str(tmp_path / "cache")
+    first = fingerprint_files(tree(tmp_path / "src"), cache)
+    links = tmp_path / "links"
+    for p in (tmp_path / "src").rglob("*"):
+        if p.is_file():
+            (links / p.relative_to(tmp_path / "src")).parent.mkdir(parents=True, exist_ok=True)
+            os.link(p, links / p.relative_to(tmp_path / "src"))
+    linked = fingerprint_files([str(p) for p in links.rglob("*") if p.is_file()], cache)
+    assert linked == first and (linked.hashed, linked.cached) == (0, 3)
+    (tmp_path / "src").rename(tmp_path / "moved")
+    moved = fingerprint_files([str(p) for p in (tmp_path / "moved").rglob("*") if p.is_file()], cache)
+    assert moved == first and (moved.hashed, moved.cached) == (0, 3)
+    victim = tmp_path / "moved" / "a.py"
+    st = victim.stat()
+    new = write(tmp_path / "moved" / "a.py.tmp", b"print('a')\n")  # written while the old one exists: a new inode
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(new, victim)
+    assert victim.stat().st_ino != st.st_ino and victim.stat().st_mtime_ns == st.st_mtime_ns
+    again = fingerprint_files([str(p) for p in (tmp_path / "moved").rglob("*") if p.is_file()], cache)
+    assert again == first and (again.hashed, again.cached) == (1, 2)
+
+
 def test_a_freshly_written_file_is_not_cached_until_its_mtime_settles(tmp_path):
     # Same size + same mtime tick after a quick rewrite would otherwise serve a stale hash.
     fresh = tmp_path / "src" / "new.txt"

@@ -9,7 +9,9 @@ A content hash changes only when bytes change. Names are relative to the files' 
 moving the tree (another machine, another home dir) keeps the digest.
 
 Why a cache: hashing a corpus on every ``datakit run`` costs a full read of it. Each file's sha256 is
-kept keyed by (absolute path, size, mtime_ns, inode); a file whose stat is unchanged is not read again.
+kept keyed by the file itself (device and inode), with its size and mtime_ns; a file whose stat is
+unchanged is not read again, under any of its names: a corpus moved within its file system (``mv``), or
+pointed at through a folder of hard links, is not read again either.
 A touched file is read once more (same bytes, same sha256, same digest): that rehash is the price of
 never trusting a stat alone for content.
 
@@ -200,26 +202,33 @@ def hash_stamped(path: str, before: FileStat, key: str, digest: Callable[[str], 
     return Hashed(value, CacheEntry(key, after, value) if after == before and settled else None)
 
 
-def _hash_one(path: str, before: FileStat) -> Hashed:
-    return hash_stamped(path, before, path, fsio.sha256_file)
+def stat_key(path: str) -> tuple[str, FileStat]:
+    """A local file's cache key (its device and inode, not its path: a hard link or a moved file is the
+    same file, and a rewrite that replaces the file gets a new inode) and its stat."""
+    st = os.stat(path)
+    return f"inode:{st.st_dev}:{st.st_ino}", FileStat(st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _hash_all(todo: dict[str, FileStat]) -> dict[str, Hashed]:
+def _hash_one(path: str, key: str, before: FileStat) -> Hashed:
+    return hash_stamped(path, before, key, fsio.sha256_file)
+
+
+def _hash_all(todo: dict[str, tuple[str, FileStat]]) -> dict[str, Hashed]:
     paths = sorted(todo)
     if len(paths) < _POOL_MIN_FILES:
-        return {p: _hash_one(p, todo[p]) for p in paths}
+        return {p: _hash_one(p, *todo[p]) for p in paths}
     with ThreadPoolExecutor(max_workers=min(HASH_THREADS, len(paths))) as pool:
-        return dict(zip(paths, pool.map(_hash_one, paths, [todo[p] for p in paths])))
+        return dict(zip(paths, pool.map(_hash_one, paths, *zip(*(todo[p] for p in paths)))))
 
 
 def fingerprint_files(paths: list[str], cache_dir: str | None, *, save: bool = True) -> InputFingerprint:
     """Content fingerprint of local files (see the module docstring). ``cache_dir`` (local dir or
-    fsspec URL; None: no cache) keeps each file's sha256 keyed by (path, size, mtime_ns, inode);
+    fsspec URL; None: no cache) keeps each file's sha256 keyed by (device and inode, size, mtime_ns);
     ``save=False`` only reads it (a dry run writes nothing)."""
     absolute = sorted({os.path.abspath(fsio.local_path(str(p))) for p in paths})
-    stats = {p: FileStat.of(p) for p in absolute}
+    stats = {p: stat_key(p) for p in absolute}
     cache = HashCache(cache_dir).load()
-    shas = {p: cache.lookup(p, stats[p]) for p in absolute}
+    shas = {p: cache.lookup(*stats[p]) for p in absolute}
     fresh = _hash_all({p: stats[p] for p, sha in shas.items() if sha is None})
     if save:
         cache.save([h.entry for h in fresh.values() if h.entry is not None])

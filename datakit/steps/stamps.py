@@ -21,20 +21,13 @@ once more later, never trusted early. Object stores have no such stat: there eve
 """
 from __future__ import annotations
 
-import os
 
 from datakit.core import fsio
 from datakit.core.layout import VERIFIED_DIR
 
-from .fingerprint import CacheEntry, FileStat, HashCache, hash_stamped
+from .fingerprint import CacheEntry, FileStat, HashCache, hash_stamped, stat_key
 
 ALGO = "xxh3_128"
-
-
-def _stat(path: str) -> tuple[str, FileStat]:
-    """The cache key of a local file (device and inode) and its stat."""
-    st = os.stat(path)
-    return f"inode:{st.st_dev}:{st.st_ino}", FileStat(st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 class Stamps:
@@ -59,7 +52,7 @@ class Stamps:
         if self.cache is None or not fsio.is_local(path):
             return fsio.xxh3_file(path)
         local = fsio.local_path(path)
-        key, before = _stat(local)
+        key, before = stat_key(local)
         known = self.cache.lookup(key, before)
         if known is not None:
             return known
@@ -74,7 +67,7 @@ class Stamps:
         if self.cache is None or not fsio.is_local(path):
             return None
         try:
-            key, st = _stat(fsio.local_path(path))
+            key, st = stat_key(fsio.local_path(path))
         except FileNotFoundError:
             return None
         return st if self.cache.lookup(key, st) == digest else None
@@ -88,7 +81,7 @@ class Stamps:
 def same_file(path: str, stat: FileStat) -> bool:
     """Whether a local file has exactly this stat (a hard link of a vouched-for file has it)."""
     try:
-        return fsio.is_local(path) and _stat(fsio.local_path(path))[1] == stat
+        return fsio.is_local(path) and stat_key(fsio.local_path(path))[1] == stat
     except FileNotFoundError:
         return False
 
