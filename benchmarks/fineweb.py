@@ -58,6 +58,10 @@ fastText's own predict (batching the calls gains nothing: fastText's per-word wo
 corpus is pipeline.py's (man pages, /usr/share/doc, Python sources): the filters remove 99% of it (67% at
 language ID), so MinHash and tokenize see ~150 documents; a web-like English corpus would weigh the rules
 more and language ID less. The quality step ran on one task (normalize wrote one part: 0.39 cores).
+Later (2026-11-26, fifth session, the machine running nothing else, two runs in a row at 100 MB):
+datakit 32.6 / 32.8 CPU-s vs 120.7 / 118.7: 3.71x / 3.63x (3.77x / 3.69x without training), wall 3.46x /
+3.31x, the quality step (28.6 / 28.2 CPU-s) on 1.82 / 1.78 cores, decisions 100%; the fourth session's
+code measured the same hour gave 3.73x (it had given 4.30x in a run where the peer took 132.9 CPU-s).
 """
 
 from __future__ import annotations

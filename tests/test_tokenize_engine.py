@@ -273,7 +273,7 @@ def _shortcut_tokenizer(path: str, texts: list[str], out: str) -> tuple[str, str
 def test_conversion_that_differs_from_hf_falls_back_in_the_step_with_identical_bytes(trained, documents, tmp_path):
     bad, token = _shortcut_tokenizer(trained["tok"], documents[:200], str(tmp_path / "bad" / "tokenizer.json"))
     assert convert(bad)[0] is not None  # the static checks cannot see it
-    hf = tokenize_source("mixed", trained["src"], str(tmp_path / "hf"), bad, exec_config=INLINE, engine="hf")
+    tokenize_source("mixed", trained["src"], str(tmp_path / "hf"), bad, exec_config=INLINE, engine="hf")
     auto = tokenize_source("mixed", trained["src"], str(tmp_path / "auto"), bad, exec_config=INLINE)
     rec = auto.to_dict()
     assert rec["engine"] == "hf" and rec["engine_mismatches"] > 0, (token, rec)
