@@ -26,6 +26,7 @@ not the corpus, except reading each file's token and the index's segment list.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -36,7 +37,8 @@ from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
 
 from . import batches, fuzzy_state, key_index, pair_cache
-from .fuzzy_core import jaccard_of, shingle_rows
+from .fuzzy_joining import component_labels, verify_joining
+from .fuzzy_core import shingle_rows
 from .fuzzy_state import FileState, State
 from .hashing import FILE_BITS, ROW_BITS, U64, ids_to_u64, node_rank, node_row
 from .layout import FileEntry, read_columns
@@ -179,36 +181,13 @@ def pair_ids(u_hi, u_lo, v_hi, v_lo) -> dict[str, np.ndarray]:
             "bh": np.where(swap, u_hi, v_hi), "bl": np.where(swap, u_lo, v_lo)}
 
 
-def verify(u: np.ndarray, v: np.ndarray, nodes: Nodes, minhash_params: dict) -> np.ndarray:
-    """True Jaccard of each pair, on the shingle sets re-derived from the texts (as fuzzy.py verifies)."""
-    need = np.unique(np.concatenate([u, v]))
+def shingle_sets(need: np.ndarray, nodes: Nodes, minhash_params: dict) -> batches.Ragged:
+    """The shingle sets of the documents ``need`` (sorted nodes), in that order, re-derived from the
+    texts as fuzzy.py verifies (`fuzzy_joining.verify_joining` reads them through this)."""
     gidx = nodes.gidx_of_nodes(need)
     sets = [shingle_rows(nodes.entries[g].path, node_row(need[gidx == g]), minhash_params)
             for g in np.unique(gidx).tolist()]  # need is sorted, so its files come in gidx order
-    if not sets:
-        return np.empty(0, np.float64)
-    allsets = batches.concat([{"sh": r} for r in sets])["sh"]
-    return jaccard_of(allsets, np.searchsorted(need, u), np.searchsorted(need, v))
-
-
-def component_labels(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """A label per node 0..n-1, equal exactly within each connected component of the edges (u, v):
-    min-label propagation over the edges with pointer jumping, vectorized (a round costs one pass
-    over the edges; rounds grow with the log of a component's diameter)."""
-    label = np.arange(n, dtype=np.int64)
-    while True:
-        low = np.minimum(label[u], label[v])
-        new = label.copy()
-        np.minimum.at(new, u, low)
-        np.minimum.at(new, v, low)
-        while True:  # pointer jumping: every label points at a root
-            jumped = new[new]
-            if np.array_equal(jumped, new):
-                break
-            new = jumped
-        if np.array_equal(new, label):
-            return label
-        label = new
+    return batches.concat([{"sh": r} for r in sets])["sh"]
 
 
 def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.ndarray]:
@@ -265,8 +244,10 @@ def run(ch: Change) -> Outcome | None:
     touched = affected(ch, ch.new, new_keys, segments, live, nodes)
     fresh = _pairs_touching(touched, ch, nodes, new_keys, segments, live)
     old_pairs, members, jaccards = _earlier_pairs(ch, nodes, touched)
-    fresh, known, verified_now = _jaccards(fresh, ch, nodes, jaccards, members)
+    fresh, known = _jaccards(fresh, ch, nodes, jaccards, members)
     pairs = _union(old_pairs, fresh)
+    verified_now = 0 if ch.threshold is None else verify_joining(
+        pairs.u, pairs.v, pairs.jaccard, ch.threshold, partial(shingle_sets, nodes=nodes, minhash_params=ch.mh_params))
     edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
     member_ids = _in_pairs(pairs, known)
     marks = clusters(edges.u, edges.v, member_ids.lookup)
@@ -348,26 +329,21 @@ def _earlier_pairs(ch: Change, nodes: Nodes, touched: np.ndarray
 
 
 def _jaccards(fresh: Pairs, ch: Change, nodes: Nodes, earlier: dict[str, np.ndarray], members: Members
-              ) -> tuple[Pairs, Members, int]:
-    """The new pairs with their ids and Jaccards: from the earlier build's pairs by id pair (a pair's
-    Jaccard is a function of its two ids), else verified on the texts; the ids known now (the earlier
-    members' and the new pairs'); how many pairs were verified."""
+              ) -> tuple[Pairs, Members]:
+    """The new pairs with their ids and the Jaccards the earlier build knew, by id pair (a pair's
+    Jaccard is a function of its two ids; NaN: unknown, left to `verify_joining`); the ids known now
+    (the earlier members' and the new pairs')."""
     if not len(fresh.u):
-        return fresh, members, 0
+        return fresh, members
     sides = np.unique(np.concatenate([fresh.u, fresh.v]))
     hi, lo = ids_of(sides, members.nodes, members.hi, members.lo, nodes)
     known = _merge(members, Members(sides, hi, lo))
     uh, ul = known.lookup(fresh.u)
     vh, vl = known.lookup(fresh.v)
     fresh.ids = pair_ids(uh, ul, vh, vl)
-    if ch.threshold is None:
-        return fresh, known, 0
-    jac = pair_cache.match({**fresh.ids, "u": fresh.u}, earlier)
-    unknown = np.isnan(jac)
-    if unknown.any():
-        jac[unknown] = verify(fresh.u[unknown], fresh.v[unknown], nodes, ch.mh_params)
-    fresh.jaccard = jac
-    return fresh, known, int(unknown.sum())
+    if ch.threshold is not None:
+        fresh.jaccard = pair_cache.match({**fresh.ids, "u": fresh.u}, earlier)
+    return fresh, known
 
 
 def _merge(a: Members, b: Members) -> Members:
@@ -449,11 +425,15 @@ def _doc_counters(ch: Change, old_files: dict[int, FileState], new_keys) -> dict
 
 
 def _pair_counters(pairs: Pairs, edges: Pairs, verified_now: int, threshold: float | None) -> dict[str, int]:
+    """The pairs as a full build counts them, except that pairs left unverified (`fuzzy_joining`: both
+    documents already in one cluster) are counted apart: ``pairs_unverified``, in neither
+    ``verified_pairs`` (at or above the threshold) nor ``rejected_pairs``."""
     if threshold is None:
         return {"candidate_pairs": len(pairs.u)}
+    unverified = int(np.isnan(pairs.jaccard).sum())
     return {"candidate_pairs": len(pairs.u), "verified_pairs": len(edges.u),
-            "rejected_pairs": len(pairs.u) - len(edges.u), "pairs_cached": len(pairs.u) - verified_now,
-            "pairs_verified_now": verified_now}
+            "rejected_pairs": len(pairs.u) - len(edges.u) - unverified, "pairs_unverified": unverified,
+            "pairs_cached": len(pairs.u) - verified_now - unverified, "pairs_verified_now": verified_now}
 
 
 def _write_state(ch: Change, pairs: Pairs, members: Members, segments: list[key_index.Segment],
@@ -468,7 +448,9 @@ def _write_state(ch: Change, pairs: Pairs, members: Members, segments: list[key_
         files.append(FileState(e.source, e.name, tok, rows, without, digests[e.gidx]))
     record_pairs(ch.new, pairs, members, ch.tokens, nodes)
     if ch.cache_folder is not None and ch.threshold is not None:
-        write_pair_cache(ch.cache_folder, ch.cache_bits, pairs.ids, pairs.jaccard)
+        known = ~np.isnan(pairs.jaccard)  # the cache holds known pairs only
+        write_pair_cache(ch.cache_folder, ch.cache_bits, {k: c[known] for k, c in pairs.ids.items()},
+                         pairs.jaccard[known])
     ch.new.sources = list(ch.names)
     ch.new.files = files
     ch.new.segments = list(segments)

@@ -1,0 +1,88 @@
+"""Verifying only the pairs that join clusters (datakit/dedup/fuzzy_joining.py) on real text: the
+clusters equal those of verifying every candidate pair, fewer pairs are verified, every value filled in
+is the pair's true Jaccard, and after documents are removed (a component may split) the pairs left
+unknown are verified as far as they now matter, again giving the clusters of verifying everything."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import sysconfig
+
+import numpy as np
+
+from datakit.dedup import DedupConfig
+from datakit.dedup.batches import take_ragged
+from datakit.dedup.fuzzy_core import jaccard_of, shingle_sets
+from datakit.dedup.fuzzy_joining import component_labels, verify_joining
+from datakit.dedup.minhash import minhash_params
+
+STDLIB = sysconfig.get_paths()["stdlib"]
+THRESHOLD = 0.6
+
+
+def _family(text: str, n: int) -> list[str]:
+    """``text`` and n-1 near copies of it, each with a different few lines dropped."""
+    lines = text.splitlines()
+    return [text] + ["\n".join(l for j, l in enumerate(lines) if j % 23 != k) for k in range(1, n)]
+
+
+def _corpus() -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Real texts: two families of near copies, unrelated files, and a text holding two files whole;
+    every pair of documents is a candidate (some buckets' cliques would give fewer)."""
+    files = [open(p, encoding="utf-8", errors="replace").read()
+             for p in sorted(glob.glob(f"{STDLIB}/json/*.py")) + sorted(glob.glob(f"{STDLIB}/email/_*.py"))]
+    files = [t for t in files if len(t) > 3000][:6]
+    texts = _family(files[0], 5) + _family(files[1], 4) + files[2:]
+    texts.append(files[0] + "\n" + files[1])  # close to neither family alone: a candidate that is rejected
+    n = len(texts)
+    u, v = (np.array(x, np.int64) for x in zip(*itertools.combinations(range(n), 2)))
+    return texts, u, v
+
+
+def _clusters(u: np.ndarray, v: np.ndarray, jac: np.ndarray, n: int) -> list[frozenset]:
+    ok = jac >= THRESHOLD
+    label = component_labels(u[ok], v[ok], n)
+    return sorted(frozenset(np.flatnonzero(label == x).tolist()) for x in np.unique(label))
+
+
+def test_joining_pairs_alone_give_the_clusters_of_verifying_every_pair_and_survive_removals():
+    texts, u, v = _corpus()
+    n = len(texts)
+    sets = shingle_sets(texts, minhash_params(DedupConfig()))
+    truth = jaccard_of(sets, u, v)
+    want = _clusters(u, v, truth, n)
+    assert any(len(c) >= 4 for c in want) and any(len(c) == 1 for c in want)  # families and loners
+
+    jac = np.full(len(u), np.nan)
+    read_calls: list[np.ndarray] = []
+
+    def read(need: np.ndarray):
+        read_calls.append(need)
+        return take_ragged(sets, need)
+
+    verified = verify_joining(u, v, jac, THRESHOLD, read)
+    known = ~np.isnan(jac)
+    # every pair across clusters is verified (each could join two); inside a cluster of k documents
+    # k-1 of its k(k-1)/2 pairs are enough, plus any of its pairs below the threshold met on the way
+    inside = sum(len(c) * (len(c) - 1) // 2 for c in want)
+    cluster = {d: i for i, c in enumerate(want) for d in c}
+    false_inside = sum(1 for a, b, j in zip(u.tolist(), v.tolist(), truth)
+                       if cluster[a] == cluster[b] and j < THRESHOLD)
+    least = len(u) - inside + sum(len(c) - 1 for c in want)
+    assert verified == int(known.sum()) and least <= verified <= least + false_inside and verified < len(u)
+    assert np.array_equal(jac[known], truth[known])
+    assert _clusters(u, v, np.where(known, jac, -1.0), n) == want
+    every = np.concatenate(read_calls)
+    assert len(every) == len(np.unique(every))  # each document's set read once, whatever the rounds
+
+    # documents removed: the first family loses its first two members (a component may split); the
+    # pairs between the rest keep what was known, NaN included, and are verified as far as needed
+    gone = {0, 1}
+    keep = ~(np.isin(u, list(gone)) | np.isin(v, list(gone)))
+    u2, v2, jac2 = u[keep], v[keep], jac[keep].copy()
+    verify_joining(u2, v2, jac2, THRESHOLD, lambda need: take_ragged(sets, need))
+    known2 = ~np.isnan(jac2)
+    assert np.array_equal(jac2[known2], truth[keep][known2])
+    got = [c for c in _clusters(u2, v2, np.where(known2, jac2, -1.0), n) if not c & gone]
+    assert got == [c for c in _clusters(u2, v2, truth[keep], n) if not c & gone]
