@@ -22,7 +22,6 @@ from datakit.manifest import Section
 from datakit.mix.config import MixtureConfig, SearchConfig
 from datakit.steps import Step
 
-from . import mixture_choice as C
 from . import mixture_steps as S
 from .contract import MIXTURE, TOKENIZER, TOKENS, Graph, Stage, step_identity
 
@@ -67,6 +66,8 @@ class _Search:
                     stage=STAGE.name)
 
     def fit(self, name: str, groups: list[list[Step]], round_no: int) -> Step:
+        from . import mixture_choice as C  # the search's numerics: imported only by a run that searches
+
         runs = tuple(r for g in groups for r in g)
         fn = partial(C.fit_step, search=self.search, mix=self.mix, groups=[[r.name for r in g] for g in groups],
                      token_steps=self.run_args["token_steps"], components=self.run_args["components"],
@@ -97,6 +98,8 @@ class _Search:
 
 def add_search_steps(graph: Graph, mix: MixtureConfig) -> Step:
     """Add the search's steps (see the module docstring); returns mix-search."""
+    from . import mixture_choice as C  # the search's numerics: imported only by a run that searches
+
     search = mix.search
     assert search is not None and graph.tokenizer is not None
     _check_names(graph, search)
