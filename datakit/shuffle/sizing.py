@@ -1,7 +1,7 @@
 """Where a small job runs: in the calling process rather than on a freshly started local worker pool.
 
 Starting the local backend's pool costs an interpreter and its imports (the zygote that workers are
-forked from: pyarrow, numpy, the engine, about 0.45 CPU-s) and each worker's own first imports of its
+forked from: pyarrow, numpy, the engine, about 0.22 CPU-s) and each worker's own first imports of its
 tasks' modules, more than reading and rewriting a few MiB costs. An incremental run's steps
 mostly compute a handful of units (one edited file of 58), so there the pool would be most of the
 step's CPU. A job that reads at most ``limit`` bytes on the local backend therefore runs inline, in
@@ -25,7 +25,8 @@ from .backends import pool_is_warm
 from .executor import ExecConfig
 
 # A job reading at most this many stored bytes runs inline on the local backend (about 0.3 CPU-s of
-# reading, against about 0.45 CPU-s for the zygote and the workers' first imports of a step's modules).
+# reading, against about 0.35 CPU-s for a pool of two: the zygote, its forks and the first tasks, measured
+# as a trivial job's local run less its inline run, before a step's own modules are imported).
 SMALL_JOB_BYTES = 8 << 20
 
 
