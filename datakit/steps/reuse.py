@@ -115,8 +115,7 @@ def take_file(earlier: Earlier, rel: str, dst: str) -> bool:
         return False
     try:
         fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
-        return (rel in earlier.vouched and same_file(dst, earlier.vouched[rel])) \
-            or fsio.xxh3_file(dst) == earlier.hashes[rel]
+        return _holds(earlier, rel, dst)
     except FileNotFoundError:
         return False
 
@@ -124,14 +123,19 @@ def take_file(earlier: Earlier, rel: str, dst: str) -> bool:
 def intact(earlier: Earlier, rel: str) -> bool:
     """The earlier build recorded ``rel`` and the file still hashes to what it recorded (read in place,
     unless the prefix's stamps vouch for its stat)."""
-    want = earlier.hashes.get(rel)
-    if want is None:
+    if rel not in earlier.hashes:
         return False
-    path = fsio.join(earlier.step_dir, rel)
     try:
-        return (rel in earlier.vouched and same_file(path, earlier.vouched[rel])) or fsio.xxh3_file(path) == want
+        return _holds(earlier, rel, fsio.join(earlier.step_dir, rel))
     except FileNotFoundError:
         return False
+
+
+def _holds(earlier: Earlier, rel: str, path: str) -> bool:
+    """Whether ``path`` (the earlier build's file ``rel``, or a link of it) holds what that build recorded:
+    its stat vouched for by the stamps, else its xxh3-128 read."""
+    return (rel in earlier.vouched and same_file(path, earlier.vouched[rel])) \
+        or fsio.xxh3_file(path) == earlier.hashes[rel]
 
 
 def write(step_dir: str, units: dict[str, Unit]) -> None:

@@ -21,7 +21,6 @@ once more later, never trusted early. Object stores have no such stat: there eve
 """
 from __future__ import annotations
 
-
 from datakit.core import fsio
 from datakit.core.layout import VERIFIED_DIR
 
