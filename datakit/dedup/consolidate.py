@@ -507,7 +507,7 @@ def _run_keyed(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[
 def _file_keys(jobs: list[tuple], normalized_dir: str, attribute_dirs: Sequence[str], settings: tuple
                ) -> list[_Keys]:
     """Each job's `_Keys`, from the input steps' recorded hashes (None where a step recorded none)."""
-    recorded = {join(normalized_dir, rel): h for rel, h in reuse.output_hashes(normalized_dir).items()}
+    recorded = keyed.recorded_hashes([normalized_dir])
     attr_hashes = keyed.recorded_hashes(attribute_dirs)
     out = []
     for src, attrs, _main, _removed in jobs:
