@@ -181,7 +181,7 @@ def pair_ids(u_hi, u_lo, v_hi, v_lo) -> dict[str, np.ndarray]:
             "bh": np.where(swap, u_hi, v_hi), "bl": np.where(swap, u_lo, v_lo)}
 
 
-def shingle_sets(need: np.ndarray, nodes: Nodes, minhash_params: dict) -> batches.Ragged:
+def node_shingle_sets(need: np.ndarray, nodes: Nodes, minhash_params: dict) -> batches.Ragged:
     """The shingle sets of the documents ``need`` (sorted nodes), in that order, re-derived from the
     texts as fuzzy.py verifies (`fuzzy_joining.verify_joining` reads them through this)."""
     gidx = nodes.gidx_of_nodes(need)
@@ -246,8 +246,8 @@ def run(ch: Change) -> Outcome | None:
     old_pairs, members, jaccards = _earlier_pairs(ch, nodes, touched)
     fresh, known = _jaccards(fresh, ch, nodes, jaccards, members)
     pairs = _union(old_pairs, fresh)
-    verified_now = 0 if ch.threshold is None else verify_joining(
-        pairs.u, pairs.v, pairs.jaccard, ch.threshold, partial(shingle_sets, nodes=nodes, minhash_params=ch.mh_params))
+    read = partial(node_shingle_sets, nodes=nodes, minhash_params=ch.mh_params)
+    verified_now = 0 if ch.threshold is None else verify_joining(pairs.u, pairs.v, pairs.jaccard, ch.threshold, read)
     edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
     member_ids = _in_pairs(pairs, known)
     marks = clusters(edges.u, edges.v, member_ids.lookup)
