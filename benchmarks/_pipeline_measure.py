@@ -107,7 +107,9 @@ def _sample(pid: int, cpu_seen: dict, last: Sample | None = None) -> Sample:
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
         procs = []
-    total = largest = driver = worker = n = 0
+    carried = (last.pss, last.largest, last.driver, last.worker) if last is not None else (0, 0, 0, 0)
+    total, largest, driver, worker = carried
+    n = 0
     for q in procs:
         try:
             with q.oneshot():
@@ -125,11 +127,7 @@ def _sample(pid: int, cpu_seen: dict, last: Sample | None = None) -> Sample:
             driver = pss
         else:
             worker = max(worker, pss)
-    machine = machine_cpu_s()
-    if last is not None:
-        return Sample(time.time(), sum(cpu_seen.values()), last.pss, last.largest, last.driver, last.worker, n,
-                      machine)
-    return Sample(time.time(), sum(cpu_seen.values()), total, largest, driver, worker, n, machine)
+    return Sample(time.time(), sum(cpu_seen.values()), total, largest, driver, worker, n, machine_cpu_s())
 
 
 def next_pss_at(now: float, cost_s: float) -> float:
