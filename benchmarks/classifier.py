@@ -11,9 +11,13 @@ process as the stage does). Scoring: every corpus document, by
         group with a quality_score column) in this project's venv, with the compact scoring model the
         training step writes beside model.bin (model.compact_model, built from the same model file);
   peer  JsonlReader -> FastTextClassifierFilter(model, keep_labels=("hq", 0.5), newline_replacement=" ")
-        in datatrove's own venv (.venv-bench, through a subprocess), the filter driven as its pipeline
-        drives it (run() over the reader's documents). newline_replacement=" " makes its input the same
-        text ours scores, so scores are compared document by document.
+        -> JsonlWriter (its defaults: gzip) in datatrove's own venv (.venv-bench, through a subprocess),
+        each step driven as its pipeline drives it (run() over the previous step's documents).
+        newline_replacement=" " makes its input the same text ours scores, so scores are compared
+        document by document. The writer is there because ours writes its kept documents too, and a
+        datatrove user's filter always ends in a writer (the FineWeb benchmark's peer writes the same
+        way). The peer also runs without the writer (``peer_no_writer``: how this benchmark ran before
+        2026-11-26's sixth session; ours still writes), and both ratios are reported.
 Each side runs in its own process, warmed by one untimed pass, then --repeats timed passes (best kept);
 the figure is documents per CPU-second (user + system of that process). The sides run --rounds times
 (default 2) in turn, ours then the peer, each a fresh process, and each side's best round is its figure
@@ -230,14 +234,18 @@ PEER = r"""
 import json, resource, sys
 from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.filters import FastTextClassifierFilter
-corpus, model, repeats, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+corpus, model, repeats, out, written = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 def once():
     reader = JsonlReader(corpus.rsplit("/", 1)[0], glob_pattern=corpus.rsplit("/", 1)[1], doc_progress=False)
     filt = FastTextClassifierFilter(model, keep_labels=("hq", 0.5), newline_replacement=" ")
     filt._model = FILTER_MODEL[0] if FILTER_MODEL else None
-    for doc in filt.run(reader.run(rank=0, world_size=1)):
+    docs = filt.run(reader.run(rank=0, world_size=1))
+    if written:  # the same file each pass, written again
+        from datatrove.pipeline.writers import JsonlWriter
+        docs = JsonlWriter(written).run(docs, rank=0, world_size=1)
+    for doc in docs:
         pass
     return filt
 FILTER_MODEL = []
@@ -273,14 +281,15 @@ def rounds(a: argparse.Namespace, work: Path, corpus: str, model: str) -> tuple[
     """``a.rounds`` rounds of ours then the peer, each side a fresh process: every run's record and each
     side's highest peak PSS. The best CPU of each side over the rounds is its figure, so a load that
     changes during the run weighs on both sides alike."""
-    runs: dict[str, list[dict]] = {"ours": [], "peer": []}
+    runs: dict[str, list[dict]] = {"ours": [], "peer": [], "peer_no_writer": []}
     pss: dict[str, float] = {}
     for _ in range(a.rounds):
-        for name in ("ours", "peer"):
+        for name in runs:
             cmd = (module_command(sys.executable, "classifier", "--_ours", str(work / "docs.parquet"), str(a.repeats),
                                   str(work / "ours.json"), "20000") if name == "ours" else
-                   [a.peer_python, "-c", PEER, corpus, peer_model(model), str(a.repeats), str(work / "peer.json")])
-            got = run_side(cmd, "datatrove" if name == "peer" else name)["peak_pss_tree_mb"]
+                   [a.peer_python, "-c", PEER, corpus, peer_model(model), str(a.repeats), str(work / f"{name}.json"),
+                    str(work / "peer-out") if name == "peer" else ""])
+            got = run_side(cmd, name if name == "ours" else "datatrove")["peak_pss_tree_mb"]
             pss[name] = max(pss.get(name, 0.0), got)
             runs[name].append(json.load(open(work / f"{name}.json")))
     return runs, pss
@@ -327,11 +336,15 @@ def main() -> None:
     short = [len(t) <= 20_000 for t in _texts(str(corpus))]
     diff = max((abs(x - y) for x, y, k in zip(ours["scores"], peer["scores"], short) if k), default=0.0)
     ours_rate, peer_rate = ours["docs"] / ours["cpu_s"], peer["docs"] / peer["cpu_s"]
+    bare = min(runs["peer_no_writer"], key=lambda r: r["cpu_s"])
+    bare_rate = bare["docs"] / bare["cpu_s"]
     print(json.dumps({
         "corpus": {k: made[k] for k in ("mb", "docs")},
         "training": training,
         "scoring_docs_per_cpu_s": {"datakit": round(ours_rate), "datatrove": round(peer_rate),
-                                   "ratio": round(ours_rate / peer_rate, 2)},
+                                   "ratio": round(ours_rate / peer_rate, 2),
+                                   "datatrove_without_writer": round(bare_rate),
+                                   "ratio_peer_without_writer": round(ours_rate / bare_rate, 2)},
         "scores_equal_within_1e-6": f"{same}/{ours['docs']}", "decisions_agree": f"{agree}/{ours['docs']}",
         "max_abs_score_diff_within_max_chars": diff,
         "datakit_max_chars_2000": {  # reads each document's first 2,000 characters: other scores, not the peer's
@@ -340,10 +353,12 @@ def main() -> None:
             "decisions_agree_with_full_text": sum((x >= 0.5) == (y >= 0.5)
                                                   for x, y in zip(ours2k["scores"], peer["scores"]))},
         "datakit_cpu_s_per_pass": ours["phases_cpu_s"],
-        "peak_pss_tree_mb": {"datakit": pss["ours"], "datatrove": pss["peer"]},
+        "peak_pss_tree_mb": {"datakit": pss["ours"], "datatrove": pss["peer"],
+                             "datatrove_without_writer": pss["peer_no_writer"]},
         "datakit_pss_mb": ours["pss_mb"],
         "peak_rss_mb": {"datakit": max(r["peak_rss_mb"] for r in runs["ours"]),
-                        "datatrove": max(r["peak_rss_mb"] for r in runs["peer"])},
+                        "datatrove": max(r["peak_rss_mb"] for r in runs["peer"]),
+                        "datatrove_without_writer": max(r["peak_rss_mb"] for r in runs["peer_no_writer"])},
         "per_round_docs_per_cpu_s": {s: [round(r["docs"] / r["cpu_s"]) for r in runs[s]] for s in runs},
         "repeats": a.repeats, "rounds": a.rounds,
     }, indent=1))
