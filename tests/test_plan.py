@@ -214,3 +214,22 @@ def test_the_summary_lists_a_stages_reasons_in_the_order_it_applies_them(built):
     consolidate = [r for r in labels if r in plan.reasons["consolidate"]]
     assert normalize == list(plan.reasons["normalize"]) and consolidate == list(plan.reasons["consolidate"])
     assert labels.index("empty") < labels.index("exact dups") < labels.index("keep-long")
+
+
+def test_the_text_lineage_tokenize_gets_names_the_steps_that_change_texts_under_their_ids(tmp_path):
+    """PII redaction keeps ids while changing texts: tokenize is told (its text lineage), per source, so it
+    cuts a shard by ids alone only from a build with the same redaction; without PII the lineage is ""
+    (an id is its text's content hash); other PII settings give another lineage."""
+    def lineages(**sections) -> dict[str, str]:
+        m = pipeline.manifest_from_dict({
+            "prefix": str(tmp_path / "p"), "tokenize": {"vocab_size": 300}, **sections,
+            "sources": [{"name": "code", "uri": str(STDLIB / "json" / "*.py"), "format": "text"},
+                        {"name": "more", "uri": str(STDLIB / "email" / "mime" / "*.py"), "format": "text"}]})
+        steps = pipeline.build_steps(m, write_cache=False)
+        return {s.source: s.fn.keywords["text_lineage"] for s in steps if s.stage == "tokenize"}
+
+    assert lineages() == {"code": "", "more": ""}
+    redacted = lineages(pii={})
+    assert redacted["code"] and redacted["more"] and redacted["code"] != redacted["more"]
+    assert lineages(pii={"phones": True})["code"] not in ("", redacted["code"])
+    assert lineages(pii={}) == redacted

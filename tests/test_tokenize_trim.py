@@ -7,6 +7,7 @@ whole."""
 
 from __future__ import annotations
 
+import glob
 import os
 
 import numpy as np
@@ -48,10 +49,10 @@ def _input_step(root, parts: list[list[tuple[str, str]]]) -> str:
 
 
 
-def _build(root, name: str, parts, tok: str, earlier: str | None = None):
+def _build(root, name: str, parts, tok: str, earlier: str | None = None, text_lineage: str | None = None):
     src = _input_step(root / f"in-{name}", parts)
     res = tokenize_source("mixed", src, str(root / f"cache-{name}"), tok, validation_fraction=FRACTION,
-                          exec_config=INLINE, earlier=earlier)
+                          exec_config=INLINE, earlier=earlier, text_lineage=text_lineage)
     verify.write_manifest(res.out_dir)  # as the runner does
     return src, res
 
@@ -125,6 +126,42 @@ def test_a_text_edited_under_the_same_id_is_encoded_alone(built):
     assert_same_tree(inc.out_dir, fresh.out_dir)
 
 
+def _shard_tokens(out_dir: str, split: str = "train") -> list[np.ndarray]:
+    return [np.load(p) for p in sorted(glob.glob(f"{out_dir}/{split}/*tokens*.npy"))]
+
+
+def test_a_takedown_is_cut_by_ids_alone_when_the_text_lineage_says_ids_decide_texts(built):
+    """With a text lineage ("": an id is its text's content hash), parts that only lost documents are cut
+    from the earlier shards by their ids, equal to a fresh build. Proof that no text was read: a text
+    changed under its id (what the lineage rules out) keeps its earlier tokens, where a build without a
+    lineage reads the texts and encodes it anew."""
+    p, root = built["parts"], built["root"]
+    _, first = _build(root, "lineage-first", p, built["tok"], text_lineage="")
+    taken = [_takedown(d, 3) for d in p]
+    _, inc = _build(root, "lineage-inc", taken, built["tok"], earlier=first.out_dir, text_lineage="")
+    _, fresh = _build(root, "lineage-fresh", taken, built["tok"], text_lineage="")
+    assert inc.counters["files/spliced"] == 4 and inc.counters["files/computed"] == 0, inc.counters
+    assert_same_tree(inc.out_dir, fresh.out_dir)
+    forged = [[(taken[0][0][0], taken[0][0][1] + " changed"), *taken[0][1:]], *taken[1:]]
+    _, trusted = _build(root, "lineage-forged", forged, built["tok"], earlier=first.out_dir, text_lineage="")
+    assert trusted.counters["files/spliced"] == 4, trusted.counters
+    assert all((a == b).all() for a, b in zip(_shard_tokens(trusted.out_dir), _shard_tokens(inc.out_dir)))
+    _, checked = _build(root, "no-lineage-forged", forged, built["tok"], earlier=built["earlier"])
+    _, forged_fresh = _build(root, "forged-fresh", forged, built["tok"])
+    assert_same_tree(checked.out_dir, forged_fresh.out_dir)
+
+
+def test_another_text_lineage_is_never_cut_from(built):
+    """An earlier build under another lineage (say other PII settings): none of its shards is taken or cut."""
+    p, root = built["parts"], built["root"]
+    _, first = _build(root, "lineage-a", p, built["tok"], text_lineage="a")
+    taken = [_takedown(d, 3) for d in p]
+    _, other = _build(root, "lineage-b", taken, built["tok"], earlier=first.out_dir, text_lineage="b")
+    assert other.counters["files/spliced"] == 0 and other.counters["files/computed"] == 4, other.counters
+    _, same = _build(root, "lineage-b-p", p, built["tok"], earlier=first.out_dir, text_lineage="b")
+    assert same.counters["files/reused"] == 0 and same.counters["files/computed"] == 4, same.counters
+
+
 def test_a_part_mostly_new_is_encoded_whole(built):
     p = built["parts"]
     third = len(p[0]) // 3
@@ -189,20 +226,22 @@ def test_split_rows_maps_documents_to_their_split_rows_and_marks_new_ones():
 
 def test_doc_hashes_read_from_arrow_are_the_hashes_of_the_utf8_bytes():
     """The hashes come from the arrays' buffers, not from Python strings: on a sliced array, a large_string
-    one and non-ASCII text they are still xxh3 of (salt, id) and (id, NUL, text) as UTF-8 bytes."""
+    one and non-ASCII text they are still xxh3 of (salt, id) and (id, NUL, text) as UTF-8 bytes, then
+    the text's UTF-8 byte count; `id_hashes` is the first column alone."""
     import xxhash
 
     with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
         texts = [p for p in f.read().split("\n\n") if p.strip()][:60] + ["Grüße, 東京 — ünïcödé", ""]
     ids = [f"id-{n}-é" for n in range(len(texts))]
     want = np.array([[xxhash.xxh3_64_intdigest(trim.SPLIT_SALT + i.encode()),
-                      xxhash.xxh3_64_intdigest(i.encode() + b"\x00" + t.encode())] for i, t in zip(ids, texts)],
-                    dtype="<u8")
+                      xxhash.xxh3_64_intdigest(i.encode() + b"\x00" + t.encode()), len(t.encode())]
+                     for i, t in zip(ids, texts)], dtype="<u8")
     assert (trim.doc_hashes(pa.array(ids), pa.array(texts)) == want).all()
     assert (trim.doc_hashes(pa.array(ids, pa.large_string()), pa.array(texts, pa.large_string())) == want).all()
     sliced = trim.doc_hashes(pa.array(["x"] + ids).slice(1), pa.array(["y"] + texts).slice(1))
     assert (sliced == want).all()
-    assert trim.doc_hashes(pa.array([], pa.string()), pa.array([], pa.string())).shape == (0, 2)
+    assert trim.doc_hashes(pa.array([], pa.string()), pa.array([], pa.string())).shape == (0, 3)
+    assert (trim.id_hashes(pa.array(["x"] + ids).slice(1)) == want[:, 0]).all()
 
 
 def test_a_build_from_before_trimming_is_taken_and_its_hashes_written(built, tmp_path):

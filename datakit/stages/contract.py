@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from datakit.core.fsio import is_local
 # The kinds of data stages exchange (what `consumes` / `produces` name): one result type each.
@@ -24,6 +24,7 @@ from datakit.core.results import ATTRIBUTES, DOCUMENTS, FILES, KINDS, MIXTURE, M
 from datakit.core.listing import content_sha256
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
+from datakit.steps.identity import compute_identity
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class Graph:
              warns, for a step whose stage has a setting for it (others: plan.WARN_REMOVED_SHARE).
     notes: what a stage wants said about one of its steps beyond why it runs (which tokenizer is pinned),
            carried by the built plan (not plan.json) and printed by `datakit run --dry-run`.
+    keeps_ids: the steps that change a document's text but keep its id (PII redaction), registered by
+           their stage with `keep_ids`: everywhere else an id is the content hash of its text.
     """
 
     manifest: Manifest
@@ -113,6 +116,7 @@ class Graph:
     chains: dict[str, list[Step]] = field(default_factory=dict)
     warn_removed_share: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)  # step name -> one line the plan shows with it
+    keeps_ids: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not self.weights:
@@ -138,6 +142,20 @@ class Graph:
             self.chains[component] = [*chain, step]
             self.documents[component] = self.add(step)
             self.weights[component] = weight
+
+    def keep_ids(self, steps: Iterable[Step]) -> None:
+        """Register steps that change texts but keep ids (see `text_lineage`)."""
+        self.keeps_ids.update(s.name for s in steps)
+
+    def text_lineage(self, source: str) -> str:
+        """What decides the text of an id in ``source``'s current documents besides the id itself: the
+        steps of its chain that change a text but keep its id, by name, version and config (a digest);
+        "" when there are none, since an id is then the content hash of its text. Tokenize cuts a shard
+        from an earlier one by ids alone only when this is what the earlier build had."""
+        kept = [[s.name, s.version, s.config] for s in self.chains.get(source, []) if s.name in self.keeps_ids]
+        if not kept:
+            return ""
+        return compute_identity("text-lineage", kept, "1", [])
 
     def config(self, stage: Stage) -> Any:
         """The stage's section of the manifest (its config object; None for an optional one left out)."""

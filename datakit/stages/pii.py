@@ -60,7 +60,7 @@ def _run(ctx: StepContext, source: str, documents: str, rules: PiiRules) -> dict
 def build(graph: Graph) -> None:
     cfg: PiiConfig | None = graph.config(STAGE)
     if cfg is not None:
-        add_source_steps(graph, STAGE, cfg, _run)
+        graph.keep_ids(add_source_steps(graph, STAGE, cfg, _run).values())  # redaction keeps each id
 
 
 STAGE = Stage(name="pii", version=VERSION, build=build, section=Section("pii", PiiConfig, optional=True),

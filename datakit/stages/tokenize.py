@@ -17,12 +17,14 @@ from datakit.tokenize.tokenize_step import VERSION
 from .contract import DOCUMENTS, TOKENIZER, TOKENS, Graph, Stage, counters_only, step_identity
 
 
-def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg: TokenizeConfig) -> dict:
+def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg: TokenizeConfig,
+              text_lineage: str) -> dict:
     from datakit.tokenize.tokenize_step import tokenize_source
 
     res = tokenize_source(source, ctx.deps[documents].output, ctx.output, ctx.deps[tokenizer].path(TOKENIZER_FILE),
                           validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config,
-                          engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces, earlier=ctx.earlier)
+                          engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces, earlier=ctx.earlier,
+                          text_lineage=text_lineage)
     return TokensResult.written(counters_only(res.to_dict()))
 
 
@@ -31,7 +33,8 @@ def build(graph: Graph) -> None:
     assert graph.tokenizer is not None, "the tokenizer stage runs before tokenize"
     for n, docs in list(graph.documents.items()):
         step = Step(f"tokenize-{n}", partial(_tokenize, source=n, documents=docs.name,
-                                             tokenizer=graph.tokenizer.name, cfg=cfg),
+                                             tokenizer=graph.tokenizer.name, cfg=cfg,
+                                             text_lineage=graph.text_lineage(n)),
                     step_identity(cfg, ("validation_fraction", "bos")),
                     deps=(docs, graph.tokenizer), version=VERSION, resumable=True, stage=STAGE.name, source=n)
         graph.tokens[n] = graph.add(step)

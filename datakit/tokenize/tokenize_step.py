@@ -66,7 +66,8 @@ logger = logging.getLogger(__name__)
 
 # Bump when the cache contents for the same inputs change (stage implementation version).
 # 2: the ledger and each shard's marker record xxh3-128 checksums of the shard's files.
-VERSION = "2"
+# 3: the documents' hashes (reuse/ids) keep each text's byte count; the settings the step's text lineage.
+VERSION = "3"
 SPLITS = TokenCacheDir.SPLITS
 _MAX_BAD_SAMPLES = 20
 
@@ -99,6 +100,7 @@ class _ShardSpec:
     keys: dict[str, str] = field(default_factory=dict)  # input part path -> its content key (reuse)
     earlier: reuse.Earlier | None = None  # an earlier build of this cache to take shards from
     trim_from: dict[str, str] = field(default_factory=dict)  # input part path -> earlier key of its name
+    text_lineage: str | None = None  # what decides an id's text besides the id (None: unknown; see trim.py)
     in_process: bool = False  # tasks run in the driver: RAYON_NUM_THREADS is not theirs to set
 
 
@@ -191,6 +193,7 @@ def _settings(spec: _ShardSpec) -> dict:
         "validation_fraction": spec.validation_fraction,
         "max_chars": spec.max_chars,
         "dtype": spec.dtype,
+        **({"text_lineage": spec.text_lineage} if spec.text_lineage is not None else {}),
     }
 
 
@@ -367,7 +370,7 @@ def _encode_into(file: FileInfo, spec: _ShardSpec, encoder: ShardEncoder, out: _
         previous = (encoded, piece_counts, val_mask, doc_bytes)
     if previous is not None:
         out.write(*previous)
-    return np.concatenate(hashes) if hashes else np.empty((0, 2), dtype="<u8")
+    return np.concatenate(hashes) if hashes else np.empty((0, 3), dtype="<u8")
 
 
 def _reused_result(index: int, fp: dict, done: dict) -> dict:
@@ -519,40 +522,84 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     (datakit/tokenize/trim.py): its documents' tokens taken from there, the documents it lacks (added,
     or edited) encoded. None (encode the whole part) when more than half the documents are new, the part
     has bad rows, or the earlier files are not what that build recorded. Its counts are computed as
-    encoding computes them."""
+    encoding computes them. A part whose documents the earlier one all has by id is cut without reading
+    its texts (`_cut`), when the step's text lineage says an id decides its text."""
+    earlier_ids = _earlier_file(spec.earlier, trim.ids_rel(spec.trim_from[path]))
+    if earlier_ids is None:
+        return None
+    earlier_ids = trim.from_npy_bytes(earlier_ids)
+    earlier = _earlier_splits(spec.earlier, spec.trim_from[path])
+    if earlier is None:
+        return None
+    cut = _cut(spec, path, (key, names, fp), earlier, earlier_ids) if spec.text_lineage is not None else None
+    if cut is not None:
+        return cut
     ids, texts = _read_part(path)
     _check_types(path, ids, texts)
     if ids.null_count or texts.null_count:
         return None
     hashes = trim.doc_hashes(ids, texts)
-    earlier_ids = _earlier_file(spec.earlier, trim.ids_rel(spec.trim_from[path]))
-    rows = trim.split_rows(trim.from_npy_bytes(earlier_ids), hashes, spec.validation_fraction) \
-        if earlier_ids is not None else None
-    fresh_count = sum(int((r < 0).sum()) for r in rows.values()) if rows is not None else len(hashes)
-    if rows is None or fresh_count > len(hashes) // 2:
-        return None
-    earlier = _earlier_splits(spec.earlier, spec.trim_from[path])
-    if earlier is None or any(len(earlier[s][1]) - 1 <= int(rows[s].max(initial=-1)) for s in SPLITS):
+    rows = trim.split_rows(earlier_ids, hashes, spec.validation_fraction)
+    if rows is None or sum(int((r < 0).sum()) for r in rows.values()) > len(hashes) // 2 \
+            or not _fits(earlier, rows):
         return None
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     in_split = {"train": ~val, "validation": val}
     fresh_rows = {s: np.flatnonzero(in_split[s])[rows[s] < 0] for s in SPLITS}
-    doc_bytes = an.byte_lengths(texts)
-    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     new_rows = np.sort(np.concatenate([fresh_rows[s] for s in SPLITS]))
-    engine = None
+    fresh = None
     if len(new_rows):
         # scalar reads, not take(pa.array(...)): any list- or numpy-to-Arrow conversion imports pandas
-        fresh, fresh_offsets, engine = _encode_fresh(spec, [texts[i].as_py() for i in new_rows.tolist()])
+        fresh = _encode_fresh(spec, [texts[i].as_py() for i in new_rows.tolist()])
+    mine = {s: _select(fresh[0], fresh[1], np.searchsorted(new_rows, fresh_rows[s])) if fresh is not None else None
+            for s in SPLITS}
+    return _write_spliced(spec, (key, names, fp), earlier, rows, mine, hashes, in_split,
+                          fresh[2] if fresh else None)
+
+
+def _fits(earlier: dict[str, tuple[np.ndarray, np.ndarray]], rows: dict[str, np.ndarray]) -> bool:
+    """Every row taken exists in the earlier shard of its split."""
+    return all(len(earlier[s][1]) - 1 > int(rows[s].max(initial=-1)) for s in SPLITS)
+
+
+def _cut(spec: _ShardSpec, path: str, shard: tuple[str | None, dict[str, str], dict],
+         earlier: dict[str, tuple[np.ndarray, np.ndarray]], earlier_ids: np.ndarray) -> dict | None:
+    """The shard of a part whose every document the earlier part has by id (a takedown's part), cut from
+    the earlier shard reading only the part's ids: the texts, the earlier build's byte counts and hashes
+    are the earlier documents'. Sound because `_trim_sources` pairs only shards made with the same
+    settings, the text lineage among them (`Graph.text_lineage`: no step changed a text under its id
+    differently), so an id the earlier part had has the same text now. None: not such a part."""
+    with C.open_read(path) as f:
+        ids = an.combined(pq.ParquetFile(f).read(columns=["id"], use_threads=False).column("id"))
+    if ids.null_count or not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
+        return None
+    found = trim.id_rows(earlier_ids, trim.id_hashes(ids), spec.validation_fraction)
+    if found is None or not _fits(earlier, found[0]):
+        return None
+    rows, pos = found
+    hashes = earlier_ids[pos]
+    val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
+    return _write_spliced(spec, shard, earlier, rows, {s: None for s in SPLITS}, hashes,
+                          {"train": ~val, "validation": val}, None)
+
+
+def _write_spliced(spec: _ShardSpec, shard: tuple[str | None, dict[str, str], dict],
+                   earlier: dict[str, tuple[np.ndarray, np.ndarray]], rows: dict[str, np.ndarray],
+                   mine: dict[str, tuple[np.ndarray, np.ndarray] | None], hashes: np.ndarray,
+                   in_split: dict[str, np.ndarray], engine: dict | None) -> dict:
+    """Each split's shard (``shard``: its key, file names and fingerprint) from the earlier shard's
+    ``rows`` and the split's freshly encoded documents (``mine``, None: none), then its document hashes,
+    markers and counters: the task's result."""
+    key, names, fp = shard
+    dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
+    none = (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
     counts, sums = {}, {}
     for s in SPLITS:
-        mine = _select(fresh, fresh_offsets, np.searchsorted(new_rows, fresh_rows[s])) if len(new_rows) else \
-            (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
-        tokens, offsets = trim.splice(*earlier[s], rows[s], *mine)
+        tokens, offsets = trim.splice(*earlier[s], rows[s], *(mine[s] or none))
         sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
                                                 np.asarray(tokens, dtype=np.dtype(spec.dtype))),
                    "offsets": C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)}
-        counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(doc_bytes[in_split[s]].sum())}
+        counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(hashes[in_split[s], 2].sum())}
     _write_ids(spec, key, hashes)
     _write_markers(dirs, names, fp, counts, _BadRows(), sums)
     _count_shard(counts, 0)
@@ -732,6 +779,7 @@ def tokenize_source(
     engine_check_pieces: int = 64,
     engine_check_chars: int = CHECK_CHARS,
     earlier: str | None = None,
+    text_lineage: str | None = None,
 ) -> TokenizeResult:
     """Tokenize consolidated source ``name`` (its main documents, ``<input_dir>/outputs/main/*.parquet``)
     into the train and validation split dirs of ``TokenCacheDir(out_dir)`` (see
@@ -749,6 +797,10 @@ def tokenize_source(
     earlier: the dir of an earlier build of this cache (the step's ``ctx.earlier``): parts tokenized
     there with the same settings are taken, not encoded (module docstring). Parts are keyed when the
     input dir is a step with an outputs manifest; the keys are recorded in ``reuse.json``.
+    text_lineage: what decides a document's text besides its id in the input (``Graph.text_lineage``;
+    "" when an id is the content hash of its text): given, a part that only lost documents is cut from
+    the earlier shard by ids alone, its texts not read (datakit/tokenize/trim.py). None: not known, so
+    every document's text is hashed to prove it unchanged.
     Resumes a crashed build from its finished shards; the result equals a clean build."""
     _check_arguments(validation_fraction, max_chars, engine)
     tok, identity = load_tokenizer(tokenizer_path)
@@ -767,7 +819,7 @@ def tokenize_source(
         validation_fraction=float(validation_fraction), bos=bool(bos), max_chars=int(max_chars),
         batch_bytes=int(batch_bytes or 0), threads=threads,
         dtype=token_dtype(identity.vocab_size).str, engine=engine, engine_check_pieces=int(engine_check_pieces),
-        engine_check_chars=int(engine_check_chars),
+        engine_check_chars=int(engine_check_chars), text_lineage=text_lineage,
     )
     keys = _part_keys(input_dir, files, _settings(spec))
     spec = replace(spec, keys=keys, earlier=reuse.load(earlier) if keys else None)

@@ -9,12 +9,18 @@ datakit/tokenize/encode.py, no state crosses documents), and its split depends o
 new shard is the earlier shard's token spans of the documents it keeps, spliced in document order with
 the new documents' encodings: byte for byte what encoding the whole part gives.
 
-What proves a document is the earlier one: per document two 64-bit hashes, kept per unit of the earlier
-build (``reuse/ids/<key>.npy``, an ``(N, 2)`` uint64 array, in document order): column 0 is the salted
-hash of the id that also routes the document to train or validation (so the earlier documents' splits
-are known without their ids), column 1 hashes the id and the text together (so an edited text with the
-same id never passes for an unchanged document). A new document whose pair the earlier part has takes
-that document's tokens; any other is encoded.
+What proves a document is the earlier one: per document, kept per unit of the earlier build
+(``reuse/ids/<key>.npy``, an ``(N, 3)`` uint64 array, in document order): column 0 is the salted hash of
+the id that also routes the document to train or validation (so the earlier documents' splits are known
+without their ids), column 1 hashes the id and the text together (so an edited text with the same id
+never passes for an unchanged document), column 2 is the text's UTF-8 byte count (the shard's byte
+counts). A new document whose two hashes the earlier part has takes that document's tokens; any other
+is encoded. (Builds before the byte counts kept ``(N, 2)`` arrays: they are matched the same way.)
+
+A part whose every document the earlier part has by id alone (a takedown's part) is cut without reading
+its texts (`id_rows`), when the caller knows an id decides its text: the earlier build's documents had
+the same text lineage (the steps that change a text but keep its id, such as PII redaction, with the
+same settings; `Graph.text_lineage`), and an id is otherwise the content hash of its text.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ import xxhash
 
 from datakit.core import arrow_numpy as an
 
-__all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "doc_hashes", "validation_mask", "split_rows", "splice", "to_npy_bytes",
-           "from_npy_bytes"]
+__all__ = ["SPLIT_SALT", "IDS_DIR", "ids_rel", "id_hashes", "doc_hashes", "validation_mask", "split_rows", "id_rows",
+           "splice", "to_npy_bytes", "from_npy_bytes"]
 
 SPLIT_SALT = b"datakit.tokenize.split\x00"
 IDS_DIR = "reuse/ids/"
@@ -49,21 +55,30 @@ def _utf8(arr: pa.Array) -> tuple[memoryview, list[int]]:
     return memoryview(data if data is not None else b""), an.offsets(arr).tolist()
 
 
+def id_hashes(ids: pa.Array) -> np.ndarray:
+    """The split hash of each id (column 0 of `doc_hashes`), from its UTF-8 bytes."""
+    out = np.empty(len(ids), dtype="<u8")
+    id_data, id_at = _utf8(ids)
+    for n in range(len(ids)):
+        split = xxhash.xxh3_64(SPLIT_SALT)
+        split.update(id_data[id_at[n]:id_at[n + 1]])
+        out[n] = split.intdigest()
+    return out
+
+
 def doc_hashes(ids: pa.Array, texts: pa.Array) -> np.ndarray:
-    """``(N, 2)`` uint64: the split hash of each id, and the hash of id and text together, read from the
-    arrays' UTF-8 bytes (what ``str.encode`` gives)."""
-    out = np.empty((len(ids), 2), dtype="<u8")
+    """``(N, 3)`` uint64: the split hash of each id, the hash of id and text together, and the text's
+    UTF-8 byte count, read from the arrays' UTF-8 bytes (what ``str.encode`` gives)."""
+    out = np.empty((len(ids), 3), dtype="<u8")
+    out[:, 0] = id_hashes(ids)
     id_data, id_at = _utf8(ids)
     text_data, text_at = _utf8(texts)
     for n in range(len(ids)):
-        b = id_data[id_at[n]:id_at[n + 1]]
-        split = xxhash.xxh3_64(SPLIT_SALT)
-        split.update(b)
-        whole = xxhash.xxh3_64(b)
+        whole = xxhash.xxh3_64(id_data[id_at[n]:id_at[n + 1]])
         whole.update(b"\x00")
         whole.update(text_data[text_at[n]:text_at[n + 1]])
-        out[n, 0] = split.intdigest()
         out[n, 1] = whole.intdigest()
+    out[:, 2] = np.diff(np.asarray(text_at, dtype=np.int64))
     return out
 
 
@@ -75,27 +90,53 @@ def validation_mask(split_hashes: np.ndarray, fraction: float) -> np.ndarray:
     return split_hashes < np.uint64(math.ceil(fraction * 2.0**64))
 
 
+def _positions(earlier: np.ndarray, new: np.ndarray, column: int) -> np.ndarray | None:
+    """Each new document's row in the earlier part, matched by ``column`` and then checked on the two
+    hash columns the new rows have; -1 where none matches. None when the earlier column holds a value
+    twice (positions would be ambiguous)."""
+    order = np.argsort(earlier[:, column], kind="stable")
+    ordered = earlier[order, column]
+    if len(ordered) and (ordered[1:] == ordered[:-1]).any():
+        return None
+    if not len(ordered):
+        return np.full(len(new), -1, dtype=np.int64)
+    pos = order[np.minimum(np.searchsorted(ordered, new[:, column]), len(ordered) - 1)]
+    width = new.shape[1]
+    return np.where((earlier[pos, :width] == new).all(axis=1), pos, -1)
+
+
 def split_rows(earlier: np.ndarray, new: np.ndarray, fraction: float) -> dict[str, np.ndarray] | None:
     """Per split ("train", "validation"), for each of the new part's documents in that split, in order:
     its row in the earlier shard of that split, or -1 for a document the earlier part did not have (added,
     or its text edited: the id+text hash differs). None when the earlier hashes are ambiguous (the same
     id+text hash twice). A document keeps its split (the split hangs on its id), so a matched row is
     always in the same split's shard."""
-    order = np.argsort(earlier[:, 1], kind="stable")  # searched by the id+text hash, then both checked
-    ordered = earlier[order, 1]
-    if len(ordered) and (ordered[1:] == ordered[:-1]).any():
-        return None  # the same hash twice: positions would be ambiguous
-    if len(ordered):
-        at = np.minimum(np.searchsorted(ordered, new[:, 1]), len(ordered) - 1)
-        pos = order[at]
-        pos = np.where((earlier[pos] == new).all(axis=1), pos, -1)
-    else:
-        pos = np.full(len(new), -1, dtype=np.int64)
+    pos = _positions(earlier, new[:, :2], 1)
+    return None if pos is None else _by_split(earlier, pos, new[:, 0], fraction)
+
+
+def id_rows(earlier: np.ndarray, split_hashes: np.ndarray, fraction: float
+            ) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """`split_rows` of a part every one of whose documents the earlier part has, matched by id alone
+    (their split hashes, `id_hashes`), and each document's earlier row: None when the earlier hashes
+    lack the byte counts, an id is there twice, or a document is not there."""
+    if earlier.ndim != 2 or earlier.shape[1] < 3:
+        return None
+    pos = _positions(earlier, split_hashes[:, None], 0)
+    if pos is None or (pos < 0).any():
+        return None
+    return _by_split(earlier, pos, split_hashes, fraction), pos
+
+
+def _by_split(earlier: np.ndarray, pos: np.ndarray, split_hashes: np.ndarray, fraction: float
+              ) -> dict[str, np.ndarray]:
+    """Per split, each new document's row in the earlier shard of its split (or -1), from its row in
+    the earlier part (``pos``)."""
     earlier_val = validation_mask(earlier[:, 0], fraction)
     within = np.empty(len(earlier), dtype=np.int64)  # earlier row -> its row in its split's shard
     within[~earlier_val] = np.arange(int((~earlier_val).sum()))
     within[earlier_val] = np.arange(int(earlier_val.sum()))
-    new_val = validation_mask(new[:, 0], fraction)
+    new_val = validation_mask(split_hashes, fraction)
     out = {}
     for s, mask in (("train", ~new_val), ("validation", new_val)):
         p = pos[mask]
