@@ -175,4 +175,13 @@ def to_npy_bytes(arr: np.ndarray) -> bytes:
 
 
 def from_npy_bytes(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    """The array an .npy file's bytes hold, as a read-only view of them (``np.load`` would copy: a takedown
+    reads every earlier shard, 200 MB of tokens on the incremental benchmark)."""
+    f = io.BytesIO(data)
+    version = np.lib.format.read_magic(f)
+    header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    shape, fortran, dtype = header(f) if header is not None else ((), True, None)
+    if fortran or dtype.hasobject:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.frombuffer(data, dtype=dtype, count=count, offset=f.tell()).reshape(shape)
