@@ -84,3 +84,50 @@ def test_joining_pairs_alone_give_the_clusters_of_verifying_every_pair_and_survi
     assert np.array_equal(jac2[known2], truth[keep][known2])
     got = [c for c in _clusters(u2, v2, np.where(known2, jac2, -1.0), n) if not c & gone]
     assert got == [c for c in _clusters(u2, v2, truth[keep], n) if not c & gone]
+
+
+def test_the_incremental_reader_keeps_a_later_rounds_texts_from_the_files_it_reads(tmp_path):
+    """fuzzy_incremental.NodeSets: the sets it gives equal shingling the texts directly, in the order
+    asked; told what a later round may need, it keeps those texts from the files the first read opens
+    (so the later read takes them without opening a file), within its budget."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datakit.dedup import fuzzy_incremental as fi
+    from datakit.dedup.layout import FileEntry
+
+    texts, _, _ = _corpus()
+    params = minhash_params(DedupConfig())
+    halves = [texts[: len(texts) // 2], texts[len(texts) // 2:]]
+    entries = []
+    for i, half in enumerate(halves):
+        path = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"id": [f"{i}-{k}" for k in range(len(half))], "text": half}), path, row_group_size=3)
+        entries.append(FileEntry(gidx=i, rank=0, file_idx=i, source="s", path=str(path), name=path.name))
+    nodes = fi.Nodes(entries, np.array([11, 22], dtype=np.uint64))
+    node_of = [(i, r) for i, half in enumerate(halves) for r in range(len(half))]
+    all_nodes = nodes.node(np.array([[11, 22][i] for i, _ in node_of], np.uint64), np.array([r for _, r in node_of]))
+    truth = shingle_sets(texts, params)
+
+    def check(got, asked):
+        for j, n in enumerate(asked.tolist()):
+            k = all_nodes.tolist().index(n)
+            assert np.array_equal(got.values[got.offsets[j]:got.offsets[j + 1]],
+                                  truth.values[truth.offsets[k]:truth.offsets[k + 1]])
+
+    reader = fi.NodeSets(nodes, params)
+    first, later = np.sort(all_nodes[[0, 2, len(texts) - 1]]), np.sort(all_nodes[[1, 3, len(texts) - 2]])
+    reader.expect(np.concatenate([later, first]))
+    check(reader(first), first)
+    assert sorted(reader.kept) == later.tolist()  # both files were opened: every later text kept
+    check(reader(later), later)
+    assert not reader.kept
+    tight = fi.NodeSets(nodes, params)
+    tight.expect(later)
+    fi_budget, fi.KEEP_TEXT_CHARS = fi.KEEP_TEXT_CHARS, min(len(texts[i]) for i in (1, 3)) + 1
+    try:
+        check(tight(first), first)
+    finally:
+        fi.KEEP_TEXT_CHARS = fi_budget
+    assert len(tight.kept) < len(later)  # past the budget a text is read again when needed
+    check(tight(later), later)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import xxhash
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from datakit.core import arrow_numpy as an
 
@@ -73,18 +73,15 @@ def window_pairs(key: np.ndarray, node: np.ndarray, clique_max: int) -> tuple[np
 VERIFY_READ_ROWS = 1024  # rows decoded at a time when fetching texts for verification
 
 
-def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
-    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order, shingled as
-    the minhashes with these (recorded) params were.
+def row_texts(path: str, rows: np.ndarray) -> Iterator[tuple[np.ndarray, list]]:
+    """The texts of the given rows (sorted, unique) of one documents file, in that order, as (their
+    positions in ``rows``, texts) a batch at a time.
 
     Streamed: only the row groups holding a wanted row are read, `VERIFY_READ_ROWS` rows of the `text`
     column at a time, and only the wanted rows become Python strings. So memory is bounded by one such
-    batch of texts (plus the column chunk pyarrow buffers for its row group) and the sets returned,
-    never by the file: reading the whole column made a 256 MB shard cost ~1 GB in one worker. Sets are
-    per document, so shingling batch by batch gives the same bytes as shingling all texts at once.
-    """
+    batch of texts (plus the column chunk pyarrow buffers for its row group), never by the file: reading
+    the whole column made a 256 MB shard cost ~1 GB in one worker."""
     rows = np.asarray(rows, dtype=np.int64)
-    parts: list[Ragged] = []
     with open_parquet(path) as pf:
         require_columns(path, pf.schema_arrow, ["text"])
         meta = pf.metadata
@@ -98,11 +95,18 @@ def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
                 for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"]):
                     lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
                     if hi > lo:
-                        texts = rb.column(0).take(an.from_numpy(rows[lo:hi] - start)).to_pylist()
-                        parts.append(shingle_sets(texts, minhash_params))
+                        yield np.arange(lo, hi), rb.column(0).take(an.from_numpy(rows[lo:hi] - start)).to_pylist()
                     start += rb.num_rows
             except (pa.ArrowException, OSError) as e:
                 raise DedupInputError(f"{path}: cannot read parquet: {e}") from None
+
+
+def shingle_rows(path: str, rows: np.ndarray, minhash_params: dict) -> Ragged:
+    """Shingle sets of the given rows (sorted, unique) of one documents file, in that order, shingled as
+    the minhashes with these (recorded) params were, streamed (`row_texts`): memory is bounded by one
+    batch of texts and the sets returned. Sets are per document, so shingling batch by batch gives the
+    same bytes as shingling all texts at once."""
+    parts = [shingle_sets(texts, minhash_params) for _, texts in row_texts(path, rows)]
     if not parts:
         return Ragged(np.empty(0, np.uint32), np.zeros(1, np.int64))
     return batches.concat([{"sh": r} for r in parts])["sh"]

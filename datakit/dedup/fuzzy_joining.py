@@ -95,10 +95,13 @@ def _root(parent: dict[int, int], x: int) -> int:
     return x
 
 
-def verify_joining(u: np.ndarray, v: np.ndarray, jaccard: np.ndarray, threshold: float, read: ReadSets) -> int:
+def verify_joining(u: np.ndarray, v: np.ndarray, jaccard: np.ndarray, threshold: float, read: ReadSets,
+                   expect: Callable[[np.ndarray], None] | None = None) -> int:
     """Fill ``jaccard`` in place (NaN: unknown) for the unknown pairs (u[i], v[i]) that join two
     components of the pairs known to reach ``threshold``: a spanning forest of them, then all that still
-    join two (module docstring); the others stay NaN. Returns how many pairs were verified."""
+    join two (module docstring); the others stay NaN. Returns how many pairs were verified.
+    ``expect`` (optional) is told, before the first read, the documents the second round may need: the
+    other joining pairs' (a reader can keep their texts from the files the first round reads)."""
     members, inv = np.unique(np.concatenate([u, v]), return_inverse=True)
     pu, pv = inv[:len(u)], inv[len(u):]
     sets, verified, first = ShingleSets.empty(), 0, True
@@ -109,6 +112,8 @@ def verify_joining(u: np.ndarray, v: np.ndarray, jaccard: np.ndarray, threshold:
         if not len(joining):
             return verified
         pick = joining[_forest(label[pu[joining]], label[pv[joining]])] if first else joining
+        if first and expect is not None:
+            expect(np.setdiff1d(np.concatenate([u[joining], v[joining]]), np.concatenate([u[pick], v[pick]])))
         first = False
         sets = sets.with_nodes(np.unique(np.concatenate([u[pick], v[pick]])), read)
         jaccard[pick] = jaccard_of(sets.sets, np.searchsorted(sets.nodes, u[pick]),
