@@ -452,13 +452,14 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
             "checksums": sums}
 
 
-def _read_part(path: str) -> tuple[pa.Array, pa.Array]:
-    """A part's id and text columns, whole: what trimming reads of it (no encoding)."""
+def _read_part(path: str, columns: tuple[str, ...] = ("id", "text")) -> tuple[pa.Array, ...]:
+    """A part's id and text columns (or ``columns`` of them), whole: what trimming reads of it (no
+    encoding)."""
     with C.open_read(path) as f:
         pf = pq.ParquetFile(f)  # not pq.read_table: its dataset layer costs a worker 0.5 CPU-s of imports
         _require_columns(path, pf.schema_arrow.names)
-        table = pf.read(columns=["id", "text"], use_threads=False)
-    return an.combined(table.column("id")), an.combined(table.column("text"))
+        table = pf.read(columns=list(columns), use_threads=False)
+    return tuple(an.combined(table.column(c)) for c in columns)
 
 
 def _earlier_file(earlier: reuse.Earlier, rel: str | None) -> bytes | None:
@@ -528,10 +529,7 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     if earlier_ids is None:
         return None
     earlier_ids = trim.from_npy_bytes(earlier_ids)
-    earlier = _earlier_splits(spec.earlier, spec.trim_from[path])
-    if earlier is None:
-        return None
-    cut = _cut(spec, path, (key, names, fp), earlier, earlier_ids) if spec.text_lineage is not None else None
+    cut = _cut(spec, path, (key, names, fp), earlier_ids) if spec.text_lineage is not None else None
     if cut is not None:
         return cut
     ids, texts = _read_part(path)
@@ -540,8 +538,10 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
         return None
     hashes = trim.doc_hashes(ids, texts)
     rows = trim.split_rows(earlier_ids, hashes, spec.validation_fraction)
-    if rows is None or sum(int((r < 0).sum()) for r in rows.values()) > len(hashes) // 2 \
-            or not _fits(earlier, rows):
+    if rows is None or sum(int((r < 0).sum()) for r in rows.values()) > len(hashes) // 2:
+        return None
+    earlier = _earlier_holding(spec, path, rows)
+    if earlier is None:
         return None
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
     in_split = {"train": ~val, "validation": val}
@@ -557,24 +557,29 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
                           fresh[2] if fresh else None)
 
 
-def _fits(earlier: dict[str, tuple[np.ndarray, np.ndarray]], rows: dict[str, np.ndarray]) -> bool:
-    """Every row taken exists in the earlier shard of its split."""
-    return all(len(earlier[s][1]) - 1 > int(rows[s].max(initial=-1)) for s in SPLITS)
+def _earlier_holding(spec: _ShardSpec, path: str, rows: dict[str, np.ndarray]
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """The earlier shard of ``path``'s part (`_earlier_splits`), read only once the rows to take are
+    known, when every row taken exists in its split; else None."""
+    earlier = _earlier_splits(spec.earlier, spec.trim_from[path])
+    if earlier is None or any(len(earlier[s][1]) - 1 <= int(rows[s].max(initial=-1)) for s in SPLITS):
+        return None
+    return earlier
 
 
-def _cut(spec: _ShardSpec, path: str, shard: tuple[str | None, dict[str, str], dict],
-         earlier: dict[str, tuple[np.ndarray, np.ndarray]], earlier_ids: np.ndarray) -> dict | None:
+def _cut(spec: _ShardSpec, path: str, shard: tuple[str | None, dict[str, str], dict], earlier_ids: np.ndarray
+         ) -> dict | None:
     """The shard of a part whose every document the earlier part has by id (a takedown's part), cut from
     the earlier shard reading only the part's ids: the texts, the earlier build's byte counts and hashes
     are the earlier documents'. Sound because `_trim_sources` pairs only shards made with the same
     settings, the text lineage among them (`Graph.text_lineage`: no step changed a text under its id
     differently), so an id the earlier part had has the same text now. None: not such a part."""
-    with C.open_read(path) as f:
-        ids = an.combined(pq.ParquetFile(f).read(columns=["id"], use_threads=False).column("id"))
+    (ids,) = _read_part(path, ("id",))
     if ids.null_count or not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
         return None
     found = trim.id_rows(earlier_ids, trim.id_hashes(ids), spec.validation_fraction)
-    if found is None or not _fits(earlier, found[0]):
+    earlier = _earlier_holding(spec, path, found[0]) if found is not None else None
+    if earlier is None:
         return None
     rows, pos = found
     hashes = earlier_ids[pos]
