@@ -122,6 +122,8 @@ def test_the_incremental_reader_keeps_a_later_rounds_texts_from_the_files_it_rea
     assert sorted(reader.kept) == later.tolist()  # both files were opened: every later text kept
     check(reader(later), later)
     assert not reader.kept
+    check(reader(first), first)  # the hint was used up by the read it was for: nothing kept now
+    assert not reader.kept
     tight = fi.NodeSets(nodes, params)
     tight.expect(later)
     fi_budget, fi.KEEP_TEXT_CHARS = fi.KEEP_TEXT_CHARS, min(len(texts[i]) for i in (1, 3)) + 1

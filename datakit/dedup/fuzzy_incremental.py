@@ -198,7 +198,8 @@ class NodeSets:
         self.kept_chars = 0
 
     def expect(self, later: np.ndarray) -> None:
-        """Documents a later round may need: their texts are kept when their files are read."""
+        """Documents the next round may need: their texts are kept when the next read opens their files
+        (that read uses the hint up: a round after it keeps nothing no round will ask for)."""
         self.later = np.unique(later)
 
     def __call__(self, need: np.ndarray) -> batches.Ragged:
@@ -208,6 +209,7 @@ class NodeSets:
         rest = need[~found]
         extra = np.setdiff1d(self.later, need)
         extra = extra[~np.isin(extra, np.fromiter(self.kept, np.int64, len(self.kept)))]
+        self.later = np.empty(0, np.int64)
         gidx, extra_gidx = self.nodes.gidx_of_nodes(rest), self.nodes.gidx_of_nodes(extra)
         for g in np.unique(gidx).tolist():
             nodes_g, sets_g = self._read(g, rest[gidx == g], extra[extra_gidx == g])
