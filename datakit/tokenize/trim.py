@@ -55,24 +55,27 @@ def _utf8(arr: pa.Array) -> tuple[memoryview, list[int]]:
     return memoryview(data if data is not None else b""), an.offsets(arr).tolist()
 
 
-def id_hashes(ids: pa.Array) -> np.ndarray:
-    """The split hash of each id (column 0 of `doc_hashes`), from its UTF-8 bytes."""
-    out = np.empty(len(ids), dtype="<u8")
-    id_data, id_at = _utf8(ids)
-    for n in range(len(ids)):
+def _split_hashes(id_data: memoryview, id_at: list[int]) -> np.ndarray:
+    out = np.empty(len(id_at) - 1, dtype="<u8")
+    for n in range(len(out)):
         split = xxhash.xxh3_64(SPLIT_SALT)
         split.update(id_data[id_at[n]:id_at[n + 1]])
         out[n] = split.intdigest()
     return out
 
 
+def id_hashes(ids: pa.Array) -> np.ndarray:
+    """The split hash of each id (column 0 of `doc_hashes`), from its UTF-8 bytes."""
+    return _split_hashes(*_utf8(ids))
+
+
 def doc_hashes(ids: pa.Array, texts: pa.Array) -> np.ndarray:
     """``(N, 3)`` uint64: the split hash of each id, the hash of id and text together, and the text's
     UTF-8 byte count, read from the arrays' UTF-8 bytes (what ``str.encode`` gives)."""
     out = np.empty((len(ids), 3), dtype="<u8")
-    out[:, 0] = id_hashes(ids)
     id_data, id_at = _utf8(ids)
     text_data, text_at = _utf8(texts)
+    out[:, 0] = _split_hashes(id_data, id_at)
     for n in range(len(ids)):
         whole = xxhash.xxh3_64(id_data[id_at[n]:id_at[n + 1]])
         whole.update(b"\x00")
