@@ -183,7 +183,9 @@ def from_npy_bytes(data: bytes) -> np.ndarray:
     f = io.BytesIO(data)
     version = np.lib.format.read_magic(f)
     header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-    shape, fortran, dtype = header(f) if header is not None else ((), True, None)
+    if header is None:  # another format version: np.load reads it
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    shape, fortran, dtype = header(f)
     if fortran or dtype.hasobject:
         return np.load(io.BytesIO(data), allow_pickle=False)
     count = int(np.prod(shape, dtype=np.int64))
