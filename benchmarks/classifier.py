@@ -245,22 +245,20 @@ def once():
     if written:  # the same file each pass, written again
         from datatrove.pipeline.writers import JsonlWriter
         docs = JsonlWriter(written).run(docs, rank=0, world_size=1)
-    for doc in docs:
-        pass
-    return filt
+    return sum(1 for _ in docs)  # the documents kept (and, with the writer, written)
 FILTER_MODEL = []
 # warm: load the model once (as a worker would keep it) and run one pass
 reader = JsonlReader(corpus.rsplit("/", 1)[0], glob_pattern=corpus.rsplit("/", 1)[1], doc_progress=False)
 filt = FastTextClassifierFilter(model, keep_labels=("hq", 0.0), newline_replacement=" ")
 scores = [d.metadata.get("__label__hq") for d in filt.run(reader.run(rank=0, world_size=1))]
 FILTER_MODEL.append(filt.model)
-best = None
+best, kept = None, []
 for _ in range(repeats):
     c0 = cpu()
-    once()
+    kept.append(once())
     best = min(best or 1e9, cpu() - c0)
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-json.dump({"docs": len(scores), "cpu_s": best, "scores": scores, "peak_rss_mb": round(hwm / 1024, 1)},
+json.dump({"docs": len(scores), "kept": kept, "cpu_s": best, "scores": scores, "peak_rss_mb": round(hwm / 1024, 1)},
           open(out, "w"))
 """
 
@@ -328,15 +326,21 @@ def main() -> None:
                             str(work / "ours2k.json"), "2000"), "ours2k")
     ours, peer = (min(runs[s], key=lambda r: r["cpu_s"]) for s in ("ours", "peer"))
     ours2k = json.load(open(work / "ours2k.json"))
-    if not peer["docs"] or not ours["docs"]:
-        raise SystemExit(f"a side scored 0 documents: ours {ours['docs']}, datatrove {peer['docs']}")
+    bare = min(runs["peer_no_writer"], key=lambda r: r["cpu_s"])
+    if not peer["docs"] or not bare["docs"] or not ours["docs"]:
+        raise SystemExit(f"a side scored 0 documents: ours {ours['docs']}, datatrove {peer['docs']} "
+                         f"(without its writer {bare['docs']})")
+    want = sum(x >= 0.5 for x in peer["scores"])  # what every timed peer pass must keep (and write)
+    short_pass = [(side, r["kept"]) for side in ("peer", "peer_no_writer") for r in runs[side]
+                  if set(r["kept"]) != {want}]
+    if short_pass:
+        raise SystemExit(f"a timed datatrove pass kept other than the {want} documents its scores keep: {short_pass}")
     same = sum(abs(x - y) <= 1e-6 for x, y in zip(ours["scores"], peer["scores"]))
     agree = sum((x >= 0.5) == (y >= 0.5) for x, y in zip(ours["scores"], peer["scores"]))
     # datatrove reads the whole text, ours the first max_chars (20,000) characters: compare the others
     short = [len(t) <= 20_000 for t in _texts(str(corpus))]
     diff = max((abs(x - y) for x, y, k in zip(ours["scores"], peer["scores"], short) if k), default=0.0)
     ours_rate, peer_rate = ours["docs"] / ours["cpu_s"], peer["docs"] / peer["cpu_s"]
-    bare = min(runs["peer_no_writer"], key=lambda r: r["cpu_s"])
     bare_rate = bare["docs"] / bare["cpu_s"]
     print(json.dumps({
         "corpus": {k: made[k] for k in ("mb", "docs")},
