@@ -134,3 +134,40 @@ def test_a_new_worker_takes_the_drivers_environment_and_path_as_they_are_now(tmp
     want = ("set after the zygote started", "from the driver", "found from the driver's working directory")
     assert rows == [want] * 2
     assert backends._ZYGOTE[0] is zygote
+
+
+def _mapped_blocks_for_a_big_buffer(_x):
+    """How many more blocks glibc serves by a mapping of their own while a task holds a 20 MiB buffer."""
+    import ctypes
+
+    class _Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _Info
+    before = libc.mallinfo2().hblks
+    buf = bytearray(20 << 20)
+    during = libc.mallinfo2().hblks
+    del buf
+    return during - before
+
+
+def test_a_worker_keeps_a_tasks_freed_buffers_in_its_heap_for_the_next_task():
+    """A worker's big buffers come from its heap, not from mappings unmapped at each free, which the next
+    task would page-fault in again (worker._keep_freed_heap). The driver, a fresh interpreter with glibc's
+    defaults, maps such a buffer on its own: the check can tell the two apart."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("needs glibc 2.33+ (mallinfo2) to see how malloc served a buffer")
+    import subprocess
+
+    fresh = subprocess.run([sys.executable, "-c", "import tests.test_shuffle_zygote as t; "
+                            "print(t._mapped_blocks_for_a_big_buffer(0))"], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
+    assert fresh.stdout.strip() == "1", fresh  # glibc's default: a 20 MiB block is a mapping of its own
+    rows = Dataset.from_items([0, 1, 2, 3], num_shards=4).map(_mapped_blocks_for_a_big_buffer).collect(_cfg())
+    assert rows == [0, 0, 0, 0]
