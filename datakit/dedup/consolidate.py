@@ -38,7 +38,7 @@ import xxhash
 
 from datakit.shuffle import ExecConfig, counters, small_job_config_for_files
 from datakit.core import arrow_numpy as an
-from datakit.core.documents import content_id
+from datakit.core.documents import content_id, parquet_options
 from datakit.core.fsio import commit, discard, exists, makedirs, open_atomic
 from datakit.core.layout import AttributesDir, DocumentsDir, join
 from datakit.steps import reuse
@@ -166,7 +166,7 @@ def _consolidate_file(job: tuple, marks: list[_Marks] | None = None) -> dict:
     f_out, tmp = open_atomic(dst_main)
     writer = None
     try:
-        writer = pq.ParquetWriter(f_out, schema, compression="zstd")
+        writer = pq.ParquetWriter(f_out, schema, **parquet_options(schema))
         last, row0, at = None, 0, 0
         pending_ids = pending.column("id").to_pylist()
         for rb in iter_batches(src, None, 8192):

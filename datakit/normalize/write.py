@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.shuffle import current_shard
-from datakit.core.documents import CORE_SCHEMA
+from datakit.core.documents import CORE_SCHEMA, parquet_options
 from datakit.core.fsio import atomic_output, commit, discard, makedirs, open_atomic, open_read
 from datakit.core.layout import DocumentsDir
 
@@ -27,10 +27,6 @@ from .schema import (
 BATCH_ROWS = 50_000
 BATCH_TEXT_BYTES = 32 << 20
 REJECT_ROW_GROUP = 65_536
-# zstd level 1: half the CPU of level 3 on text (0.31 vs 0.58 CPU-s for 97 MB of documents) for files
-# 15% bigger; normalize's parts are an intermediate every stage downstream reads once.
-ZSTD_LEVEL = 1
-
 REJECTS_SCHEMA = pa.schema([
     ("source", pa.string()), ("file", pa.string()), ("line", pa.int64()), ("offset", pa.int64()),
     ("reason", pa.string()), ("detail", pa.string()), ("excerpt", pa.string()),
@@ -38,11 +34,7 @@ REJECTS_SCHEMA = pa.schema([
 
 
 def part_writer(f, schema: pa.Schema) -> pq.ParquetWriter:
-    # No dictionary/statistics for the big unique columns: dictionary attempts on text are wasted work
-    # and min/max statistics of whole documents bloat the footer.
-    small = [n for n in schema.names if n not in ("text",)]
-    return pq.ParquetWriter(f, schema, compression="zstd", compression_level=ZSTD_LEVEL,
-                            use_dictionary=[n for n in small if n != "id"], write_statistics=small)
+    return pq.ParquetWriter(f, schema, **parquet_options(schema))
 
 
 class ShardParquet:

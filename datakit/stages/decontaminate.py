@@ -16,7 +16,7 @@ from datakit.steps import Step, StepContext
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
 from .dedup_common import document_refs, documents_of
 
-VERSION = "2"
+VERSION = "3"
 
 
 def _decontaminate(ctx: StepContext, documents: dict[str, str], priority: dict[str, int],

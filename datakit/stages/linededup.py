@@ -36,7 +36,7 @@ from . import linededup_index
 from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import FileKey, documents_result, run_per_file, sort_unique
 
-VERSION = "1"
+VERSION = "2"
 
 
 def rewrite_file(name: str, table: pa.Table, removals: dict[str, dict[str, set[int]]], rules: LineDedupRules):

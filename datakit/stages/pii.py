@@ -29,7 +29,7 @@ from .contract import DOCUMENTS, Graph, Stage
 from .quality_common import add_source_steps
 from .transform import FileKey, documents_result, run_per_file
 
-VERSION = "1"
+VERSION = "2"
 
 
 def redact_file(name: str, table: pa.Table, rules: PiiRules) -> tuple[pa.Table, list, dict[str, int]]:

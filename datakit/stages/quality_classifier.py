@@ -45,7 +45,7 @@ from datakit.steps import Step, StepContext
 from .contract import DOCUMENTS, Graph, Stage, StageSummary, step_identity
 from .transform import BATCH_BYTES, REMOVED_VALUE_SCHEMA, FileKey, documents_result, input_names, run_per_file
 
-VERSION = "3"
+VERSION = "4"
 TRAIN_STEP = "quality-classifier-train"
 MODEL_FILE = "model.bin"
 SCORING_FILE = "scoring.bin"

@@ -26,7 +26,7 @@ from datakit.steps import Step, StepContext
 from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import FileKey, documents_result, run_per_file
 
-VERSION = "1"
+VERSION = "2"
 REASON = "takedown"
 
 

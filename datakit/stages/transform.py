@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from datakit.core import arrow_numpy as an
+from datakit.core.documents import parquet_options
 from datakit.core.fsio import atomic_output, atomic_write_bytes, is_local, link_or_copy, local_path, open_read, read_table
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
@@ -44,7 +45,7 @@ BATCH_BYTES = 1 << 20
 
 def table_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
+    pq.write_table(table, buf, **parquet_options(table.schema))
     return buf.getvalue()
 
 
@@ -116,11 +117,8 @@ def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, r
 
 
 def _writer(out: Any, schema: pa.Schema) -> pq.ParquetWriter:
-    """The streamed output's writer: zstd as `table_bytes`, but no dictionary for ``text``, which is
-    unique per document: its dictionary page would hold a row group's whole text, which every reader
-    decodes and keeps before its first row (reading the benchmark's 10 MB scored file: 9.6 ms without,
-    11.6 with, for files 1.3% smaller)."""
-    return pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=[n for n in schema.names if n != "text"])
+    """The streamed output's writer, encoding as `table_bytes` (`parquet_options`)."""
+    return pq.ParquetWriter(out, schema, **parquet_options(schema))
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ from .code_fingerprint import call_fingerprint, callable_fingerprint
 from .contract import DOCUMENTS, Graph, Stage, step_identity
 from .transform import FileKey, REMOVED_SCHEMA, documents_result, run_per_file, sort_unique  # noqa: F401 (REMOVED_SCHEMA: re-exported)
 
-VERSION = "1"
+VERSION = "2"
 _PROTECTED = ("id", "text")
 _loaded: dict[tuple[str, str], tuple[str, Callable]] = {}  # (call, dir) -> (code, fn): one import per process
 
