@@ -137,7 +137,7 @@ def test_a_new_worker_takes_the_drivers_environment_and_path_as_they_are_now(tmp
 
 
 def _mapped_blocks_for_a_big_buffer(_x):
-    """How many more blocks glibc serves by a mapping of their own while a task holds a 20 MiB buffer."""
+    """How many more blocks glibc serves by a mapping of their own while a task holds a 4 MiB buffer."""
     import ctypes
 
     class _Info(ctypes.Structure):
@@ -147,7 +147,7 @@ def _mapped_blocks_for_a_big_buffer(_x):
     libc = ctypes.CDLL("libc.so.6")
     libc.mallinfo2.restype = _Info
     before = libc.mallinfo2().hblks
-    buf = bytearray(20 << 20)
+    buf = bytearray(4 << 20)
     during = libc.mallinfo2().hblks
     del buf
     return during - before
@@ -168,6 +168,6 @@ def test_a_worker_keeps_a_tasks_freed_buffers_in_its_heap_for_the_next_task():
     fresh = subprocess.run([sys.executable, "-c", "import tests.test_shuffle_zygote as t; "
                             "print(t._mapped_blocks_for_a_big_buffer(0))"], capture_output=True, text=True,
                            cwd=Path(__file__).resolve().parents[1], timeout=120, check=True)
-    assert fresh.stdout.strip() == "1", fresh  # glibc's default: a 20 MiB block is a mapping of its own
+    assert fresh.stdout.strip() == "1", fresh  # glibc's default: a 4 MiB block is a mapping of its own
     rows = Dataset.from_items([0, 1, 2, 3], num_shards=4).map(_mapped_blocks_for_a_big_buffer).collect(_cfg())
     assert rows == [0, 0, 0, 0]
