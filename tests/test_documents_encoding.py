@@ -2,7 +2,7 @@
 no dictionary for the columns unique per document (id, text), no min/max statistics for text. Checked
 on the files a real pipeline wrote (normalize, quality, consolidate, line dedup, PII, takedown), read
 back with pyarrow's own metadata, so a stage that writes with other options (a dictionary tried on
-text costs a quarter of its encoding and a page every reader decodes first) fails here."""
+text costs CPU in every writer and a page every reader decodes first) fails here."""
 
 from __future__ import annotations
 
