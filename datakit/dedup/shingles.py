@@ -70,14 +70,26 @@ def check_shingling(ngram: int, unit: str, max_chars: int, punctuation: str) -> 
 _CLASS_OF_CATEGORY = {"Nd": DIGIT, "Cc": SPACE, "Zs": SPACE, "Zl": SPACE, "Zp": SPACE, "Cf": DROP}
 
 
-@lru_cache(maxsize=1)
-def _categories() -> tuple[list[str], np.ndarray]:
+def _computed_categories() -> tuple[list[str], np.ndarray]:
     """(the Unicode general categories that occur below _LUT_SIZE, sorted; each code point's index into
-    them): the one pass over the code points both lookup tables below are derived from."""
+    them), from `unicodedata` one code point at a time (39 ms)."""
     cats = list(map(unicodedata.category, map(chr, range(_LUT_SIZE))))
     uniq = sorted(set(cats))
     index = {c: i for i, c in enumerate(uniq)}
     return uniq, np.fromiter(map(index.__getitem__, cats), dtype=np.int64, count=_LUT_SIZE)
+
+
+@lru_cache(maxsize=1)
+def _categories() -> tuple[list[str], np.ndarray]:
+    """`_computed_categories`, the one pass over the code points both lookup tables below are derived
+    from: expanded from the generated runs (`_unicode_categories`, under 1 ms) when they were made from
+    this Python's Unicode version, computed otherwise."""
+    from . import _unicode_categories as gen
+
+    if gen.UNIDATA_VERSION != unicodedata.unidata_version or gen.SIZE != _LUT_SIZE:
+        return _computed_categories()
+    lengths = np.diff(np.append(np.asarray(gen.RUN_STARTS, dtype=np.int64), _LUT_SIZE))
+    return list(gen.CATEGORIES), np.repeat(np.asarray(gen.RUN_CATEGORIES, dtype=np.int64), lengths)
 
 
 @lru_cache(maxsize=1)
