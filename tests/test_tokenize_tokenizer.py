@@ -18,6 +18,7 @@ from datakit.tokenize.tokenizer import (
     TokenizerError,
     load_tokenizer,
     sample_corpus,
+    shared_tokenizer,
     train_tokenizer,
 )
 
@@ -104,6 +105,23 @@ def test_load_from_directory_and_fsspec_url(trained):
     tok_b, ident_b = load_tokenizer("memory://tokenizers/t1/tokenizer.json")
     assert ident_a == ident_b
     assert tok_a.encode("def f(x): return x").ids == tok_b.encode("def f(x): return x").ids
+
+
+def test_a_shared_tokenizer_is_parsed_once_per_content(trained, tmp_path):
+    """A run's tokenize steps share one parsed tokenizer per content (shared_tokenizer); a file with
+    other bytes under the same path is parsed anew, and load_tokenizer always gives a fresh object."""
+    copy = tmp_path / "copy" / "tokenizer.json"
+    copy.parent.mkdir()
+    copy.write_bytes(open(trained["path"], "rb").read())
+    tok, ident = shared_tokenizer(trained["path"])
+    assert shared_tokenizer(str(copy)) == (tok, ident)  # same bytes elsewhere: the same object
+    assert load_tokenizer(trained["path"])[0] is not tok
+    doc = json.loads(copy.read_text())
+    doc["added_tokens"].append({**doc["added_tokens"][-1], "id": ident.vocab_size, "content": "<|extra|>"})
+    copy.write_text(json.dumps(doc))
+    other, other_ident = shared_tokenizer(str(copy))
+    assert other is not tok and other_ident.sha256 != ident.sha256
+    assert other_ident.vocab_size == ident.vocab_size + 1
 
 
 def test_tokenizer_without_eos_needs_explicit_token(trained, tmp_path):

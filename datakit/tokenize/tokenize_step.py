@@ -58,7 +58,7 @@ from datakit.tokenize import trim
 from datakit.tokenize.encode import MAX_PIECE_CHARS, assemble_flat, to_pieces, token_dtype
 from datakit.tokenize.engine import (CHECK_CHARS, ENGINES, EngineChoice, EngineError, ShardEncoder, choose, convert,
                                      encode_thread)
-from datakit.tokenize.tokenizer import find_source_files, load_tokenizer
+from datakit.tokenize.tokenizer import find_source_files, shared_tokenizer
 
 __all__ = ["TokenizeResult", "tokenize_source", "is_validation", "SPLITS", "VERSION"]
 
@@ -147,7 +147,7 @@ def _tokenizer_for(spec: _ShardSpec):
     if key not in _TOKENIZERS:
         if spec.threads and not spec.in_process and "RAYON_NUM_THREADS" not in os.environ:
             os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
-        tok, ident = load_tokenizer(spec.tokenizer_path)
+        tok, ident = shared_tokenizer(spec.tokenizer_path)
         if ident.sha256 != spec.identity["sha256"]:
             raise RuntimeError(
                 f"tokenizer {spec.tokenizer_path} changed while tokenizing (sha256 {ident.sha256}, expected "
@@ -808,7 +808,7 @@ def tokenize_source(
     every document's text is hashed to prove it unchanged.
     Resumes a crashed build from its finished shards; the result equals a clean build."""
     _check_arguments(validation_fraction, max_chars, engine)
-    tok, identity = load_tokenizer(tokenizer_path)
+    tok, identity = shared_tokenizer(tokenizer_path)
     # forced tiktoken fails here, before any work; auto converts in the workers only (the driver's plan
     # is needed only when every shard is reused, and is made then)
     planned = choose(tok, engine, where=str(tokenizer_path)) if engine == "tiktoken" else None

@@ -30,6 +30,7 @@ __all__ = [
     "TokenizerError",
     "TokenizerIdentity",
     "load_tokenizer",
+    "shared_tokenizer",
     "tokenizer_identity",
     "train_tokenizer",
     "find_source_files",
@@ -137,10 +138,17 @@ def load_tokenizer(path_or_url: str, *, eos_token: str | None = None,
     Hub names ("gpt2", "meta-llama/Llama-3.1-8B") raise a TokenizerError explaining how to point at a
     file instead. The returned tokenizer encodes special-token spellings found inside documents as
     plain text, so a document that mentions "<|endoftext|>" cannot inject a real EOS."""
+    return _parsed(*_tokenizer_bytes(path_or_url), eos_token=eos_token, bos_token=bos_token)
+
+
+def _tokenizer_bytes(path_or_url: str) -> tuple[bytes, str]:
     if not isinstance(path_or_url, (str, os.PathLike)):
         raise TokenizerError(f"tokenizer must be a path or URL string, got {type(path_or_url).__name__}")
-    path_or_url = os.fspath(path_or_url)
-    data, where = _read_tokenizer_bytes(path_or_url)
+    return _read_tokenizer_bytes(os.fspath(path_or_url))
+
+
+def _parsed(data: bytes, where: str, *, eos_token: str | None = None,
+            bos_token: str | None = None) -> tuple[Tokenizer, TokenizerIdentity]:
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # tokenizers raises plain Exception subclasses with serde messages
@@ -148,6 +156,20 @@ def load_tokenizer(path_or_url: str, *, eos_token: str | None = None,
     identity = tokenizer_identity(tok, data, eos_token=eos_token, bos_token=bos_token, where=where)
     tok.encode_special_tokens = True
     return tok, identity
+
+
+_SHARED: dict[str, tuple[Tokenizer, TokenizerIdentity]] = {}
+
+
+def shared_tokenizer(path_or_url: str) -> tuple[Tokenizer, TokenizerIdentity]:
+    """`load_tokenizer` parsed once per process per content (the file's sha256, its identity): a run's
+    tokenize steps and the shards they encode in this process share one object (each parse of a
+    tokenizer.json is 10 ms and more). Callers must not change it; `load_tokenizer` gives a fresh one."""
+    data, where = _tokenizer_bytes(path_or_url)
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _SHARED:
+        _SHARED[key] = _parsed(data, where)
+    return _SHARED[key]
 
 
 # ---------------------------------------------------------------------------------------------- training
