@@ -121,12 +121,20 @@ def kill_when(pattern: str, pid: int, killed: dict) -> None:
 
     fs = fsspec.filesystem("s3", use_listings_cache=False, skip_instance_cache=True)
     deadline = time.monotonic() + 600
+    found: str | None = None
     while time.monotonic() < deadline:
-        try:
-            found = fs.glob(pattern)
-        except OSError:
-            found = []
-        if found and any(_runs_attempt(p) for p in _node_processes(pid)[1:]):
+        if found is None:  # the store is asked until the pattern matches; a match stays (a run deletes its
+            try:           # shuffle files only when it succeeds), so from then on only the node is watched
+                hits = fs.glob(pattern)
+            except OSError:
+                hits = []
+            if not hits:
+                time.sleep(0.05)
+                continue
+            found = hits[0]
+        # polled without a store call between looks (each took ~0.1 s): an attempt of a few tens of ms
+        # on node A is seen, where a glob per look could miss every one of them (it failed CI once)
+        if any(_runs_attempt(p) for p in _node_processes(pid)[1:]):
             node = _node_processes(pid)
             _signal_all(node[:1], signal.SIGSTOP)
             node = _node_processes(pid)  # complete now: a stopped raylet forks no more workers
@@ -136,10 +144,10 @@ def kill_when(pattern: str, pid: int, killed: dict) -> None:
                 _signal_all(node, signal.SIGKILL)
                 gone, alive = psutil.wait_procs(node, timeout=30)
                 killed.update({"pid": pid, "workers": [p.pid for p in node[1:]], "running": running,
-                               "after": found[0], "raylet_gone": not psutil.pid_exists(pid) and not alive})
+                               "after": found, "raylet_gone": not psutil.pid_exists(pid) and not alive})
                 return
             _signal_all(node, signal.SIGCONT)
-        time.sleep(0.05)
+        time.sleep(0.01)
 
 
 def main(config_path: str) -> None:
