@@ -31,9 +31,9 @@ def _keep_freed_heap() -> None:
     the OS, so the next task page-faults all of it in again: a takedown of 1% of the incremental
     benchmark's 400 MB took 74k faults in its worker tasks (1.1 CPU-s of system time) where the same
     tasks run in the driver, whose heap had grown already, took 4k. Fixing the thresholds keeps those
-    pages: 48k faults (with thresholds of 32 and 128 MiB, the same 48k, paired runs on a quiet machine
-    took 0.21 and 0.24 CPU-s less; these lower ones hold less freed memory, and a fresh build's peak PSS
-    stayed within its run-to-run spread). `tasks._release_freed_memory` still gives all freed memory back
+    pages: the whole run's faults 110k -> 48k (with thresholds of 32 and 128 MiB, the same 48k, paired
+    runs on a quiet machine took 0.21 and 0.24 CPU-s less; these lower ones hold less freed memory, and a
+    fresh build's peak PSS stayed within its run-to-run spread). `tasks._release_freed_memory` still gives all freed memory back
     once a worker holds `RELEASE_ABOVE_BYTES` more than its floor. Not glibc (musl, macOS): nothing to set."""
     try:
         import ctypes
