@@ -116,6 +116,8 @@ def test_a_shared_tokenizer_is_parsed_once_per_content(trained, tmp_path):
     tok, ident = shared_tokenizer(trained["path"])
     assert shared_tokenizer(str(copy)) == (tok, ident)  # same bytes elsewhere: the same object
     assert load_tokenizer(trained["path"])[0] is not tok
+    gone = tmp_path / "gone.json"
+    assert shared_tokenizer(str(gone), sha256=ident.sha256) == (tok, ident)  # held: the file is not read
     doc = json.loads(copy.read_text())
     doc["added_tokens"].append({**doc["added_tokens"][-1], "id": ident.vocab_size, "content": "<|extra|>"})
     copy.write_text(json.dumps(doc))

@@ -137,24 +137,19 @@ class TokenizeResult:
 
 # --------------------------------------------------------------------------------------------- the task
 
-_TOKENIZERS: dict[str, Any] = {}
-
-
 def _tokenizer_for(spec: _ShardSpec):
-    """Load once per worker process (a task per shard would otherwise re-parse the JSON each time), by
-    content: each source's step reads its own copy of the same tokenizer."""
-    key = spec.identity["sha256"]
-    if key not in _TOKENIZERS:
-        if spec.threads and not spec.in_process and "RAYON_NUM_THREADS" not in os.environ:
-            os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
-        tok, ident = shared_tokenizer(spec.tokenizer_path)
-        if ident.sha256 != spec.identity["sha256"]:
-            raise RuntimeError(
-                f"tokenizer {spec.tokenizer_path} changed while tokenizing (sha256 {ident.sha256}, expected "
-                f"{spec.identity['sha256']}); rerun the step"
-            )
-        _TOKENIZERS[key] = tok
-    return _TOKENIZERS[key]
+    """The step's tokenizer, parsed once per process by content (`shared_tokenizer`: a task per shard
+    would otherwise re-parse the JSON each time; each source's step reads its own copy of the same
+    tokenizer); its file is read only when this process does not hold that content yet."""
+    if spec.threads and not spec.in_process and "RAYON_NUM_THREADS" not in os.environ:
+        os.environ["RAYON_NUM_THREADS"] = str(spec.threads)  # read when the Rust pool first starts
+    tok, ident = shared_tokenizer(spec.tokenizer_path, sha256=spec.identity["sha256"])
+    if ident.sha256 != spec.identity["sha256"]:
+        raise RuntimeError(
+            f"tokenizer {spec.tokenizer_path} changed while tokenizing (sha256 {ident.sha256}, expected "
+            f"{spec.identity['sha256']}); rerun the step"
+        )
+    return tok
 
 
 _ENGINES: dict[tuple[str, str, str], EngineChoice] = {}

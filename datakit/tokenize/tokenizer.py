@@ -161,10 +161,13 @@ def _parsed(data: bytes, where: str, *, eos_token: str | None = None,
 _SHARED: dict[str, tuple[Tokenizer, TokenizerIdentity]] = {}
 
 
-def shared_tokenizer(path_or_url: str) -> tuple[Tokenizer, TokenizerIdentity]:
+def shared_tokenizer(path_or_url: str, sha256: str | None = None) -> tuple[Tokenizer, TokenizerIdentity]:
     """`load_tokenizer` parsed once per process per content (the file's sha256, its identity): a run's
     tokenize steps and the shards they encode in this process share one object (each parse of a
-    tokenizer.json is 10 ms and more). Callers must not change it; `load_tokenizer` gives a fresh one."""
+    tokenizer.json is 10 ms and more). Callers must not change it; `load_tokenizer` gives a fresh one.
+    ``sha256``: the content the caller expects; when this process holds it, the file is not read again."""
+    if sha256 is not None and sha256 in _SHARED:
+        return _SHARED[sha256]
     data, where = _tokenizer_bytes(path_or_url)
     key = hashlib.sha256(data).hexdigest()
     if key not in _SHARED:
