@@ -538,8 +538,7 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
     earlier = _earlier_holding(spec, path, rows)
     if earlier is None:
         return None
-    val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
-    in_split = {"train": ~val, "validation": val}
+    in_split = _in_split(hashes, spec)
     fresh_rows = {s: np.flatnonzero(in_split[s])[rows[s] < 0] for s in SPLITS}
     new_rows = np.sort(np.concatenate([fresh_rows[s] for s in SPLITS]))
     fresh = None
@@ -578,9 +577,14 @@ def _cut(spec: _ShardSpec, path: str, shard: tuple[str | None, dict[str, str], d
         return None
     rows, pos = found
     hashes = earlier_ids[pos]
+    return _write_spliced(spec, shard, earlier, rows, {s: None for s in SPLITS}, hashes, _in_split(hashes, spec),
+                          None)
+
+
+def _in_split(hashes: np.ndarray, spec: _ShardSpec) -> dict[str, np.ndarray]:
+    """Per split, which of the documents (their `trim.doc_hashes` rows) it holds."""
     val = trim.validation_mask(hashes[:, 0], spec.validation_fraction)
-    return _write_spliced(spec, shard, earlier, rows, {s: None for s in SPLITS}, hashes,
-                          {"train": ~val, "validation": val}, None)
+    return {"train": ~val, "validation": val}
 
 
 def _write_spliced(spec: _ShardSpec, shard: tuple[str | None, dict[str, str], dict],
