@@ -33,8 +33,9 @@ def _keep_freed_heap() -> None:
     tasks run in the driver, whose heap had grown already, took 4k. Fixing the thresholds keeps those
     pages: the whole run's faults 110k -> 48k (with thresholds of 32 and 128 MiB, the same 48k, paired
     runs on a quiet machine took 0.21 and 0.24 CPU-s less; these lower ones hold less freed memory, and a
-    fresh build's peak PSS stayed within its run-to-run spread). `tasks._release_freed_memory` still gives all freed memory back
-    once a worker holds `RELEASE_ABOVE_BYTES` more than its floor. Not glibc (musl, macOS): nothing to set."""
+    fresh build's peak PSS stayed within its run-to-run spread). `tasks._release_freed_memory` still
+    gives all freed memory back once a worker holds `RELEASE_ABOVE_BYTES` more than its floor. Not glibc
+    (musl, macOS): nothing to set."""
     try:
         import ctypes
 
