@@ -180,7 +180,8 @@ def pair_ids(u_hi, u_lo, v_hi, v_lo) -> dict[str, np.ndarray]:
             "bh": np.where(swap, u_hi, v_hi), "bl": np.where(swap, u_lo, v_lo)}
 
 
-KEEP_TEXT_CHARS = 32 << 20  # characters of texts kept for a later round, at most: 32-128 MB of the driver's memory (1-4 bytes a character)
+# Characters of texts kept for a later round, at most: 32-128 MB of the driver's memory (1-4 bytes a character).
+KEEP_TEXT_CHARS = 32 << 20
 
 
 class NodeSets:
