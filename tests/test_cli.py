@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import sysconfig
 import tracemalloc
 from pathlib import Path
@@ -325,3 +327,34 @@ def test_run_imports_no_jax_ferry_or_quality_rules_it_does_not_run(tmp_path):
     imported = {line.rsplit("|", 1)[1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "datakit.pipeline" in imported  # the probe sees the run's imports
     assert not {"jax", "duckdb", "datakit.ferry", "datakit.quality.text"} & imported
+
+
+_COMMAND = """
+import json, os, sys
+from datakit.cli import entry
+from datakit.shuffle import backends
+
+try:
+    entry()
+except SystemExit as e:
+    code = e.code
+zygote = backends._ZYGOTE[0].proc.pid if backends._ZYGOTE else None
+with open(f"/proc/{zygote}/cmdline", "rb") as a, open("/proc/self/cmdline", "rb") as b:
+    forked = a.read() == b.read()
+print(json.dumps({"code": code, "forked": forked}))
+"""
+
+
+def test_the_datakit_command_forks_its_workers_zygote_from_itself(tmp_path):
+    """The `datakit` command (`entry`, what the console script and `python -m datakit.cli` call) owns its
+    process, so the local backend forks the workers' zygote from the driver, stage modules imported, while
+    the run's and the step's heartbeats run (core/fork_safety.py). A new thread in the runner that nobody
+    registered would silently turn this off: this test says so."""
+    manifest = _corpus(tmp_path)
+    text = manifest.read_text()
+    manifest.write_text(text[: text.index("train:")] + "normalize:\n  inline_bytes: 0\n")  # a pool starts
+    res = subprocess.run([sys.executable, "-c", _COMMAND, "run", str(manifest), "--prefix", str(tmp_path / "out"),
+                          "--json"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert out == {"code": 0, "forked": True}

@@ -549,7 +549,11 @@ def test_task_peak_rss_is_the_tasks_own_peak():
 
 _ORPHAN_DRIVER = """
 import os, sys, time
+from datakit.core import fork_safety
 from datakit.shuffle import Dataset, ExecConfig
+
+if sys.argv[2] == "claimed":  # as `datakit run` is: its zygote is a fork of this process
+    fork_safety.claim_process()
 
 def task(x, out=sys.argv[1]):
     with open(os.path.join(out, f"worker-{os.getpid()}"), "w") as f:
@@ -561,16 +565,18 @@ Dataset.from_items([1, 2], num_shards=2).map(task).collect(ExecConfig(backend="l
 """
 
 
-def test_workers_do_not_outlive_a_killed_driver(tmp_path):
+@pytest.mark.parametrize("driver", ["claimed", "unclaimed"])
+def test_workers_do_not_outlive_a_killed_driver(tmp_path, driver):
     """A driver killed mid-task (SIGKILL: no atexit, no cleanup) takes its busy workers with it: they run
-    in their own session, so only their watch on the driver ends them."""
+    in their own session, so only their watch on the driver ends them (whether their zygote is a fresh
+    interpreter or a fork of the driver)."""
     import subprocess
     import sys
     import time
 
     script = tmp_path / "driver.py"
     script.write_text(_ORPHAN_DRIVER)
-    driver = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    driver = subprocess.Popen([sys.executable, str(script), str(tmp_path), driver], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("worker-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -1,13 +1,16 @@
 """The local backend forks its workers from a zygote (datakit/shuffle/zygote.py): one fresh interpreter
-that imports what workers need once. These tests hold it to what spawned workers gave: workers that are
-not the driver's forks and run in their own session, exit codes of dead workers, a dead zygote replaced
-without losing an attempt, and the same results."""
+that imports what workers need once, or under `datakit run` a fork of the driver itself. These tests hold
+it to what spawned workers gave: workers that are not the driver's forks and run in their own session,
+exit codes of dead workers, a dead zygote replaced without losing an attempt, and the same results; and
+the driver forks its zygote only when it is ours and no thread could hold a lock the child needs."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import select
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,6 +58,8 @@ def test_workers_are_forked_from_one_zygote_not_from_the_driver():
     assert {ppid for _, _, ppid, _, _ in rows} == {zygote}  # forked from the zygote, which the driver started
     assert all(sid == pid for _, pid, _, sid, _ in rows)  # each in its own session: a Ctrl-C is the driver's
     assert zygote not in pids
+    with open(f"/proc/{zygote}/cmdline", "rb") as f:  # this test run is not datakit's to fork
+        assert f.read().split(b"\0")[1:3] == [b"-m", b"datakit.shuffle.zygote"]
 
 
 def test_a_dead_workers_exit_code_comes_through_the_zygote_and_it_is_replaced():
@@ -171,3 +176,84 @@ def test_a_worker_keeps_a_tasks_freed_buffers_in_its_heap_for_the_next_task():
     assert fresh.stdout.strip() == "1", fresh  # glibc's default: a 4 MiB block is a mapping of its own
     rows = Dataset.from_items([0, 1, 2, 3], num_shards=4).map(_mapped_blocks_for_a_big_buffer).collect(_cfg())
     assert rows == [0, 0, 0, 0]
+
+
+_DRIVER = """
+import json, os, sys, threading
+from datakit.core import fork_safety
+from datakit.shuffle import Dataset, ExecConfig, backends
+from datakit.steps.runs import RunRecord
+
+
+def where(x):
+    return (x, os.getpid(), os.getppid())
+
+
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+if sys.argv[1] != "unclaimed":
+    fork_safety.claim_process()
+stop = threading.Event()
+if sys.argv[1] == "stray-thread":
+    threading.Thread(target=stop.wait, daemon=True).start()
+with RunRecord(sys.argv[2], "test-run", [], timeout_s=0.2):  # its registered heartbeat beats every 0.05 s
+    rows = Dataset.from_items(list(range(8)), num_shards=8).map(where).collect(ExecConfig(backend="local", max_workers=2))
+zygote = backends._ZYGOTE[0].proc.pid
+with open(f"/proc/{zygote}/stat") as f:
+    parent = int(f.read().rsplit(") ", 1)[1].split()[1])
+print(json.dumps({"rows": rows, "me": os.getpid(), "zygote": zygote, "zygote_parent": parent,
+                  "forked": cmdline(zygote) == cmdline(os.getpid())}))
+stop.set()
+"""
+
+
+@pytest.mark.parametrize("driver, forked", [("claimed", True), ("stray-thread", False), ("unclaimed", False)])
+def test_a_claimed_driver_forks_its_zygote_from_itself_unless_a_thread_could_hold_a_lock(tmp_path, driver, forked):
+    """`datakit run`'s driver (a claimed process) forks its first zygote from itself, while its run
+    record's heartbeat runs (a registered thread); a thread nobody registered (it could hold a lock the
+    child would need forever) or a process datakit does not own (a user's program, this test run) gets a
+    fresh interpreter. Either way the workers are the zygote's children and the results the same."""
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    res = subprocess.run([sys.executable, str(script), driver, str(tmp_path / "prefix")], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.splitlines()[-1])
+    assert sorted(x for x, _, _ in out["rows"]) == list(range(8))
+    assert {ppid for _, _, ppid in out["rows"]} == {out["zygote"]}
+    assert out["me"] not in {pid for _, pid, _ in out["rows"]}
+    assert out["zygote_parent"] == out["me"]
+    assert out["forked"] is forked
+
+
+_FORKS_AFTER_A_POOL = """
+import os
+from datakit.core import fork_safety
+from datakit.shuffle import Dataset, ExecConfig, backends
+
+fork_safety.claim_process()
+Dataset.from_items([1, 2], num_shards=2).map(lambda x: x).collect(ExecConfig(backend="local", max_workers=2))
+assert backends._POOLS and backends._ZYGOTE
+r, w = os.pipe()
+with backends._ZYGOTE_LOCK:  # held by the forking thread, as when the zygote itself is forked
+    pid = os.fork()
+    if pid == 0:
+        clean = not backends._POOLS and not backends._ZYGOTE and backends._ZYGOTE_LOCK.acquire(timeout=0)
+        os.write(w, b"1" if clean else b"0")
+        os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(r, 1).decode())
+"""
+
+
+def test_a_forked_child_holds_none_of_its_parents_pools():
+    """A child forked from a process with pools (the zygote forked from the driver, a worker, a user's
+    multiprocessing child) starts with none of the parent's pool or zygote handles, which would reach the
+    parent's processes, and with the zygote lock open although the forking thread held it."""
+    res = subprocess.run([sys.executable, "-c", _FORKS_AFTER_A_POOL], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "1"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from datakit import __version__
+from datakit.core import fork_safety
 from datakit.defaults import default_manifest_path
 
 from . import cache, demo, explain, export, ferry, mix, report, run, steps
@@ -31,4 +32,12 @@ for _command in (run.validate, run.run, steps.verify, steps.status, steps.gc, re
                  demo.demo, ferry.ferry, mix.mix, export.export, explain.explain):
     main.add_command(_command)
 
-__all__ = ["main", "state_word"]
+def entry() -> None:
+    """The `datakit` command as a process of its own (the console script, `python -m datakit.cli`): the
+    process is datakit's from its first line, so the local backend may fork its workers' zygote from
+    it (`core.fork_safety`). Tests that call `main` in their own process keep fresh zygotes."""
+    fork_safety.claim_process()
+    main()
+
+
+__all__ = ["entry", "main", "state_word"]

@@ -2,7 +2,7 @@
 
 import sys
 
-from datakit.cli import main
+from datakit.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -19,6 +19,8 @@ from collections import deque
 from multiprocessing.connection import Connection, wait as mp_wait
 from typing import TYPE_CHECKING, Any
 
+from datakit.core import fork_safety
+
 from .backend_base import RAY_CAPABILITIES, Backend, Capabilities, Event, error_info, execute_payload
 from .processes import start_child, stop_child
 
@@ -55,9 +57,10 @@ class _Worker:
     """One worker process over a socketpair: on Linux forked from the zygote (zygote.py), elsewhere
     started as `python -m datakit.shuffle.worker`.
 
-    Either way its parent is a fresh interpreter, not the driver (not fork, not multiprocessing's
-    spawn), so the user's __main__ module is never re-imported in workers (their scripts need no
-    `if __name__ == "__main__"` guard) and no driver threads or JAX state leak into the child.
+    Either way the user's __main__ module is never re-imported in workers (their scripts need no
+    `if __name__ == "__main__"` guard) and no driver threads or JAX state leak into the child: the
+    zygote is a fresh interpreter, or under the `datakit` command a fork of the driver made only while
+    no thread but registered ones ran (`core.fork_safety`).
     Functions travel by value with cloudpickle; the child gets the driver's sys.path so functions
     pickled by reference (test modules, user packages) import the same way.
     """
@@ -78,6 +81,28 @@ class _Worker:
 USE_ZYGOTE = sys.platform.startswith("linux")
 _ZYGOTE: list[Zygote] = []  # the one zygote of this process, started with the first worker
 _ZYGOTE_LOCK = threading.Lock()
+def _forget_parents_processes() -> None:
+    """In a forked child: the pools and zygote here are the parent's handles, and the lock may have been
+    held by the forking thread (the zygote is forked under it)."""
+    global _ZYGOTE_LOCK
+    _ZYGOTE_LOCK = threading.Lock()
+    _ZYGOTE.clear()
+    _POOLS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parents_processes)
+
+
+def _first_zygote() -> Zygote:
+    """This process's first zygote: forked from here when allowed and safe now, else a fresh interpreter."""
+    from .zygote import Zygote, fork_from_here
+
+    if fork_safety.process_is_ours():
+        with fork_safety.quiesced() as safe:
+            if safe:
+                return fork_from_here()
+    return Zygote()
 
 
 def _forked_worker() -> tuple[ForkedProcess, Connection] | None:
@@ -91,7 +116,7 @@ def _forked_worker() -> tuple[ForkedProcess, Connection] | None:
                 if _ZYGOTE:
                     log.warning("the local backend's zygote (pid %d) exited (code %s); started a new one",
                                 _ZYGOTE[0].proc.pid, _ZYGOTE[0].proc.returncode)
-                _ZYGOTE[:] = [Zygote()]
+                _ZYGOTE[:] = [Zygote() if _ZYGOTE else _first_zygote()]  # a replacement starts fresh
             zygote = _ZYGOTE[0]
         try:
             return zygote.fork()

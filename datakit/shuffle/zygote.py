@@ -5,9 +5,12 @@ Why: a worker started as its own interpreter paid Python's start and the imports
 (datakit.shuffle, pyarrow, numpy) itself, about 0.45 CPU-s and tens of MB of private pages per
 worker, and paid it again for each replacement of a dead worker: with two workers, a tenth of a small
 incremental run. Forked from the zygote, a worker starts in milliseconds and shares those pages with its
-siblings. The zygote is itself a fresh interpreter, started the way workers were (not a fork of the
-driver), so, as before, no driver thread, JAX state or user ``__main__`` reaches a worker. Used on Linux
-only (backends.py): elsewhere forking a process that loaded numpy's BLAS or system frameworks is not safe.
+siblings. The zygote is a fresh interpreter, started the way workers were, so no driver thread, JAX
+state or user ``__main__`` reaches a worker; except under `datakit run`, whose driver is ours from its
+first line: there the zygote is a fork of the driver itself (`fork_from_here`), made when the first pool
+starts if `core.fork_safety` finds no thread that could hold a lock the child needs, so its workers also
+start with the stage modules imported. Used on Linux only (backends.py): elsewhere forking a process
+that loaded numpy's BLAS or system frameworks is not safe.
 
 The protocol, over a socketpair, is strictly a request and then its reply, so a passed file descriptor
 never interleaves with another message:
@@ -28,6 +31,7 @@ watched the driver, so they follow within about two of `DRIVER_POLL_S`.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -50,10 +54,11 @@ class ZygoteGone(RuntimeError):
 
 
 class Zygote:
-    """The driver's handle on one zygote process (thread-safe: one request at a time)."""
+    """The driver's handle on one zygote process (thread-safe: one request at a time): a fresh interpreter,
+    or with ``child`` the (process, pipe) `fork_from_here` made."""
 
-    def __init__(self) -> None:
-        self.proc, self.conn = start_child("datakit.shuffle.zygote")
+    def __init__(self, child: tuple["ChildProcess", Connection] | None = None) -> None:
+        self.proc, self.conn = child or start_child("datakit.shuffle.zygote")
         self._lock = threading.Lock()
 
     def _ask(self, msg: tuple, with_handle: bool = False) -> tuple[int | None, object]:
@@ -120,6 +125,74 @@ class ForkedProcess:
                 pass  # orphaned: it exits on its own within DRIVER_POLL_S
 
 
+class ChildProcess:
+    """A child this process forked itself, as `stop_child` and the pool see it (the part of
+    `subprocess.Popen`'s interface they use)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: its code is gone
+                self.returncode = -1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def fork_from_here() -> Zygote:
+    """A zygote forked from this process now, holding every module it imported, so its workers start
+    with the stage modules they run as well as pyarrow and numpy: a fresh zygote's start and imports
+    (~0.25 CPU-s) and each worker's imports of the stage it runs (~0.1 CPU-s) are not paid. Only for
+    `datakit run`'s driver (backends.fork_workers_from_driver), and only inside
+    `fork_safety.quiesced()`, which said no other thread can hold a lock the child needs.
+
+    The child inherits the driver as it is at this instant; it only serves `_serve`'s requests and
+    leaves through ``os._exit`` (no ``atexit`` of the driver's runs in it), so none of the driver's
+    state is used there but the modules. The garbage collector's objects are frozen across the fork,
+    so the zygote's and the workers' collections do not write to the pages they share with the
+    driver; the driver unfreezes its own at once (frozen, a cycle would never be collected)."""
+    ours, theirs = socket.socketpair()
+    gc.freeze()
+    try:
+        pid = os.fork()
+    except OSError:
+        gc.unfreeze()
+        ours.close()
+        theirs.close()
+        raise
+    if pid == 0:
+        code = 0
+        try:
+            os.setsid()
+            ours.close()
+            _serve(Connection(theirs.detach()), preload=())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    gc.unfreeze()
+    theirs.close()
+    return Zygote((ChildProcess(pid), Connection(ours.detach())))
+
+
 def _running(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -173,8 +246,8 @@ def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, s
     return pid
 
 
-def _serve(conn: Connection) -> None:
-    for name in PRELOAD:
+def _serve(conn: Connection, preload: tuple[str, ...] = PRELOAD) -> None:
+    for name in preload:
         __import__(name)
     driver = os.getppid()
     wakeup = os.pipe()

@@ -32,7 +32,7 @@ from typing import Callable
 
 import psutil
 
-from datakit.core import fsio
+from datakit.core import fork_safety, fsio
 
 LEASE_PREFIX = ".lease"
 _LEASE_FILE = re.compile(r"^\.lease\.(\d+)$")
@@ -188,22 +188,33 @@ class Lease:
 
     # -- holding ----------------------------------------------------------------------------------
     def _heartbeat(self) -> None:
+        """Renew the lease every `heartbeat_s` until released or lost; each beat inside
+        `fork_safety.busy()`, so the local backend may fork its zygote from this process meanwhile."""
         failing = False  # said once until a beat succeeds: a store that is down is one line, not one a beat
-        while not self._stop.wait(self.heartbeat_s):
-            try:
-                if not self._still_top():
-                    self._lost.set()
-                    log.error("lease on %s lost to another runner", self.step_dir)
+        with fork_safety.registered():
+            while not self._stop.wait(self.heartbeat_s):
+                with fork_safety.busy():
+                    failing = self._beat(failing)
+                if failing is None:
                     return
-                self._write(released=False)
-                failing = False
-            except fsio.StoreUnavailable:  # the failing step names the store and what to do
-                if not failing:
-                    log.warning("lease heartbeat on %s failed (the object store is unavailable); retrying",
-                                self.step_dir)
-                failing = True
-            except Exception:  # noqa: BLE001 - a flaky store must not kill the step; retry next beat
-                log.warning("lease heartbeat on %s failed; retrying", self.step_dir, exc_info=True)
+
+    def _beat(self, failing: bool) -> bool | None:
+        """One renewal: whether it failed, or None when the lease was lost (the heartbeat ends)."""
+        try:
+            if not self._still_top():
+                self._lost.set()
+                log.error("lease on %s lost to another runner", self.step_dir)
+                return None
+            self._write(released=False)
+            return False
+        except fsio.StoreUnavailable:  # the failing step names the store and what to do
+            if not failing:
+                log.warning("lease heartbeat on %s failed (the object store is unavailable); retrying",
+                            self.step_dir)
+            return True
+        except Exception:  # noqa: BLE001 - a flaky store must not kill the step; retry next beat
+            log.warning("lease heartbeat on %s failed; retrying", self.step_dir, exc_info=True)
+            return failing
 
     def _still_top(self) -> bool:
         gens = _gens(self.step_dir)

@@ -24,7 +24,7 @@ from typing import Iterable
 
 import psutil
 
-from datakit.core import fsio
+from datakit.core import fork_safety, fsio
 from datakit.core.layout import RUNS_DIR
 
 from .lease import host_id, holder_state
@@ -62,16 +62,24 @@ class RunRecord:
         return self
 
     def _beat(self) -> None:
+        """Refresh the record every `heartbeat_s`; each beat inside `fork_safety.busy()`, so the local
+        backend may fork its zygote from this process while this thread runs."""
         failing = False  # said once until a beat succeeds
-        while not self._stop.wait(self.heartbeat_s):
-            try:
-                fsio.atomic_write_bytes(self.path, self._record())
-                failing = False
-            except OSError as e:
-                if not failing:  # (a store that is down is named by the step it fails, not here)
-                    why = "the object store is unavailable" if fsio.store_failure(e) else str(e)
-                    log.warning("run record %s not refreshed (%s); retrying", self.path, why)
-                failing = True
+        with fork_safety.registered():
+            while not self._stop.wait(self.heartbeat_s):
+                with fork_safety.busy():
+                    failing = self._refresh(failing)
+
+    def _refresh(self, failing: bool) -> bool:
+        """One beat; whether it failed."""
+        try:
+            fsio.atomic_write_bytes(self.path, self._record())
+            return False
+        except OSError as e:
+            if not failing:  # (a store that is down is named by the step it fails, not here)
+                why = "the object store is unavailable" if fsio.store_failure(e) else str(e)
+                log.warning("run record %s not refreshed (%s); retrying", self.path, why)
+            return True
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
