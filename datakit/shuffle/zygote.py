@@ -94,67 +94,77 @@ class Zygote:
         stop_child(self.proc, self.conn)
 
 
-class ForkedProcess:
-    """A zygote's child as the pool sees it: the part of `subprocess.Popen`'s interface it uses."""
+class _Polled:
+    """A process known by its pid, as `stop_child` and the pool see it: the part of `subprocess.Popen`'s
+    interface they use (``pid``, ``returncode``, ``poll``, ``wait``, ``kill``); subclasses say how its
+    exit code is polled and how it is killed."""
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
-        self.zygote, self.pid = zygote, pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self.returncode = self.zygote.exit_code(self.pid)
-            except ZygoteGone:  # its exit code went with the zygote; orphaned, it exits on its own
-                self.returncode = None if _running(self.pid) else -1
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.005)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            try:
-                self.zygote.kill(self.pid)
-            except ZygoteGone:
-                pass  # orphaned: it exits on its own within DRIVER_POLL_S
-
-
-class ChildProcess:
-    """A child this process forked itself, as `stop_child` and the pool see it (the part of
-    `subprocess.Popen`'s interface they use)."""
+    what = "process"
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
 
+    def _exit_code(self) -> int | None:
+        raise NotImplementedError
+
+    def _kill(self) -> None:
+        raise NotImplementedError
+
     def poll(self) -> int | None:
         if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else: its code is gone
-                self.returncode = -1
-            else:
-                if pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
+            self.returncode = self._exit_code()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout)
+                raise subprocess.TimeoutExpired(f"{self.what} {self.pid}", timeout)
             time.sleep(0.005)
         return self.returncode
 
     def kill(self) -> None:
         if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
+            self._kill()
+
+
+class ForkedProcess(_Polled):
+    """A zygote's child (a worker): its exit code and its kill go through the zygote."""
+
+    what = "worker"
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        super().__init__(pid)
+        self.zygote = zygote
+
+    def _exit_code(self) -> int | None:
+        try:
+            return self.zygote.exit_code(self.pid)
+        except ZygoteGone:  # its exit code went with the zygote; orphaned, it exits on its own
+            return None if _running(self.pid) else -1
+
+    def _kill(self) -> None:
+        try:
+            self.zygote.kill(self.pid)
+        except ZygoteGone:
+            pass  # orphaned: it exits on its own within DRIVER_POLL_S
+
+
+class ChildProcess(_Polled):
+    """A child this process forked itself (a zygote forked from the driver)."""
+
+    what = "zygote"
+
+    def _exit_code(self) -> int | None:
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its code is gone
+            return -1
+        return os.waitstatus_to_exitcode(status) if pid else None
+
+    def _kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
 
 
 def fork_from_here() -> Zygote:
