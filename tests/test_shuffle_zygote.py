@@ -95,6 +95,19 @@ def test_a_killed_zygote_is_replaced_and_results_are_the_same(caplog):
     assert "zygote" in caplog.text
 
 
+def test_a_running_workers_liveness_is_read_from_its_pidfd_not_asked_of_the_zygote(monkeypatch):
+    """The pool checks a worker is alive before each task it sends; with the pidfd the zygote passed at
+    fork that check is a poll of a file descriptor, not a request to the zygote (one per task before).
+    A dead worker's exit code still comes from the zygote (the test above)."""
+    Dataset.from_items([1], num_shards=1).map(lambda x: x).collect(_cfg())  # the pool and its zygote are up
+    zygote = backends._ZYGOTE[0]
+    asked: list[int] = []
+    monkeypatch.setattr(zygote, "exit_code", lambda pid: asked.append(pid))
+    rows = Dataset.from_items(list(range(64)), num_shards=32).map(lambda x: x * 2).collect(_cfg())
+    assert sorted(rows) == [2 * x for x in range(64)]
+    assert asked == []
+
+
 def test_workers_forked_from_the_zygote_start_without_pandas():
     """The zygote imports what every task needs (pyarrow, numpy, the engine), not pandas."""
     rows = Dataset.from_items([1, 2], num_shards=2).map(_where).collect(_cfg())

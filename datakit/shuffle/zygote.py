@@ -16,7 +16,9 @@ The protocol, over a socketpair, is strictly a request and then its reply, so a 
 never interleaves with another message:
 
 - ``("fork", environ, path, cwd)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then
-  the worker's pid. The worker takes the driver's environment, module path and working directory as they
+  ``(pid, with_pidfd)``, then when ``with_pidfd`` a pidfd of the worker (opened by the zygote before it can
+  reap the worker, so it names that process and no later one with its pid): the driver learns that a
+  worker is alive from it without a request (one per task submitted, before). The worker takes the driver's environment, module path and working directory as they
   are at this request, as a worker spawned then would have (credentials a driver sets before a pipeline
   reach its workers); what the modules the zygote imported at its start read of their environment then
   stays as it was;
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -61,12 +64,12 @@ class Zygote:
         self.proc, self.conn = child or start_child("datakit.shuffle.zygote")
         self._lock = threading.Lock()
 
-    def _ask(self, msg: tuple, with_handle: bool = False) -> tuple[int | None, object]:
+    def _ask(self, msg: tuple, replies=lambda recv: recv(Connection.recv)):
+        """Send ``msg`` and read its replies (``replies(recv)``, each ``recv(read)`` under the deadline)."""
         with self._lock:
             try:
                 self.conn.send(msg)
-                handle = self._recv(recv_handle, msg) if with_handle else None
-                return handle, self._recv(Connection.recv, msg)
+                return replies(lambda read: self._recv(read, msg))
             except (OSError, EOFError) as e:
                 raise ZygoteGone(f"the local backend's zygote (pid {self.proc.pid}) is gone: {e}") from None
 
@@ -78,11 +81,16 @@ class Zygote:
 
     def fork(self) -> tuple["ForkedProcess", Connection]:
         """A new worker: its process and the driver's end of its pipe."""
-        handle, pid = self._ask(("fork", dict(os.environ), module_path(), os.getcwd()), with_handle=True)
-        return ForkedProcess(self, int(pid)), Connection(handle)
+        def replies(recv):
+            handle = recv(recv_handle)
+            pid, with_pidfd = recv(Connection.recv)
+            return handle, int(pid), recv(recv_handle) if with_pidfd else None
+
+        handle, pid, pidfd = self._ask(("fork", dict(os.environ), module_path(), os.getcwd()), replies)
+        return ForkedProcess(self, pid, pidfd), Connection(handle)
 
     def exit_code(self, pid: int) -> int | None:
-        return self._ask(("exit_code", pid))[1]
+        return self._ask(("exit_code", pid))
 
     def kill(self, pid: int) -> None:
         self._ask(("kill", pid))
@@ -130,15 +138,21 @@ class _Polled:
 
 
 class ForkedProcess(_Polled):
-    """A zygote's child (a worker): its exit code and its kill go through the zygote."""
+    """A zygote's child (a worker): its exit code and its kill go through the zygote; whether it still
+    runs is read from its pidfd, when the zygote sent one (no request while it runs)."""
 
     what = "worker"
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
+    def __init__(self, zygote: Zygote, pid: int, pidfd: int | None = None) -> None:
         super().__init__(pid)
-        self.zygote = zygote
+        self.zygote, self.pidfd = zygote, pidfd
 
     def _exit_code(self) -> int | None:
+        if self.pidfd is not None:
+            if not _exited(self.pidfd):
+                return None
+            os.close(self.pidfd)
+            self.pidfd = None
         try:
             return self.zygote.exit_code(self.pid)
         except ZygoteGone:  # its exit code went with the zygote; orphaned, it exits on its own
@@ -203,6 +217,21 @@ def fork_from_here() -> Zygote:
     return Zygote((ChildProcess(pid), Connection(ours.detach())))
 
 
+def _exited(pidfd: int) -> bool:
+    """The process of this pidfd has exited (a pidfd reads ready once it has)."""
+    p = select.poll()
+    p.register(pidfd, select.POLLIN)
+    return bool(p.poll(0))
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of this child (not yet reaped), or None where the kernel has none (before Linux 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 def _running(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -226,9 +255,9 @@ def _reap(exited: dict[int, int], children: set[int]) -> None:
 
 
 def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, str], path: list[str],
-                 cwd: str) -> int:
+                 cwd: str) -> tuple[int, int | None]:
     """Fork one worker with the driver's environment, module path and working directory; send the
-    driver its end of the worker's pipe; the worker's pid."""
+    driver its end of the worker's pipe; the worker's pid and a pidfd of it (or None)."""
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # the worker: nothing of the zygote's plumbing stays open in it
@@ -253,7 +282,7 @@ def _fork_worker(conn: Connection, wakeup: tuple[int, int], environ: dict[str, s
     theirs.close()
     send_handle(conn, ours.fileno(), os.getppid())
     ours.close()
-    return pid
+    return pid, _pidfd(pid)
 
 
 def _serve(conn: Connection, preload: tuple[str, ...] = PRELOAD) -> None:
@@ -278,10 +307,13 @@ def _serve(conn: Connection, preload: tuple[str, ...] = PRELOAD) -> None:
         if msg is None:
             return
         if msg[0] == "fork":
-            pid = _fork_worker(conn, wakeup, *msg[1:])
+            pid, pidfd = _fork_worker(conn, wakeup, *msg[1:])
             children.add(pid)
             exited.pop(pid, None)  # a reused pid: the exit code kept is an earlier worker's
-            conn.send(pid)
+            conn.send((pid, pidfd is not None))
+            if pidfd is not None:
+                send_handle(conn, pidfd, driver)
+                os.close(pidfd)
         elif msg[0] == "exit_code":
             conn.send(exited.get(msg[1]))
         elif msg[0] == "kill":
