@@ -213,3 +213,36 @@ def test_line_dedup_and_exact_dedup_do_not_depend_on_their_reducer_counts(tmp_pa
     for step in ("exact-dedup", "linededup-index", "linededup-py", "linededup-licenses"):
         assert step in sized, sorted(sized)
         assert _comparable(sized[step]["output"]) == _comparable(per_file[step]["output"]), step
+
+
+def _largest(step_dir: str) -> list[dict]:
+    with open(os.path.join(step_dir, "artifact.json")) as f:
+        return json.load(f)["result"]["largest"]
+
+
+def _sample_keys(step_dir: str) -> set[tuple[str, int]]:
+    (path,) = glob.glob(os.path.join(step_dir, "reuse", "fuzzy", "*", "state.json"))
+    with open(path) as f:
+        return {(tok, row) for tok, row, _ in json.load(f)["samples"]}
+
+
+def test_the_largest_clusters_samples_of_unchanged_files_are_taken_not_read(tmp_path, monkeypatch):
+    """The fuzzy report's samples (largest.py) are named by their documents file's content and row: a change
+    reads only the samples the earlier build did not show (new clusters, changed files), and the clusters
+    with their samples equal a fresh build's."""
+    from datakit.dedup import largest
+
+    before = _run(_manifest(tmp_path, "inc", final=False))
+    read: list[str] = []
+    real = largest._text_at
+    monkeypatch.setattr(largest, "_text_at", lambda path, row: read.append(path) or real(path, row))
+    after = _run(_manifest(tmp_path, "inc", final=True))
+    monkeypatch.undo()
+    fresh = _run(_manifest(tmp_path, "fresh", final=True))
+    want = _largest(fresh["fuzzy-dups"]["output"])
+    assert _largest(after["fuzzy-dups"]["output"]) == want and want
+    known = _sample_keys(before["fuzzy-dups"]["output"])
+    used = _sample_keys(after["fuzzy-dups"]["output"])
+    assert used == _sample_keys(fresh["fuzzy-dups"]["output"])
+    assert known & used, "the change kept no sample: the test shows nothing"
+    assert len(read) == len(used - known), (read, used - known)

@@ -81,7 +81,7 @@ from .layout import (
     write_parquet_atomic,
 )
 from .keyed import Reuse, recorded_hashes
-from .largest import file_top, merge_tops, with_samples
+from .largest import SampleTexts, file_top, merge_tops, with_samples
 from .lsh_params import candidate_threshold
 
 FUZZY_FORMAT = 1
@@ -642,12 +642,14 @@ def _full(b: _Build, rows: np.ndarray, max_rounds: int) -> FuzzyResult:
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster
     total["cc_rounds"] = cc.rounds
+    texts = SampleTexts(b.tokens if b.state is not None else None)
+    largest = with_samples(largest, b.entries, partial(_gidx, bases=b.bases), texts)
     if b.state is not None:
         t0 = time.perf_counter()
+        b.state.samples = texts.used
         fuzzy_incremental.record_full(b.state, b.entries, b.tokens, rows, b.names, cand.pairs, b.threshold, digests,
                                       SEGMENT_REL, b.parts, b.mh_paths)
         timings["state"] = time.perf_counter() - t0
     remove(b.work)
     return FuzzyResult(counters=dict(sorted(total.items())), params=b.params, cc_rounds=cc.rounds,
-                       cc_history=cc.history, timings=timings,
-                       largest=with_samples(largest, b.entries, partial(_gidx, bases=b.bases)))
+                       cc_history=cc.history, timings=timings, largest=largest)

@@ -433,7 +433,7 @@ def _write_marks(ch: Change, marks: dict[str, np.ndarray], old_files: dict[int, 
     else written. Counters as a full build's marks step gives them, the largest clusters, the files
     taken, each file's marks digest."""
     from .fuzzy_core import FUZZY_SCHEMA, marks_digest, marks_table
-    from .largest import file_top, merge_tops, with_samples
+    from .largest import SampleTexts, file_top, merge_tops, with_samples
     from .layout import write_parquet_atomic
 
     per_file = _split_by_file(marks, nodes)
@@ -459,7 +459,9 @@ def _write_marks(ch: Change, marks: dict[str, np.ndarray], old_files: dict[int, 
         counters["clusters"] = int(marks["is_canonical"].sum())
         counters["cluster_members"] = len(marks["node"])
     counters["max_cluster_size"] = int(marks["size"].max()) if len(marks["size"]) else 0
-    largest = with_samples(merge_tops(tops, ch.names), ch.entries, nodes.gidx_of_nodes)
+    texts = SampleTexts(ch.tokens, ch.old.samples)
+    largest = with_samples(merge_tops(tops, ch.names), ch.entries, nodes.gidx_of_nodes, texts)
+    ch.new.samples = texts.used  # written with the state (_write_state)
     return counters, largest, taken, digests
 
 

@@ -5,7 +5,8 @@ version, the shingling and bands, and how pairs are verified: any change to them
 
   state.json          the files of the build in rank order (source, name, content token, rows, rows
                       without shingles, the digest of their marks), the sources in
-                      rank order and the index segments
+                      rank order, the index segments, and the excerpts of the largest clusters'
+                      samples by (content token, row) (largest.SampleTexts)
   keys/<token>.npz    one file's bucket keys (rows with shingles x bands) and those rows
   seg-*/              the bucket index (key_index.py): bucket key -> (file token, row)
   pairs.npz           every candidate pair of the build: both sides as (token, row), the pair's ids (the
@@ -81,7 +82,8 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
 def write(state: State) -> None:
     """state.json, written last: a build that stops before it leaves no state to trust."""
     body = {"format": STATE_FORMAT, "sources": state.sources, "files": [f.to_dict() for f in state.files],
-            "segments": [s.to_dict() for s in state.segments]}
+            "segments": [s.to_dict() for s in state.segments],
+            "samples": [[f"{tok:016x}", row, text] for (tok, row), text in sorted(state.samples.items())]}
     fsio.atomic_write_bytes(state.path("state.json"), json.dumps(body, indent=0, sort_keys=True).encode())
 
 
@@ -99,7 +101,8 @@ def load(earlier: reuse.Earlier | None, folder: str) -> State | None:
             return None
         state = State(earlier.step_dir, folder, [str(s) for s in body["sources"]],
                       [FileState.from_dict(f) for f in body["files"]],
-                      [Segment.from_dict(s) for s in body["segments"]])
+                      [Segment.from_dict(s) for s in body["segments"]],
+                      {(int(tok, 16), int(row)): str(text) for tok, row, text in body.get("samples", [])})
     except (ValueError, KeyError, TypeError):
         return None
     needed = [keys_rel(f.token) for f in state.files] + key_index.files_of(state.segments) + ["pairs.npz", "members.npz"]

@@ -82,6 +82,7 @@ class State:
     sources: list[str]
     files: list[Any] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    samples: dict[tuple[int, int], str] = field(default_factory=dict)  # fuzzy: largest.SampleTexts
 
     @property
     def root(self) -> str:

@@ -7,11 +7,15 @@ fuzzy step's result (`FuzzyResult.largest`), so nothing re-reads the attribute f
 
 Cheap at any scale: each marks task keeps its file's top `LARGEST` clusters (by size, then cluster id:
 a global order, so a cluster in the global top is in the top of every file holding its members and its
-member counts add up exactly), the driver merges those few rows and reads 2 x `LARGEST` texts.
+member counts add up exactly), the driver merges those few rows and reads 2 x `LARGEST` texts, or
+takes them from the earlier build's state (`SampleTexts`): a sample names its text by the content token of
+its documents file and its row, so an unchanged file's sample is not read again (an edit of one file at
+400 MB read all ten again for 0.06-0.1 CPU-s, 4-6% of the run).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -83,9 +87,32 @@ def _text_at(path: str, row: int) -> str:
     return ""
 
 
-def with_samples(clusters: list[dict], entries: Sequence[FileEntry], gidx) -> list[dict]:
+@dataclass
+class SampleTexts:
+    """Sample excerpts by what names their text, (content token of the documents file, row): ``known``
+    from the earlier build (taken, not read), ``used`` by this one (its state keeps them for the next).
+    Without ``tokens`` (a build that keeps no state) every sample is read."""
+
+    tokens: np.ndarray | None = None  # each file's content token, by global file index
+    known: dict[tuple[int, int], str] = field(default_factory=dict)
+    used: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def excerpt(self, entry: FileEntry, row: int) -> str:
+        key = (int(self.tokens[entry.gidx]), row) if self.tokens is not None else None
+        text = self.known.get(key) if key is not None else None
+        if text is None:
+            text = _text_at(entry.path, row)[:EXCERPT_CHARS]
+        if key is not None:
+            self.used[key] = text
+        return text
+
+
+def with_samples(clusters: list[dict], entries: Sequence[FileEntry], gidx,
+                 texts: SampleTexts | None = None) -> list[dict]:
     """The clusters with excerpts of their kept copy and removed member (``gidx(nodes)``: the entry
-    index of each node) in place of the nodes."""
+    index of each node) in place of the nodes; ``texts`` says which are known already and keeps what
+    was used."""
+    texts = texts if texts is not None else SampleTexts()
     out = []
     for c in clusters:
         c = dict(c)
@@ -95,7 +122,7 @@ def with_samples(clusters: list[dict], entries: Sequence[FileEntry], gidx) -> li
                 c[key] = None
                 continue
             entry = entries[int(gidx(np.array([node], dtype=np.int64))[0])]
-            c[key] = _text_at(entry.path, int(node_row(np.array([node]))[0]))[:EXCERPT_CHARS]
+            c[key] = texts.excerpt(entry, int(node_row(np.array([node]))[0]))
             if key == "removed":
                 c["removed_source"] = entry.source
         out.append(c)
