@@ -82,11 +82,13 @@ def test_edit_remove_add_encodes_only_what_changed_and_equals_a_fresh_build(buil
     assert fresh.counters["files/computed"] == 4
     assert_same_tree(inc.out_dir, fresh.out_dir)
     assert inc.splits == fresh.splits
-    # http's shard was taken (a hard link to the earlier build's file), under its new index
+    # http's shard was taken (a hard link to the earlier build's file), under its new index; its done
+    # marker names its new input part, so it is written, not linked
     for split in ("train", "validation"):
         old = os.path.join(built["earlier"], split, "shard-00003-of-00004.tokens.npy")
         new = os.path.join(inc.out_dir, split, "shard-00002-of-00004.tokens.npy")
         assert os.stat(old).st_ino == os.stat(new).st_ino
+        assert os.stat(old[: -len(".tokens.npy")] + ".json").st_ino != os.stat(new[: -len(".tokens.npy")] + ".json").st_ino
 
 
 def test_one_edited_part_is_the_one_part_not_taken(built):
@@ -99,6 +101,12 @@ def test_one_edited_part_is_the_one_part_not_taken(built):
         (1, 3), inc.counters
     assert inc.counters["tokenize/docs"] == fresh.counters["tokenize/docs"]
     assert_same_tree(inc.out_dir, fresh.out_dir)
+    # a taken shard under the same name and input keeps the earlier build's done markers (linked, not
+    # written again); the edited part's markers are new
+    for split in ("train", "validation"):
+        same = [os.stat(os.path.join(d, split, f"shard-0000{i}-of-00004.json")).st_ino
+                for i in range(4) for d in (built["earlier"], inc.out_dir)]
+        assert [same[2 * i] == same[2 * i + 1] for i in range(4)] == [True, True, False, True], split
 
 
 def test_a_changed_part_count_renames_every_taken_shard(built):

@@ -77,9 +77,13 @@ def join(base: str, *names: str) -> str:
     return "/".join([base.rstrip("/"), *names])
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
+def json_bytes(obj: Any) -> bytes:
     """Canonical JSON (sorted keys, fixed separators): identical content gives identical bytes."""
-    atomic_write_bytes(path, (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode())
+    return (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 def read_json(path: str) -> Any:
