@@ -602,19 +602,33 @@ def link_or_copy(src: str, dst: str) -> None:
     """Put `src`'s bytes at `dst`: a hard link when both are on one local file system (free: outputs are
     never written in place, every write is temp + rename, so a link never sees a later change), else a
     copy (`copy_file`). An existing `dst` is replaced."""
-    if is_local(src) and is_local(dst):
-        s, d = local_path(src), local_path(dst)
-        os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
-        tmp = tmp_name(d)
-        try:
-            os.link(s, tmp)
-        except OSError as e:
-            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
-        else:
-            os.replace(tmp, d)
-            return
+    if is_local(src) and is_local(dst) and _hard_link(local_path(src), local_path(dst)):
+        return
     copy_file(src, dst)
+
+
+def _hard_link(s: str, d: str) -> bool:
+    """Link ``s`` at ``d``: straight to its name when nothing is there (the usual case: a step's outputs
+    go to a fresh dir; an edit links hundreds of files, each a temp link and a rename before), else
+    through a temp link renamed over it; the folder is made only when missing. False where the file
+    system cannot link (then the caller copies)."""
+    try:
+        try:
+            os.link(s, d)
+        except FileNotFoundError:
+            if not os.path.exists(s):
+                raise
+            os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
+            os.link(s, d)
+    except FileExistsError:
+        tmp = tmp_name(d)
+        os.link(s, tmp)
+        os.replace(tmp, d)
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+            raise
+        return False
+    return True
 
 
 def _write_temp(directory: str, data: bytes, tmp_prefix: str) -> str:
