@@ -88,7 +88,8 @@ def test_edit_remove_add_encodes_only_what_changed_and_equals_a_fresh_build(buil
         old = os.path.join(built["earlier"], split, "shard-00003-of-00004.tokens.npy")
         new = os.path.join(inc.out_dir, split, "shard-00002-of-00004.tokens.npy")
         assert os.stat(old).st_ino == os.stat(new).st_ino
-        assert os.stat(old[: -len(".tokens.npy")] + ".json").st_ino != os.stat(new[: -len(".tokens.npy")] + ".json").st_ino
+        marker = {p: p[: -len(".tokens.npy")] + ".json" for p in (old, new)}
+        assert os.stat(marker[old]).st_ino != os.stat(marker[new]).st_ino
 
 
 def test_one_edited_part_is_the_one_part_not_taken(built):

@@ -50,8 +50,8 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (atomic_write_bytes, copy_file, is_dir, link_or_copy, read_bytes, sha256_file,
-                                store_url)
+from datakit.core.fsio import (atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, read_bytes,
+                                sha256_file, store_url)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
@@ -432,12 +432,14 @@ def _take_markers(spec: _ShardSpec, unit: reuse.Unit, dirs: dict[str, str], name
     """A taken shard's done markers, after its data files: the earlier build's, linked, where they hold
     the very bytes this build would write (same settings, input part by name and size, counts and
     checksums: an edit takes 57 of 58 shards so), else written. A link costs no new file's write and
-    fsync: an edit's 57 shards had written 114 markers."""
+    fsync (an edit's 57 shards had written 114 markers); on an object store, where a copy costs what a
+    write does, they are written."""
     tokens = {_shard_file(rel)[0]: rel for rel in unit.files if not _is_ids(rel) and _shard_file(rel)[1] == "tokens"}
+    local = is_local(spec.out_dir) and is_local(spec.earlier.step_dir)
     for s in SPLITS:
         want = C.json_bytes(_marker(fp, counts[s], _BadRows(), sums[s]))
         dst = C.join(dirs[s], names["marker"])
-        rel = tokens.get(TokenCacheDir.split_rel(s))
+        rel = tokens.get(TokenCacheDir.split_rel(s)) if local else None
         src = C.join(spec.earlier.step_dir, rel[: -len(".tokens.npy")] + ".json") if rel is not None else None
         try:
             if src is not None and read_bytes(src) == want:
