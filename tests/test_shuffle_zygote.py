@@ -213,7 +213,8 @@ stop = threading.Event()
 if sys.argv[1] == "stray-thread":
     threading.Thread(target=stop.wait, daemon=True).start()
 with RunRecord(sys.argv[2], "test-run", [], timeout_s=0.2):  # its registered heartbeat beats every 0.05 s
-    rows = Dataset.from_items(list(range(8)), num_shards=8).map(where).collect(ExecConfig(backend="local", max_workers=2))
+    rows = Dataset.from_items(list(range(8)), num_shards=8).map(where).collect(
+        ExecConfig(backend="local", max_workers=2))
 zygote = backends._ZYGOTE[0].proc.pid
 with open(f"/proc/{zygote}/stat") as f:
     parent = int(f.read().rsplit(") ", 1)[1].split()[1])

@@ -81,6 +81,8 @@ class _Worker:
 USE_ZYGOTE = sys.platform.startswith("linux")
 _ZYGOTE: list[Zygote] = []  # the one zygote of this process, started with the first worker
 _ZYGOTE_LOCK = threading.Lock()
+
+
 def _forget_parents_processes() -> None:
     """In a forked child: the pools and zygote here are the parent's handles, and the lock may have been
     held by the forking thread (the zygote is forked under it)."""

@@ -18,10 +18,10 @@ never interleaves with another message:
 - ``("fork", environ, path, cwd)``: the driver's end of a new socketpair to the worker (SCM_RIGHTS), then
   ``(pid, with_pidfd)``, then when ``with_pidfd`` a pidfd of the worker (opened by the zygote before it can
   reap the worker, so it names that process and no later one with its pid): the driver learns that a
-  worker is alive from it without a request (one per task submitted, before). The worker takes the driver's environment, module path and working directory as they
-  are at this request, as a worker spawned then would have (credentials a driver sets before a pipeline
-  reach its workers); what the modules the zygote imported at its start read of their environment then
-  stays as it was;
+  worker is alive from it without a request (one per task submitted, before). The worker takes the
+  driver's environment, module path and working directory as they are at this request, as a worker
+  spawned then would have (credentials a driver sets before a pipeline reach its workers); what the
+  modules the zygote imported at its start read of their environment then stays as it was;
 - ``("exit_code", pid)``: its exit code, or None while it runs (the zygote reaps its children as they exit
   and keeps their codes);
 - ``("kill", pid)``: SIGKILL, sent only to a child not yet reaped (so a reused pid is never hit); None;
@@ -184,9 +184,9 @@ class ChildProcess(_Polled):
 def fork_from_here() -> Zygote:
     """A zygote forked from this process now, holding every module it imported, so its workers start
     with the stage modules they run as well as pyarrow and numpy: a fresh zygote's start and imports
-    (~0.25 CPU-s) and each worker's imports of the stage it runs (~0.1 CPU-s) are not paid. Only for
-    `datakit run`'s driver (backends.fork_workers_from_driver), and only inside
-    `fork_safety.quiesced()`, which said no other thread can hold a lock the child needs.
+    (~0.25 CPU-s) and each worker's imports of the stage it runs (~0.1 CPU-s) are not paid. Only for a
+    process the `datakit` command claimed (`core.fork_safety.claim_process`; backends._first_zygote), and
+    only inside `fork_safety.quiesced()`, which said no other thread can hold a lock the child needs.
 
     The child inherits the driver as it is at this instant; it only serves `_serve`'s requests and
     leaves through ``os._exit`` (no ``atexit`` of the driver's runs in it), so none of the driver's
@@ -206,6 +206,7 @@ def fork_from_here() -> Zygote:
         code = 0
         try:
             os.setsid()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler the driver may have set
             ours.close()
             _serve(Connection(theirs.detach()), preload=())
         except BaseException:
