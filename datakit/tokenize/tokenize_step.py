@@ -427,27 +427,24 @@ def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts
         C.write_json_atomic(C.join(dirs[s], names["marker"]), _marker(fp, counts[s], bad, sums[s]))
 
 
-def _take_markers(spec: _ShardSpec, unit: reuse.Unit, dirs: dict[str, str], names: dict[str, str], fp: dict,
-                  counts: dict[str, dict], sums: dict[str, dict]) -> None:
-    """A taken shard's done markers, after its data files: the earlier build's, linked, where they hold
-    the very bytes this build would write (same settings, input part by name and size, counts and
-    checksums: an edit takes 57 of 58 shards so), else written. A link costs no new file's write and
-    fsync (an edit's 57 shards had written 114 markers); on an object store, where a copy costs what a
-    write does, they are written."""
-    tokens = {_shard_file(rel)[0]: rel for rel in unit.files if not _is_ids(rel) and _shard_file(rel)[1] == "tokens"}
+def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str], names: dict[str, str],
+                  fp: dict, counts: dict[str, dict], sums: dict[str, dict]) -> None:
+    """A taken shard's done markers, after its data files: the earlier build's (``earlier``: per split,
+    its marker's path there), linked, where they hold the very bytes this build would write (same
+    settings, input part by name and size, counts and checksums: an edit takes 57 of 58 shards so), else
+    written. A link costs no new file's write and fsync (an edit's 57 shards had written 114 markers); on
+    an object store, where a copy costs what a write does, they are written."""
     local = is_local(spec.out_dir) and is_local(spec.earlier.step_dir)
     for s in SPLITS:
         want = C.json_bytes(_marker(fp, counts[s], _BadRows(), sums[s]))
         dst = C.join(dirs[s], names["marker"])
-        rel = tokens.get(TokenCacheDir.split_rel(s)) if local else None
-        src = C.join(spec.earlier.step_dir, rel[: -len(".tokens.npy")] + ".json") if rel is not None else None
-        try:
-            if src is not None and read_bytes(src) == want:
-                link_or_copy(src, dst)
-                if read_bytes(dst) == want:  # the very file compared (nothing is written in place)
+        if local and s in earlier:
+            try:
+                link_or_copy(earlier[s], dst)
+                if read_bytes(dst) == want:  # the linked file itself is what is compared
                     continue
-        except FileNotFoundError:
-            pass
+            except FileNotFoundError:
+                pass
         atomic_write_bytes(dst, want)
 
 
@@ -463,13 +460,17 @@ def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, s
         _write_ids(spec, key, trim.doc_hashes(ids, texts))
     counts = {s: {k: unit.stats[f"{s}/{k}"] for k in _COUNTS} for s in SPLITS}
     sums: dict[str, dict] = {s: {} for s in SPLITS}
+    markers: dict[str, str] = {}  # per split, the earlier build's marker of this shard (beside its tokens)
     for rel in unit.files:  # take() checked each file against these recorded hashes
         if _is_ids(rel):
             continue
         split_dir, kind = _shard_file(rel)
-        sums[next(s for s in SPLITS if TokenCacheDir.split_rel(s) == split_dir)][kind] = spec.earlier.hashes[rel]
+        split = next(s for s in SPLITS if TokenCacheDir.split_rel(s) == split_dir)
+        sums[split][kind] = spec.earlier.hashes[rel]
+        if kind == "tokens":
+            markers[split] = C.join(spec.earlier.step_dir, rel[: -len(".tokens.npy")] + ".json")
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
-    _take_markers(spec, unit, dirs, names, fp, counts, sums)
+    _take_markers(spec, markers, dirs, names, fp, counts, sums)
     return {"index": index, "input": fp["input"], "reused": True, "splits": counts, "bad": 0, "bad_samples": [],
             "checksums": sums}
 
