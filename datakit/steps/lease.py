@@ -192,19 +192,18 @@ class Lease:
         `fork_safety.busy()`, so the local backend may fork its zygote from this process meanwhile."""
         failing = False  # said once until a beat succeeds: a store that is down is one line, not one a beat
         with fork_safety.registered():
-            while not self._stop.wait(self.heartbeat_s):
+            while not self._lost.is_set() and not self._stop.wait(self.heartbeat_s):
                 with fork_safety.busy():
                     failing = self._beat(failing)
-                if failing is None:
-                    return
 
-    def _beat(self, failing: bool) -> bool | None:
-        """One renewal: whether it failed, or None when the lease was lost (the heartbeat ends)."""
+    def _beat(self, failing: bool) -> bool:
+        """One renewal: whether it failed. A lease found lost is marked so (`lost`), which ends the
+        heartbeat."""
         try:
             if not self._still_top():
                 self._lost.set()
                 log.error("lease on %s lost to another runner", self.step_dir)
-                return None
+                return failing
             self._write(released=False)
             return False
         except fsio.StoreUnavailable:  # the failing step names the store and what to do
