@@ -875,15 +875,56 @@ def test_a_verified_output_is_trusted_by_its_stat_and_any_write_rebuilds_it(tmp_
     assert [e["status"] for e in run_steps([total], str(prefix), fast=True).steps] == ["skipped", "skipped"]
 
 
-def test_a_just_written_output_is_never_stamped(tmp_path):
-    """A stat younger than the racy window could be kept by a rewrite within the clock's granularity."""
-    from datakit.core.fsio import xxh3_file
+def test_an_output_is_stamped_only_when_its_mtime_is_behind_the_file_systems_clock(tmp_path):
+    """A stat vouches for content only when any later write must change it: the file's mtime already
+    behind the clock that stamps writes where it lives (`fsio.clock_ns`, read before hashing), or older
+    than the racy window. Mtimes are set by hand (os.utime), so no clock tick is waited for."""
+    from datakit.core.fsio import clock_ns, xxh3_file
+    from datakit.steps.fingerprint import RACY_WINDOW_S
     from datakit.steps.stamps import Stamps
 
-    prefix = tmp_path / "out"
-    rows, total = dag()
-    assert run_steps([total], str(prefix)).ok
-    assert run_steps([total], str(prefix)).ok
-    out = prefix / rows.dirname / "rows.txt"
-    stamps = Stamps.of_prefix(str(prefix))
-    assert stamps.vouches(str(out), xxh3_file(str(out))) is None
+    d = tmp_path / "step"
+    d.mkdir()
+    clock = clock_ns(str(d))
+    assert clock is not None and abs(clock - time.time_ns()) < 60 * 10**9
+    assert os.listdir(d) == []  # the probe file is gone
+    behind, same_tick, ahead = (d / n for n in ("behind", "same", "ahead"))
+    young = int(RACY_WINDOW_S * 10**9) // 2  # inside the racy window: the wall clock alone would refuse it
+    for path, mtime in ((behind, clock - young), (same_tick, clock), (ahead, clock + young)):
+        path.write_bytes(b"rows " + path.name.encode())
+        os.utime(path, ns=(mtime, mtime))
+    stamps = Stamps.of_prefix(str(tmp_path))
+    for path in (behind, same_tick, ahead):
+        assert stamps.xxh3(str(path), clock) == xxh3_file(str(path))
+    assert stamps.vouches(str(behind), xxh3_file(str(behind))) is not None
+    assert stamps.vouches(str(same_tick), xxh3_file(str(same_tick))) is None  # a rewrite in that tick keeps it
+    assert stamps.vouches(str(ahead), xxh3_file(str(ahead))) is None
+    # without the file system's clock, the wall clock's window decides: it is too young
+    other = Stamps.of_prefix(str(tmp_path / "other"))
+    other.xxh3(str(behind))
+    assert other.vouches(str(behind), xxh3_file(str(behind))) is None
+    assert clock_ns(str(tmp_path / "missing")) is None and clock_ns("memory://bucket/x") is None
+
+
+def test_a_build_stamps_its_outputs_so_the_next_run_reads_none_of_them(tmp_path, monkeypatch):
+    """The manifest hashes a step's outputs after reading the file system's clock in its dir: an output
+    written before that clock's tick is stamped, and the next run's content check reads nothing. The
+    clock is moved a second on (as if the manifest came a tick later) so no tick is waited for; one
+    written in the same tick is not stamped, and the next run reads it again."""
+    from datakit.core import fsio
+    from datakit.steps.stamps import Stamps
+
+    real_clock, real_xxh3 = fsio.clock_ns, fsio.xxh3_file
+    reads: list[str] = []
+    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real_xxh3(p))
+    for offset, stamped in ((10**9, True), (-(10**9), False)):
+        prefix = tmp_path / f"out{offset}"
+        rows, total = dag()
+        monkeypatch.setattr(fsio, "clock_ns", lambda d, o=offset: real_clock(d) + o)
+        assert run_steps([total], str(prefix)).ok
+        monkeypatch.setattr(fsio, "clock_ns", real_clock)
+        out = prefix / rows.dirname / "rows.txt"
+        assert (Stamps.of_prefix(str(prefix)).vouches(str(out), real_xxh3(str(out))) is not None) is stamped
+        reads.clear()
+        assert [e["status"] for e in run_steps([total], str(prefix)).steps] == ["skipped", "skipped"]
+        assert (str(out) in reads) is not stamped

@@ -645,6 +645,26 @@ def _write_temp(directory: str, data: bytes, tmp_prefix: str) -> str:
     return tmp
 
 
+def clock_ns(directory: str) -> int | None:
+    """The file system's own clock where local ``directory`` lives, in its timestamp granularity: the
+    mtime of a file created there now (and removed). None for a remote directory. Why not
+    ``time.time_ns()``: a stat vouches for content only when any later write must change the mtime, that
+    is when the file's mtime is already behind the clock that stamps writes, at the file system's
+    granularity, which only a file written there shows (steps/fingerprint.py, racy files). None too
+    where no file can be created there."""
+    if not is_local(directory):
+        return None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=local_path(directory) or ".", prefix=TEMP_MARK + "clock-")
+    except OSError:  # missing or read-only: callers fall back to the wall clock's safety window
+        return None
+    try:
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        _unlink_quiet(tmp)
+
+
 def _unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)

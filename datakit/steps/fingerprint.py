@@ -24,9 +24,12 @@ writer merges what it read into one new segment, publishes it, and only then del
 read; a concurrent reader that misses a deleted segment just rehashes those files once.
 
 Racy files: file systems keep mtimes at some granularity (a timer tick, 1-2 s on some), so a file
-rewritten within the same tick with the same size keeps its stat. A file modified within
-``RACY_WINDOW_S`` of being hashed is therefore not cached (git's "racily clean" rule): it is rehashed
-until its mtime is safely in the past.
+rewritten within the same tick with the same size keeps its stat. A stat is therefore cached only when
+every later write must change it (git's "racily clean" rule): when the file's mtime was already behind
+the file system's own clock before it was read (a caller that knows that clock, `fsio.clock_ns` read in
+the same directory before hashing, passes it: a step's outputs hashed right after they were written are
+then cached unless written within the same tick), or else when it is more than ``RACY_WINDOW_S`` in the
+past. A racy file is rehashed until its mtime is safely in the past.
 """
 from __future__ import annotations
 
@@ -193,12 +196,16 @@ class Hashed:
     entry: CacheEntry | None  # None: the file changed while hashed, or too recently to trust its stat
 
 
-def hash_stamped(path: str, before: FileStat, key: str, digest: Callable[[str], str]) -> Hashed:
+def hash_stamped(path: str, before: FileStat, key: str, digest: Callable[[str], str],
+                 clock_ns: int | None = None) -> Hashed:
     """``digest(path)``, plus a cache entry under ``key`` when the file's stat can vouch for that content
-    later: unchanged while it was read, and modified longer than ``RACY_WINDOW_S`` ago."""
+    later: unchanged while it was read, and last modified before ``clock_ns`` (the file system's clock,
+    `fsio.clock_ns`, read before ``before`` was taken: a later write gets an mtime at or after it) or
+    longer than ``RACY_WINDOW_S`` ago."""
     value = digest(path)
     after = FileStat.of(path)
-    settled = time.time_ns() - after.mtime_ns > RACY_WINDOW_S * 1e9
+    behind_clock = clock_ns is not None and after.mtime_ns < clock_ns
+    settled = behind_clock or time.time_ns() - after.mtime_ns > RACY_WINDOW_S * 1e9
     return Hashed(value, CacheEntry(key, after, value) if after == before and settled else None)
 
 

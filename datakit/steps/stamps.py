@@ -15,9 +15,12 @@ Entries are keyed by device and inode, not path, so a hard link of a file (how r
 shares the entry of the file it links. A later check whose stat matches an entry uses its digest without
 reading the file. The safety of the content check stands: any write to a file, even one that keeps its
 size, changes its mtime (and a copy changes its inode), and then the file is read again. Only a stat
-that was already in the past when the file was read is recorded (``RACY_WINDOW_S``: a file rewritten
-within the file system's timestamp granularity could keep its stat), so a file just written is read
-once more later, never trusted early. Object stores have no such stat: there every check reads.
+that was already in the past when the file was read is recorded (a file rewritten within the file
+system's timestamp granularity could keep its stat): its mtime behind the file system's own clock, read
+in the step dir before a step's manifest hashes its outputs (`fsio.clock_ns`), or older than
+``RACY_WINDOW_S``. So the outputs a build hashes for its manifest are not read again by the next run's
+check, unless written within the same clock tick as that hashing began; those are read once more later,
+never trusted early. Object stores have no such stat: there every check reads.
 """
 from __future__ import annotations
 
@@ -45,9 +48,10 @@ class Stamps:
             return cls(None)
         return cls(HashCache(fsio.join(fsio.local_path(root), VERIFIED_DIR), ALGO).load())
 
-    def xxh3(self, path: str) -> str:
+    def xxh3(self, path: str, clock_ns: int | None = None) -> str:
         """The file's xxh3-128: the recorded one when its stat is the recorded stat, else read (and
-        recorded when its stat can vouch for it later)."""
+        recorded when its stat can vouch for it later; ``clock_ns``: the file system's clock read in the
+        file's directory before this call, `fingerprint.hash_stamped`)."""
         if self.cache is None or not fsio.is_local(path):
             return fsio.xxh3_file(path)
         local = fsio.local_path(path)
@@ -55,7 +59,7 @@ class Stamps:
         known = self.cache.lookup(key, before)
         if known is not None:
             return known
-        hashed = hash_stamped(local, before, key, fsio.xxh3_file)
+        hashed = hash_stamped(local, before, key, fsio.xxh3_file, clock_ns)
         if hashed.entry is not None:
             self.new.append(hashed.entry)
             self.cache.entries[key] = hashed.entry

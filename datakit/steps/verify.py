@@ -97,21 +97,26 @@ def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
     return out
 
 
-def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None) -> str:
+def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None, clock_ns: int | None) -> str:
     if linked:
         st = os.stat(fsio.local_path(path))
         if (st.st_dev, st.st_ino) in linked:
             return linked[(st.st_dev, st.st_ino)]
-    return stamps.xxh3(path) if stamps is not None else fsio.xxh3_file(path)
+    return stamps.xxh3(path, clock_ns) if stamps is not None else fsio.xxh3_file(path)
 
 
 def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
     """Every output file of the step dir, sorted by path, with size and hash. A file taken from the
     ``earlier`` build by a hard link has that build's recorded hash, and a file whose stat ``stamps``
-    vouch for is not read again."""
+    vouch for is not read again. What is read is stamped when its mtime is behind the file system's
+    clock, read in the step dir first (`fsio.clock_ns`): the step's outputs, written before this, are
+    then not read again by the next run's check."""
+    local = fsio.is_local(step_dir)
     sizes = _walk(step_dir)
-    linked = _linked_digests(earlier) if fsio.is_local(step_dir) else {}
-    return [OutputFile(rel, sizes[rel], _digest(fsio.join(step_dir, rel), linked, stamps)) for rel in sorted(sizes)]
+    linked = _linked_digests(earlier) if local else {}
+    clock = fsio.clock_ns(step_dir) if stamps is not None and local else None
+    return [OutputFile(rel, sizes[rel], _digest(fsio.join(step_dir, rel), linked, stamps, clock))
+            for rel in sorted(sizes)]
 
 
 def write_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
