@@ -147,3 +147,30 @@ def test_the_column_wise_lookup_finds_exactly_what_matching_each_document_finds(
             want = [(i, d["id"], why) for i, d in enumerate(table.to_pylist()) if (why := lists.match(d)) is not None]
             assert lists.rows(table) == want
             assert len(want) >= (3 if cfg.urls else 2)
+
+
+def test_a_first_takedown_reads_each_file_once_and_keys_it_as_a_column_read_would(tmp_path, monkeypatch):
+    """With no earlier build to take a file from, a file's task reads it once, for its reuse key and its
+    rewrite both (before: the id columns for the key, then the whole file again); the key is the one
+    the id columns alone give, so a later takedown takes the same files."""
+    import pyarrow.parquet as pq
+
+    from datakit.stages import takedown as stage
+    from datakit.stages import transform
+
+    m = _manifest(tmp_path, "p", {"ids": ["GPL-3-5", "Apache-2.0-3"], "urls": ["https://www.gnu.org/GPL-2/4"]})
+    only = _until_tokenize(m)
+    assert pipeline.run(m, workers=1, only=[n for n in only if not n.startswith("takedown")]).ok
+    reads: list[str] = []
+    for module in (transform, stage):
+        real = module.read_table
+        monkeypatch.setattr(module, "read_table", lambda p, *a, _real=real, **k: reads.append(p) or _real(p, *a, **k))
+    s = pipeline.run(m, backend="inline", only=only)
+    assert s.ok
+    take = _step(s, "takedown-web")
+    inputs = [r for r in reads if "/outputs/main/" in r and "takedown-web" not in r]
+    assert inputs and len(inputs) == len(set(inputs)) == take["counters"]["files/computed"]
+    cfg = TakedownConfig(ids=("GPL-3-5", "Apache-2.0-3"), urls=("https://www.gnu.org/GPL-2/4",))
+    for path in inputs:
+        assert stage.file_matches(path, pq.read_table(path), cfg) == stage.file_matches(path, None, cfg)
+    assert sum(len(stage.file_matches(p, None, cfg)["matches"]) for p in inputs) == 3

@@ -35,14 +35,16 @@ def _matches(table: pa.Table, cfg: TakedownConfig) -> list[tuple[int, str, str]]
     return Takedowns.of(cfg).rows(table)
 
 
-def file_matches(path: str, cfg: TakedownConfig) -> dict:
+def file_matches(path: str, table: pa.Table | None, cfg: TakedownConfig) -> dict:
     """The per-file part of a file's reuse key: its rows and the listed documents it holds (read from
-    the id and URL columns only). A new entry therefore rewrites only the files holding a document it
-    lists (the list itself is not in the key). The URL column is read only when URLs or domains are listed."""
+    the id and URL columns only, unless the task has the whole ``table`` already). A new entry therefore
+    rewrites only the files holding a document it lists (the list itself is not in the key). The URL
+    column is read only when URLs or domains are listed."""
     lists = Takedowns.of(cfg)
-    names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
-    wanted = ("id", "source_id", cfg.url_column) if lists.urls or lists.domains else ("id", "source_id")
-    table = read_table(path, columns=[c for c in wanted if c in names])
+    if table is None:
+        names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
+        wanted = ("id", "source_id", cfg.url_column) if lists.urls or lists.domains else ("id", "source_id")
+        table = read_table(path, columns=[c for c in wanted if c in names])
     return {"rows": table.num_rows, "matches": lists.rows(table)}
 
 

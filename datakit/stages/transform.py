@@ -78,16 +78,17 @@ def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tu
 
 
 def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, removed_schema: pa.Schema,
-                   batch_bytes: int | None = None) -> dict[str, int]:
+                   batch_bytes: int | None = None, table: pa.Table | None = None) -> dict[str, int]:
     """One documents file through ``file_fn``, its two outputs written: the stats. ``batch_bytes``
     None: the function gets the whole file. Otherwise it gets the file's record batches of about
     ``batch_bytes`` of column data one by one (it must be row-wise: `BATCH_BYTES`), each result
     written as the output's next row group as it comes, the removed rows and stats summed: a worker
     never holds the file's table, its scoring arrays or its encoded copy. The quality classifier's
-    scoring of benchmarks/classifier.py's 10 MB file peaked at 142-146 MB RSS this way, 225 whole."""
+    scoring of benchmarks/classifier.py's 10 MB file peaked at 142-146 MB RSS this way, 225 whole.
+    ``table``: the file's table, when the caller has read it already (whole files only)."""
     name = src.rstrip("/").rsplit("/", 1)[-1]
     if batch_bytes is None:
-        kept, removed, stats = file_fn(name, read_table(src))
+        kept, removed, stats = file_fn(name, read_table(src) if table is None else table)
         write_file(dst_main, dst_removed, kept, removed, removed_schema)
         return stats
     removed, stats, writer = [], {}, None
@@ -162,7 +163,7 @@ class _Job:
     dst_removed: str
     key: str | None = None
     earlier: reuse.Earlier | None = None
-    key_fn: Callable[[str], Any] | None = None
+    key_fn: Callable[[str, pa.Table | None], Any] | None = None
     is_unchanged: Callable[[Any], dict[str, int] | None] | None = None
     unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
 
@@ -184,8 +185,11 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
            ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
     """One file through ``file_fn``, or its earlier result taken whole (a file keyed by a per-file part,
     which only its task reads): `_result`."""
+    table = None
     if job.key is not None and job.key_fn is not None:
-        part = job.key_fn(job.src)
+        if job.earlier is None and batch_bytes is None:  # nothing to take: one read gives key and rewrite
+            table = read_table(job.src)
+        part = job.key_fn(job.src, table)
         job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
                                   unchanged=job.is_unchanged(part) if job.is_unchanged else None)
     done = _take(job, output)
@@ -194,7 +198,7 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
         atomic_write_bytes(job.dst_removed, table_bytes(removed_table([], removed_schema)))
         done = _result(job, job.unchanged, False)
     elif done is None:
-        stats = transform_file(job.src, job.dst_main, job.dst_removed, file_fn, removed_schema, batch_bytes)
+        stats = transform_file(job.src, job.dst_main, job.dst_removed, file_fn, removed_schema, batch_bytes, table)
         done = _result(job, stats, False)
     for k, v in done[2].items():
         counters.increment(k, v)
@@ -230,10 +234,12 @@ class FileKey:
     file its output depends on (None: the step's whole config); ``by_name``, what else a file's output
     depends on, by file name (computed before the tasks); and ``per_file``, a function of the input
     file's path giving what of the file and the settings decides its output, when that is less than the
-    settings (a takedown list: only the entries found in that file), read in the file's task."""
+    settings (a takedown list: only the entries found in that file), read in the file's task; it is
+    given the file's table too when the task read the whole file first (no earlier build to take the
+    file from: the file is then read once, not once for its key and again for its rewrite), else None."""
 
     settings: Any = None
-    per_file: Callable[[str], Any] | None = None
+    per_file: Callable[[str, pa.Table | None], Any] | None = None
     # A function of the file's name, computed before the tasks, giving what else its output depends on
     # (line dedup: the digest of that file's removals).
     by_name: Callable[[str], Any] | None = None
