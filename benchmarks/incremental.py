@@ -14,11 +14,12 @@ measured beside a fresh build of the same final inputs in a new prefix:
   takedown 1% of the documents listed by id in a `takedown:` file
 
 For each: CPU-seconds of the whole `datakit run` process tree (interpreter start, planning and the
-content check of every built step included) and wall time, both sides (the incremental side the median
-of ``--repeats`` runs, 3 by default, each on a fresh copy of the built prefix, every run's CPU listed: a
-run of 2 CPU-s varies by a quarter from run to run here); the incremental run's share of the
-rebuild's CPU; and whether every data file of every step of the final plan is byte-identical between the
-two prefixes (scripts/compare_outputs.py's rule: markers, timings and reuse records are not data).
+content check of every built step included) and wall time, both sides, measured as ``--repeats`` pairs (3
+by default): the incremental run on a fresh copy of the built prefix, then a fresh build, back to back,
+so that both sides of a pair meet the same host load; the incremental run's share of the rebuild's CPU
+in each pair and their median (the figure), each side's median and every run's CPU; and whether every
+data file of every step of the final plan is byte-identical between the two prefixes (the last pair;
+scripts/compare_outputs.py's rule: markers, timings and reuse records are not data).
 ``normalize.target_shard_bytes`` is 8 MB here (a unit of input files is what an edit recomputes; the
 default 64 MB makes units, and so the cost of an edit, eight times larger).
 """
@@ -157,24 +158,30 @@ def takedown_file(files: list[Path], out: Path, seed: int) -> tuple[Path, int]:
 
 
 def scenario(name: str, base: Path, work: Path, final: dict, timeout: float, repeats: int = 1) -> dict:
-    """The change ``final`` applied to a copy of the built ``base`` prefix (``repeats`` times, each on a
-    fresh copy: the run whose CPU is the median is reported, every run's CPU listed), and a fresh build
-    of it. Why repeats: a run of 2 CPU-s varies by a quarter from one run to the next on this machine,
-    more than the differences the shares are read for; the fresh build (25 times longer) varies less."""
+    """The change ``final`` applied to a copy of the built ``base`` prefix, then a fresh build of the
+    same final inputs in a new prefix, back to back, ``repeats`` times (each incremental run on a fresh
+    copy, each rebuild from nothing). Reported: each pair's share (the incremental run's CPU over the
+    rebuild's just after it), their median (the figure), and each side's median run with every run's
+    CPU listed. Why pairs: this machine is a VM whose host load moves a whole 60 s build by a quarter
+    from one minute to the next; a share of two runs minutes apart measures that drift, not the change
+    (the first run of this benchmark gave rebuilds of 88-112 CPU-s for the same inputs)."""
     inc, fresh = work / f"{name}-incremental", work / f"{name}-fresh"
-    runs = []
+    runs, fulls = [], []
     for _ in range(repeats):
         copy_prefix(base, inc)
         runs.append(run({**final, "prefix": str(inc)}, work, f"{name}-incremental", timeout))
+        shutil.rmtree(fresh, ignore_errors=True)
+        fulls.append(run({**final, "prefix": str(fresh)}, work, f"{name}-fresh", timeout))
+    shares = [round(r["cpu_s"] / f["cpu_s"], 4) for r, f in zip(runs, fulls)]
     ours = sorted(runs, key=lambda r: r["cpu_s"])[len(runs) // 2]
-    shutil.rmtree(fresh, ignore_errors=True)
-    full = run({**final, "prefix": str(fresh)}, work, f"{name}-fresh", timeout)
-    out = {"incremental": {**ours, "cpu_s_of_each_run": [r["cpu_s"] for r in runs]}, "rebuild": full,
-           "cpu_share": round(ours["cpu_s"] / full["cpu_s"], 4),
+    full = sorted(fulls, key=lambda r: r["cpu_s"])[len(fulls) // 2]
+    out = {"incremental": {**ours, "cpu_s_of_each_run": [r["cpu_s"] for r in runs]},
+           "rebuild": {**full, "cpu_s_of_each_run": [f["cpu_s"] for f in fulls]},
+           "cpu_share_of_each_pair": shares, "cpu_share": sorted(shares)[len(shares) // 2],
            "wall_share": round(ours["wall_s"] / full["wall_s"], 4), "outputs": same_outputs(inc, fresh)}
     print(f"{name}: incremental {ours['cpu_s']} CPU-s ({ours['wall_s']} s) vs rebuild {full['cpu_s']} CPU-s "
-          f"({full['wall_s']} s): {out['cpu_share']:.1%} of the CPU; outputs identical: "
-          f"{out['outputs']['identical']}", file=sys.stderr)
+          f"({full['wall_s']} s), medians; pairs {', '.join(f'{x:.1%}' for x in shares)}: {out['cpu_share']:.1%} "
+          f"of the CPU; outputs identical: {out['outputs']['identical']}", file=sys.stderr)
     return out
 
 
@@ -222,7 +229,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--out", help="write the JSON here too")
     ap.add_argument("--scenarios", default="add,edit,takedown", help="which changes to measure (comma-separated)")
-    ap.add_argument("--repeats", type=int, default=3, help="incremental runs per change, the median reported")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="pairs (incremental run, rebuild) per change; the median pair's share reported")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
