@@ -18,13 +18,12 @@ import numpy as np
 import pyarrow as pa
 
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import read_parquet_metadata, read_table
 from datakit.manifest import Section
 from datakit.quality.takedown import TakedownConfig, Takedowns
 from datakit.steps import Step, StepContext
 
 from .contract import DOCUMENTS, Graph, Stage, step_identity
-from .transform import FileKey, documents_result, run_per_file
+from .transform import FileColumns, FileKey, documents_result, run_per_file
 
 VERSION = "2"
 REASON = "takedown"
@@ -35,16 +34,13 @@ def _matches(table: pa.Table, cfg: TakedownConfig) -> list[tuple[int, str, str]]
     return Takedowns.of(cfg).rows(table)
 
 
-def file_matches(path: str, table: pa.Table | None, cfg: TakedownConfig) -> dict:
+def file_matches(columns: FileColumns, cfg: TakedownConfig) -> dict:
     """The per-file part of a file's reuse key: its rows and the listed documents it holds (read from
-    the id and URL columns only, unless the task has the whole ``table`` already). A new entry therefore
-    rewrites only the files holding a document it lists (the list itself is not in the key). The URL
-    column is read only when URLs or domains are listed."""
+    the id and URL columns only). A new entry therefore rewrites only the files holding a document it
+    lists (the list itself is not in the key). The URL column is read only when URLs or domains are listed."""
     lists = Takedowns.of(cfg)
-    if table is None:
-        names = set(read_parquet_metadata(path).schema.to_arrow_schema().names)
-        wanted = ("id", "source_id", cfg.url_column) if lists.urls or lists.domains else ("id", "source_id")
-        table = read_table(path, columns=[c for c in wanted if c in names])
+    wanted = ("id", "source_id", cfg.url_column) if lists.urls or lists.domains else ("id", "source_id")
+    table = columns.read([c for c in wanted if c in columns.schema.names])
     return {"rows": table.num_rows, "matches": lists.rows(table)}
 
 

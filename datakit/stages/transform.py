@@ -16,7 +16,7 @@ import io
 import posixpath
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +24,9 @@ import pyarrow.parquet as pq
 
 from datakit.core import arrow_numpy as an
 from datakit.core.documents import parquet_options
-from datakit.core.fsio import atomic_output, atomic_write_bytes, is_local, link_or_copy, local_path, open_read, read_table
+from datakit.core.fsio import (
+    atomic_output, atomic_write_bytes, is_local, link_or_copy, local_path, open_read, read_parquet_metadata, read_table,
+)
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
 from datakit.shuffle import Dataset, counters, small_job_config_for_files
@@ -153,6 +155,37 @@ def _batches(reader: Any, batch_bytes: int) -> Iterator[pa.RecordBatch]:
     return reader.iter_batches(rows, list(range(meta.num_row_groups)), use_threads=False)
 
 
+class FileColumns:
+    """A documents file's columns, each read at most once: a per-file key reads the few it needs
+    (`read`), and a rewrite then reads only the rest (`table`). A first takedown had read each file's id
+    columns for its key, then the whole file again; a file whose key says it stays as it is was, and is,
+    read no further."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._schema: pa.Schema | None = None
+        self._columns: dict[str, pa.ChunkedArray] = {}
+
+    @property
+    def schema(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = read_parquet_metadata(self.path).schema.to_arrow_schema()
+        return self._schema
+
+    def read(self, names: Sequence[str]) -> pa.Table:
+        """These columns (each read once, whatever was asked before), as a table in this order."""
+        missing = [n for n in names if n not in self._columns]
+        if missing:
+            got = read_table(self.path, columns=missing)
+            self._columns.update(zip(missing, got.columns))
+        return pa.Table.from_arrays([self._columns[n] for n in names], names=list(names))
+
+    def table(self) -> pa.Table:
+        """The whole file, as `read_table` gives it: the columns not read yet are read now."""
+        names = self.schema.names
+        return pa.Table.from_arrays(self.read(names).columns, schema=self.schema)
+
+
 @dataclass(frozen=True)
 class _Job:
     """One file of a per-file transform: where it is read and written, and (with reuse) its content key
@@ -163,7 +196,7 @@ class _Job:
     dst_removed: str
     key: str | None = None
     earlier: reuse.Earlier | None = None
-    key_fn: Callable[[str, pa.Table | None], Any] | None = None
+    key_fn: Callable[[FileColumns], Any] | None = None
     is_unchanged: Callable[[Any], dict[str, int] | None] | None = None
     unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
 
@@ -185,11 +218,10 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
            ) -> tuple[str | None, tuple[str, str], dict[str, int], bool]:
     """One file through ``file_fn``, or its earlier result taken whole (a file keyed by a per-file part,
     which only its task reads): `_result`."""
-    table = None
+    columns = None
     if job.key is not None and job.key_fn is not None:
-        if job.earlier is None and batch_bytes is None:  # nothing to take: one read gives key and rewrite
-            table = read_table(job.src)
-        part = job.key_fn(job.src, table)
+        columns = FileColumns(job.src)
+        part = job.key_fn(columns)
         job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
                                   unchanged=job.is_unchanged(part) if job.is_unchanged else None)
     done = _take(job, output)
@@ -198,6 +230,7 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
         atomic_write_bytes(job.dst_removed, table_bytes(removed_table([], removed_schema)))
         done = _result(job, job.unchanged, False)
     elif done is None:
+        table = columns.table() if columns is not None and batch_bytes is None else None
         stats = transform_file(job.src, job.dst_main, job.dst_removed, file_fn, removed_schema, batch_bytes, table)
         done = _result(job, stats, False)
     for k, v in done[2].items():
@@ -234,12 +267,11 @@ class FileKey:
     file its output depends on (None: the step's whole config); ``by_name``, what else a file's output
     depends on, by file name (computed before the tasks); and ``per_file``, a function of the input
     file's path giving what of the file and the settings decides its output, when that is less than the
-    settings (a takedown list: only the entries found in that file), read in the file's task; it is
-    given the file's table too when the task read the whole file first (no earlier build to take the
-    file from: the file is then read once, not once for its key and again for its rewrite), else None."""
+    settings (a takedown list: only the entries found in that file), read in the file's task from its
+    `FileColumns` (what it reads there is not read again if the file is then rewritten)."""
 
     settings: Any = None
-    per_file: Callable[[str, pa.Table | None], Any] | None = None
+    per_file: Callable[[FileColumns], Any] | None = None
     # A function of the file's name, computed before the tasks, giving what else its output depends on
     # (line dedup: the digest of that file's removals).
     by_name: Callable[[str], Any] | None = None
