@@ -389,6 +389,23 @@ def test_auto_step_with_every_shard_reused_still_records_the_planned_engine(trai
     assert not os.path.exists(tmp_path / "x")
 
 
+def test_a_driver_converts_a_tokenizer_once_for_every_step_that_encodes_nothing(trained, tmp_path, monkeypatch):
+    """A run's tokenize steps that take every shard (one per source) plan their engine record with one
+    tiktoken conversion of the shared tokenizer, not one each."""
+    from datakit.tokenize import tokenize_step
+
+    for name in ("a", "b"):
+        tokenize_source("mixed", trained["src"], str(tmp_path / name), trained["tok"], exec_config=INLINE)
+    calls, real = [], tokenize_step.convert
+    monkeypatch.setattr(tokenize_step, "_CONVERSIONS", {})
+    monkeypatch.setattr(tokenize_step, "convert", lambda tok: calls.append(1) or real(tok))
+    for name in ("a", "b"):
+        again = tokenize_source("mixed", trained["src"], str(tmp_path / name), trained["tok"],
+                                exec_config=INLINE).to_dict()
+        assert again["reused_shards"] == 3 and again["engine"] == "tiktoken"
+    assert calls == [1]
+
+
 # -------------------------------------------------------------------------------------- the step
 
 

@@ -165,12 +165,16 @@ def _engine_for(spec: _ShardSpec) -> EngineChoice:
     content), whichever source's step uses it."""
     key = (spec.tokenizer_path, spec.identity["sha256"], spec.engine)
     if key not in _ENGINES:
-        tok = _tokenizer_for(spec)
-        sha = spec.identity["sha256"]
-        if spec.engine != "hf" and sha not in _CONVERSIONS:
-            _CONVERSIONS[sha] = convert(tok)
-        _ENGINES[key] = choose(tok, spec.engine, where=spec.tokenizer_path, converted=_CONVERSIONS.get(sha))
+        _ENGINES[key] = _choose(_tokenizer_for(spec), spec.identity["sha256"], spec.engine, spec.tokenizer_path)
     return _ENGINES[key]
+
+
+def _choose(tok: Any, sha: str, engine: str, where: str) -> EngineChoice:
+    """`choose` with the tiktoken conversion made once per process and tokenizer (by content): a run's
+    driver plans the engine of every source's step that encodes nothing with one conversion."""
+    if engine != "hf" and sha not in _CONVERSIONS:
+        _CONVERSIONS[sha] = convert(tok)
+    return choose(tok, engine, where=where, converted=_CONVERSIONS.get(sha))
 
 
 def _encoder_threads(spec: _ShardSpec) -> int:
@@ -838,7 +842,7 @@ def tokenize_source(
     tok, identity = shared_tokenizer(tokenizer_path)
     # forced tiktoken fails here, before any work; auto converts in the workers only (the driver's plan
     # is needed only when every shard is reused, and is made then)
-    planned = choose(tok, engine, where=str(tokenizer_path)) if engine == "tiktoken" else None
+    planned = _choose(tok, identity.sha256, engine, str(tokenizer_path)) if engine == "tiktoken" else None
     if bos and identity.bos_id is None:
         raise ValueError(f"bos=True but tokenizer {tokenizer_path} has no BOS token")
     files = find_source_files(input_dir)
@@ -867,7 +871,7 @@ def tokenize_source(
     splits = _commit_splits(name, spec, cache_dir, results, total)
     bad_samples = [b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES]
     if planned is None and not any("engine" in r for r in results):
-        planned = choose(tok, engine, where=str(tokenizer_path))
+        planned = _choose(tok, identity.sha256, engine, str(tokenizer_path))
     engine_record = _engine_summary(name, planned, results)
     reused = sum(1 for r in results if r["reused"])
     return TokenizeResult(
