@@ -87,8 +87,9 @@ def test_identity_is_stable_across_prefixes_and_dict_order(tmp_path):
     s1 = run_steps([total], str(tmp_path / "p1"))
     s2 = run_steps([total], str(tmp_path / "p2"))
     assert s1.ok and s2.ok
-    names1 = sorted(p.name for p in (tmp_path / "p1").iterdir() if p.is_dir())
-    names2 = sorted(p.name for p in (tmp_path / "p2").iterdir() if p.is_dir())
+    # step dirs only: .datakit/ holds the prefix's caches (output stamps), not steps
+    names1 = sorted(p.name for p in (tmp_path / "p1").iterdir() if p.is_dir() and not p.name.startswith("."))
+    names2 = sorted(p.name for p in (tmp_path / "p2").iterdir() if p.is_dir() and not p.name.startswith("."))
     assert names1 == names2 == sorted([f"rows-{rows.identity}", f"sum-{total.identity}"])
 
 
@@ -928,3 +929,34 @@ def test_a_build_stamps_its_outputs_so_the_next_run_reads_none_of_them(tmp_path,
         reads.clear()
         assert [e["status"] for e in run_steps([total], str(prefix)).steps] == ["skipped", "skipped"]
         assert (str(out) in reads) is not stamped
+
+
+def test_a_manifest_takes_the_digests_a_writer_recorded_while_the_files_are_the_ones_it_published(tmp_path,
+                                                                                                  monkeypatch):
+    """A file published with `fsio.write_recorded` is not read back for the step's manifest while its stat
+    is the one the writer saw (and is stamped like a file read, its mtime behind the clock); one changed
+    since, even to the same size, is read; on a store with no stat, the size decides."""
+    from datakit.core import fsio
+    from datakit.steps import verify
+    from datakit.steps.stamps import Stamps
+
+    step_dir = tmp_path / "step"
+    (step_dir / "outputs").mkdir(parents=True)
+    a = fsio.write_recorded(str(step_dir / "outputs" / "a.bin"), b"alpha" * 100)
+    b = fsio.write_recorded(str(step_dir / "outputs" / "b.bin"), b"bravo" * 100)
+    (step_dir / "outputs" / "b.bin").write_bytes(b"BRAVO" * 100)  # same size, new bytes, a new stat
+    os.utime(step_dir / "outputs" / "b.bin", ns=(b.mtime_ns + 10**9, b.mtime_ns + 10**9))
+    real_xxh3, real_clock = fsio.xxh3_file, fsio.clock_ns
+    reads: list[str] = []
+    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real_xxh3(p))
+    monkeypatch.setattr(fsio, "clock_ns", lambda d: real_clock(d) + 10**9)  # as if hashed a tick later
+    stamps = Stamps.of_prefix(str(tmp_path))
+    files = {f.path: f for f in verify.build_manifest(str(step_dir), stamps, written=[a, b])}
+    assert files["outputs/a.bin"].xxh3_128 == a.xxh3_128 == real_xxh3(a.path)
+    assert files["outputs/b.bin"].xxh3_128 == real_xxh3(b.path) != b.xxh3_128
+    assert reads == [b.path]
+    assert stamps.vouches(a.path, a.xxh3_128) is not None  # the next run's check reads it no more
+    # no stat on an object store: the size is what says it is the file published
+    remote = fsio.Written("memory://bucket/step/outputs/a.bin", a.size, "0" * 32)
+    assert verify._written_digest(remote.path, a.size, remote, None, None) == "0" * 32
+    assert verify._written_digest(remote.path, a.size + 1, remote, None, None) is None

@@ -182,3 +182,55 @@ def test_a_takedown_reads_each_column_of_a_file_once(tmp_path, monkeypatch):
         whole = pq.read_table(path)
         assert columns.table().equals(whole, check_metadata=True)
         assert transform.table_bytes(columns.table()) == transform.table_bytes(whole)
+
+
+def test_the_takedown_step_hashes_what_it_writes_without_reading_it_back(tmp_path, monkeypatch):
+    """Its workers record each published file's digest (`fsio.write_recorded`), so its outputs manifest
+    reads none of them back, and records the same digests a read gives."""
+    from datakit.core import fsio
+    from datakit.steps.verify import read_manifest
+
+    m = _manifest(tmp_path, "p", {"ids": ["GPL-3-5", "Apache-2.0-3"]})
+    only = _until_tokenize(m)
+    assert pipeline.run(m, workers=1, only=[n for n in only if not n.startswith("takedown")]).ok
+    reads: list[str] = []
+    real = fsio.xxh3_file
+    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real(p))
+    s = pipeline.run(m, backend="inline", only=only)
+    assert s.ok
+    out = _step(s, "takedown-web")["output"]
+    files = read_manifest(out)
+    before = {f.path: f.xxh3_128 for f in read_manifest(_step(s, "pii-web")["output"])}
+    # what its workers published: every removed file, and the main files that lost a document (the
+    # others are links to the input's files)
+    published = [os.path.join(out, f.path) for f in files if f.path.startswith("outputs/removed/")
+                 or (f.path.startswith("outputs/main/") and before[f.path] != f.xxh3_128)]
+    removed_files = [f for f in files if f.path.startswith("outputs/removed/")]
+    assert len(published) > len(removed_files) > 3 and not set(published) & set(reads)
+    assert all(f.xxh3_128 == real(os.path.join(out, f.path)) for f in files)
+
+
+def test_the_token_shards_a_takedown_cuts_are_not_read_back_for_the_manifest(tmp_path, monkeypatch):
+    """A takedown's token shards are cut from the earlier ones by the tasks, which record each file's
+    digest: the tokenize step's manifest reads none of its shard, ids or marker files back."""
+    from datakit.core import fsio
+    from datakit.steps.verify import read_manifest
+
+    m = _manifest(tmp_path, "p", {"ids": ["GPL-3-5", "Apache-2.0-3"]})
+    names = [s.name for s in pipeline.build_steps(m) if s.stage != "train"]
+    before = _manifest(tmp_path, "p", None)
+    assert pipeline.run(before, workers=1, only=[s.name for s in pipeline.build_steps(before) if s.stage != "train"]).ok
+    reads: list[str] = []
+    real = fsio.xxh3_file
+    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real(p))
+    s = pipeline.run(m, backend="inline", only=names)
+    assert s.ok
+    tok = _step(s, "tokenize-web")
+    assert tok["counters"]["files/spliced"] == 2 and tok["counters"]["files/reused"] > 3, tok["counters"]
+    files = read_manifest(tok["output"])
+    # every shard's files: the cut ones' recorded by their tasks, the taken ones' linked from the earlier build
+    shards = [f for f in files if f.path.endswith((".npy", ".json")) and "/" in f.path and "ledger" not in f.path
+              and "stats" not in f.path]
+    assert len(shards) > 40
+    assert not {os.path.join(tok["output"], f.path) for f in shards} & set(reads)
+    assert all(f.xxh3_128 == real(os.path.join(tok["output"], f.path)) for f in files)

@@ -689,6 +689,38 @@ def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -
         raise
 
 
+@dataclass(frozen=True)
+class Written:
+    """A file a writer published, and what it holds: its size and xxh3-128, computed from the bytes it
+    wrote, and on a local disk its stat right after (mtime_ns, inode). A step's outputs manifest takes the
+    digest instead of reading the file back while the file still has that stat (steps/verify.py): a
+    step's documents were written, then read again whole to be hashed, and on an object store that read
+    is a download of everything the step wrote."""
+
+    path: str
+    size: int
+    xxh3_128: str
+    mtime_ns: int | None = None
+    inode: int | None = None
+
+
+def write_recorded(path: str, data: bytes) -> Written:
+    """`atomic_write_bytes`, and the record of what was published."""
+    import xxhash
+
+    atomic_write_bytes(path, data)
+    return published(path, len(data), xxhash.xxh3_128_hexdigest(data))
+
+
+def published(path: str, size: int, digest: str) -> Written:
+    """The record of a file just published holding ``size`` bytes whose xxh3-128 is ``digest`` (computed
+    by its writer from what it wrote); on a local disk with the stat it has now."""
+    if not is_local(path):
+        return Written(path, size, digest)
+    st = os.stat(local_path(path))
+    return Written(path, size, digest, st.st_mtime_ns, st.st_ino)
+
+
 def create_exclusive(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> bool:
     """Create ``path`` holding ``data`` only if it does not exist. True if this call created it.
 

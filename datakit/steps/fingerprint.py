@@ -204,9 +204,14 @@ def hash_stamped(path: str, before: FileStat, key: str, digest: Callable[[str], 
     longer than ``RACY_WINDOW_S`` ago."""
     value = digest(path)
     after = FileStat.of(path)
-    behind_clock = clock_ns is not None and after.mtime_ns < clock_ns
-    settled = behind_clock or time.time_ns() - after.mtime_ns > RACY_WINDOW_S * 1e9
-    return Hashed(value, CacheEntry(key, after, value) if after == before and settled else None)
+    return Hashed(value, CacheEntry(key, after, value) if after == before and settled(after, clock_ns) else None)
+
+
+def settled(stat: FileStat, clock_ns: int | None = None) -> bool:
+    """Whether any later write to a file with this stat must change it: its mtime behind ``clock_ns``
+    (the file system's clock, read before the stat was taken) or older than ``RACY_WINDOW_S``."""
+    behind_clock = clock_ns is not None and stat.mtime_ns < clock_ns
+    return behind_clock or time.time_ns() - stat.mtime_ns > RACY_WINDOW_S * 1e9
 
 
 def stat_key(path: str) -> tuple[str, FileStat]:

@@ -513,7 +513,7 @@ class _Run:
                 result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
             lease.check()
-            verify.write_manifest(d, self.stamps, ctx.earlier)  # what `run` and `verify` will check it against
+            verify.write_manifest(d, self.stamps, ctx.earlier, ctx.written)  # what `run` and `verify` check
             lease.check()
             markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()

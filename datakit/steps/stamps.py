@@ -27,7 +27,7 @@ from __future__ import annotations
 from datakit.core import fsio
 from datakit.core.layout import VERIFIED_DIR
 
-from .fingerprint import CacheEntry, FileStat, HashCache, hash_stamped, stat_key
+from .fingerprint import CacheEntry, FileStat, HashCache, hash_stamped, settled, stat_key
 
 ALGO = "xxh3_128"
 
@@ -64,6 +64,26 @@ class Stamps:
             self.new.append(hashed.entry)
             self.cache.entries[key] = hashed.entry
         return hashed.digest
+
+    def vouch(self, path: str, mtime_ns: int | None, inode: int | None, digest: str,
+              clock_ns: int | None = None) -> bool:
+        """Whether local ``path`` is still the file a writer published holding ``digest``: its stat now
+        is the one the writer saw right after publishing (``mtime_ns``, ``inode``). Then its stat is
+        recorded as holding that digest when it could vouch for it later (`fingerprint.settled`), as
+        for a file read now."""
+        if self.cache is None or mtime_ns is None or inode is None or not fsio.is_local(path):
+            return False
+        try:
+            key, st = stat_key(fsio.local_path(path))
+        except FileNotFoundError:
+            return False
+        if st.mtime_ns != mtime_ns or st.inode != inode:
+            return False
+        if settled(st, clock_ns):
+            entry = CacheEntry(key, st, digest)
+            self.new.append(entry)
+            self.cache.entries[key] = entry
+        return True
 
     def vouches(self, path: str, digest: str) -> FileStat | None:
         """The file's stat when the record says that stat holds ``digest`` (no read), else None."""

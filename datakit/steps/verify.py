@@ -25,6 +25,7 @@ import json
 import os
 import posixpath
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
 
 from datakit.core import fsio
 
@@ -105,23 +106,46 @@ def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None
     return stamps.xxh3(path, clock_ns) if stamps is not None else fsio.xxh3_file(path)
 
 
-def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
+def _written_digest(path: str, size: int, w: fsio.Written, stamps: Stamps | None, clock_ns: int | None) -> str | None:
+    """The digest the step's writer computed for ``path``, when the file is still the one it published:
+    the same size, and on a local disk the same stat (then stamped like a file read now, when its mtime
+    is behind the clock). None: read it."""
+    if w.size != size:
+        return None
+    if not fsio.is_local(path):
+        return w.xxh3_128
+    if stamps is None:
+        return None
+    return w.xxh3_128 if stamps.vouch(path, w.mtime_ns, w.inode, w.xxh3_128, clock_ns) else None
+
+
+def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None,
+                   written: Sequence[fsio.Written] = ()) -> list[OutputFile]:
     """Every output file of the step dir, sorted by path, with size and hash. A file taken from the
-    ``earlier`` build by a hard link has that build's recorded hash, and a file whose stat ``stamps``
-    vouch for is not read again. What is read is stamped when its mtime is behind the file system's
-    clock, read in the step dir first (`fsio.clock_ns`): the step's outputs, written before this, are
-    then not read again by the next run's check."""
+    ``earlier`` build by a hard link has that build's recorded hash, a file the step ``written`` with its
+    digest has that digest while it is still the file published, and a file whose stat ``stamps`` vouch
+    for is not read again. What is read is stamped when its mtime is behind the file system's clock,
+    read in the step dir first (`fsio.clock_ns`): the step's outputs, written before this, are then not
+    read again by the next run's check."""
     local = fsio.is_local(step_dir)
     sizes = _walk(step_dir)
     linked = _linked_digests(earlier) if local else {}
     clock = fsio.clock_ns(step_dir) if stamps is not None and local else None
-    return [OutputFile(rel, sizes[rel], _digest(fsio.join(step_dir, rel), linked, stamps, clock))
-            for rel in sorted(sizes)]
+    root = step_dir.rstrip("/") + "/"
+    known = {w.path[len(root):]: w for w in written if w.path.startswith(root)}
+    out = []
+    for rel in sorted(sizes):
+        path = fsio.join(step_dir, rel)
+        w = known.get(rel)
+        digest = _written_digest(path, sizes[rel], w, stamps, clock) if w is not None else None
+        out.append(OutputFile(rel, sizes[rel], digest or _digest(path, linked, stamps, clock)))
+    return out
 
 
-def write_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None) -> list[OutputFile]:
+def write_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None,
+                   written: Sequence[fsio.Written] = ()) -> list[OutputFile]:
     """Record the step's outputs (called by the runner after the step fn, before the artifact)."""
-    files = build_manifest(step_dir, stamps, earlier)
+    files = build_manifest(step_dir, stamps, earlier, written)
     record = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "files": [asdict(f) for f in files]}
     fsio.atomic_write_bytes(fsio.join(step_dir, markers.OUTPUTS_FILE), markers.to_json_bytes(record))
     return files

@@ -57,6 +57,7 @@ __all__ = [
     "write_json_atomic",
     "read_json",
     "write_npy_atomic",
+    "npy_size",
     "load_npy",
 ]
 
@@ -181,6 +182,12 @@ class NpyStreamWriter:
             self._f.close()
             self._f = None
         remove(self._tmp)
+
+
+def npy_size(arr: np.ndarray) -> int:
+    """The size of the .npy file `write_npy_atomic` writes for this 1-D array."""
+    dtype = np.dtype(arr.dtype).newbyteorder("<") if np.dtype(arr.dtype).itemsize > 1 else np.dtype(arr.dtype)
+    return len(_npy_header(dtype, len(arr))) + len(arr) * dtype.itemsize
 
 
 def write_npy_atomic(path: str, arr: np.ndarray) -> str:
