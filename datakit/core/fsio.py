@@ -712,6 +712,14 @@ def write_recorded(path: str, data: bytes) -> Written:
     return published(path, len(data), xxhash.xxh3_128_hexdigest(data))
 
 
+def publish(path: str, data: bytes, record: list[Written] | None) -> None:
+    """`atomic_write_bytes`; with a ``record`` list, `write_recorded`, its record appended."""
+    if record is None:
+        atomic_write_bytes(path, data)
+    else:
+        record.append(write_recorded(path, data))
+
+
 def published(path: str, size: int, digest: str) -> Written:
     """The record of a file just published holding ``size`` bytes whose xxh3-128 is ``digest`` (computed
     by its writer from what it wrote); on a local disk with the stat it has now."""

@@ -24,8 +24,7 @@ import pyarrow.parquet as pq
 from datakit.core import arrow_numpy as an
 from datakit.core.documents import parquet_options
 from datakit.core.fsio import (
-    Written, atomic_output, atomic_write_bytes, is_local, link_or_copy, local_path, open_read, read_parquet_metadata,
-    read_table, write_recorded,
+    Written, atomic_output, is_local, link_or_copy, local_path, open_read, publish, read_parquet_metadata, read_table,
 )
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
@@ -79,15 +78,8 @@ def sort_unique(docs: list[dict], reason: str, detail: str) -> tuple[list[dict],
 def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tuple], schema: pa.Schema,
                record: list[Written] | None = None) -> None:
     """The two outputs of one file; what was published is added to ``record`` when given (`Written`)."""
-    _publish(dst_main, table_bytes(kept), record)
-    _publish(dst_removed, table_bytes(removed_table(removed, schema)), record)
-
-
-def _publish(path: str, data: bytes, record: list[Written] | None) -> None:
-    if record is None:
-        atomic_write_bytes(path, data)
-    else:
-        record.append(write_recorded(path, data))
+    publish(dst_main, table_bytes(kept), record)
+    publish(dst_removed, table_bytes(removed_table(removed, schema)), record)
 
 
 def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, removed_schema: pa.Schema,
@@ -128,7 +120,7 @@ def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, r
     # freed: given back here, the next file's batches do not pile up on them (5 MB of the benchmark
     # worker's peak RSS, one call per file).
     pa.default_memory_pool().release_unused()
-    _publish(dst_removed, table_bytes(removed_table(removed, removed_schema)), record)
+    publish(dst_removed, table_bytes(removed_table(removed, removed_schema)), record)
     return stats
 
 
@@ -245,7 +237,7 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
     written: list[Written] = []
     if done is None and job.unchanged is not None:  # nothing to do to this file: its bytes, an empty removed file
         link_or_copy(job.src, job.dst_main)
-        _publish(job.dst_removed, table_bytes(removed_table([], removed_schema)), written)
+        publish(job.dst_removed, table_bytes(removed_table([], removed_schema)), written)
         done = _result(job, job.unchanged, False, written)
     elif done is None:
         table = columns.table() if columns is not None and batch_bytes is None else None
@@ -285,9 +277,9 @@ class FileKey:
     """How a per-file step keys its files for reuse (steps/reuse.py): ``settings``, what besides the
     file its output depends on (None: the step's whole config); ``by_name``, what else a file's output
     depends on, by file name (computed before the tasks); and ``per_file``, a function of the input
-    file's path giving what of the file and the settings decides its output, when that is less than the
-    settings (a takedown list: only the entries found in that file), read in the file's task from its
-    `FileColumns` (what it reads there is not read again if the file is then rewritten)."""
+    file's `FileColumns` giving what of the file and the settings decides its output, when that is less
+    than the settings (a takedown list: only the entries found in that file), read in the file's task
+    (what it reads there is not read again if the file is then rewritten)."""
 
     settings: Any = None
     per_file: Callable[[FileColumns], Any] | None = None

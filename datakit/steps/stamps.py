@@ -61,12 +61,15 @@ class Stamps:
             return known
         hashed = hash_stamped(local, before, key, fsio.xxh3_file, clock_ns)
         if hashed.entry is not None:
-            self.new.append(hashed.entry)
-            self.cache.entries[key] = hashed.entry
+            self._remember(hashed.entry)
         return hashed.digest
 
-    def vouch(self, path: str, mtime_ns: int | None, inode: int | None, digest: str,
-              clock_ns: int | None = None) -> bool:
+    def _remember(self, entry: CacheEntry) -> None:
+        self.new.append(entry)
+        self.cache.entries[entry.path] = entry
+
+    def adopt_written(self, path: str, mtime_ns: int | None, inode: int | None, digest: str,
+                      clock_ns: int | None = None) -> bool:
         """Whether local ``path`` is still the file a writer published holding ``digest``: its stat now
         is the one the writer saw right after publishing (``mtime_ns``, ``inode``). Then its stat is
         recorded as holding that digest when it could vouch for it later (`fingerprint.settled`), as
@@ -80,9 +83,7 @@ class Stamps:
         if st.mtime_ns != mtime_ns or st.inode != inode:
             return False
         if settled(st, clock_ns):
-            entry = CacheEntry(key, st, digest)
-            self.new.append(entry)
-            self.cache.entries[key] = entry
+            self._remember(CacheEntry(key, st, digest))
         return True
 
     def vouches(self, path: str, digest: str) -> FileStat | None:

@@ -116,7 +116,7 @@ def _written_digest(path: str, size: int, w: fsio.Written, stamps: Stamps | None
         return w.xxh3_128
     if stamps is None:
         return None
-    return w.xxh3_128 if stamps.vouch(path, w.mtime_ns, w.inode, w.xxh3_128, clock_ns) else None
+    return w.xxh3_128 if stamps.adopt_written(path, w.mtime_ns, w.inode, w.xxh3_128, clock_ns) else None
 
 
 def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | None = None,

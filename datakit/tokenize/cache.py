@@ -150,7 +150,7 @@ class NpyStreamWriter:
 
     def __init__(self, path: str, dtype: np.dtype) -> None:
         self.path = path
-        self.dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
+        self.dtype = _file_dtype(dtype)
         self.length = 0
         self._f: IO[bytes] | None
         # Local: a temp file beside `path`; remote: a local temp file (open_atomic), which the header
@@ -184,9 +184,15 @@ class NpyStreamWriter:
         remove(self._tmp)
 
 
+def _file_dtype(dtype: Any) -> np.dtype:
+    """The dtype a .npy file of ours holds: little-endian (one-byte types have no order)."""
+    d = np.dtype(dtype)
+    return d.newbyteorder("<") if d.itemsize > 1 else d
+
+
 def npy_size(arr: np.ndarray) -> int:
     """The size of the .npy file `write_npy_atomic` writes for this 1-D array."""
-    dtype = np.dtype(arr.dtype).newbyteorder("<") if np.dtype(arr.dtype).itemsize > 1 else np.dtype(arr.dtype)
+    dtype = _file_dtype(arr.dtype)
     return len(_npy_header(dtype, len(arr))) + len(arr) * dtype.itemsize
 
 

@@ -50,8 +50,8 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (Written, atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, published,
-                                read_bytes, sha256_file, store_url, write_recorded)
+from datakit.core.fsio import (Written, atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, publish,
+                                published, read_bytes, sha256_file, store_url)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
@@ -419,14 +419,7 @@ def _write_ids(spec: _ShardSpec, key: str | None, hashes: np.ndarray, record: li
     """A keyed shard's document hashes, written before its markers (a done shard always has them); what
     was published is added to ``record`` when given (`fsio.Written`: the manifest then reads none of it)."""
     if key is not None:
-        _publish(C.join(spec.out_dir, trim.ids_rel(key)), trim.to_npy_bytes(hashes), record)
-
-
-def _publish(path: str, data: bytes, record: list[Written] | None) -> None:
-    if record is None:
-        atomic_write_bytes(path, data)
-    else:
-        record.append(write_recorded(path, data))
+        publish(C.join(spec.out_dir, trim.ids_rel(key)), trim.to_npy_bytes(hashes), record)
 
 
 def _marker(fp: dict, counts: dict, bad: _BadRows, sums: dict) -> dict:
@@ -439,7 +432,7 @@ def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts
     """Each split's done marker for the shard, written last: a shard counts as done only once its data
     files are in place."""
     for s in SPLITS:
-        _publish(C.join(dirs[s], names["marker"]), C.json_bytes(_marker(fp, counts[s], bad, sums[s])), record)
+        publish(C.join(dirs[s], names["marker"]), C.json_bytes(_marker(fp, counts[s], bad, sums[s])), record)
 
 
 def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str], names: dict[str, str],
