@@ -8,6 +8,8 @@ leaves nothing a rerun would mistake for a finished file. Local disks get temp +
 a streamed output: a local temporary file, the only local footprint, uploaded by `commit`): a PUT becomes
 visible only when it completes, which gives the same guarantee without a copy + delete "rename", and it
 can be retried as a whole. Exclusive create is a conditional PUT (If-None-Match) where the store has it.
+Each upload is hashed by its uploader, from the local file or the bytes it sends, and noted with its
+size (`publish_log`): the step's manifest takes that digest instead of downloading the object again.
 
 Bounded waits. Object stores go away for seconds at a time (a restart, a network blip, throttling).
 Every remote call made here goes through `retrying`: exponential backoff over `DATAKIT_STORE_RETRY_S`
@@ -44,6 +46,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import IO, Callable, Iterator, Sequence, TypeVar
+
+from . import publish_log
+from .publish_log import Written
 
 
 T = TypeVar("T")
@@ -458,10 +463,18 @@ def walk(directory: str) -> dict[str, int]:
                 full = os.path.join(root, n)
                 out[os.path.relpath(full, base).replace(os.sep, "/")] = os.path.getsize(full)
         return out
+    return {rel: size for rel, (size, _) in walk_versions(directory).items()}
+
+
+def walk_versions(directory: str) -> dict[str, tuple[int, str | None]]:
+    """`walk`, each file with its version on an object store (`version_of`; None on a local disk), from the
+    same one listing."""
+    if is_local(directory):
+        return {rel: (size, None) for rel, size in walk(directory).items()}
     return retrying("list", directory, lambda: _remote_walk(directory))
 
 
-def _remote_walk(directory: str) -> dict[str, int]:
+def _remote_walk(directory: str) -> dict[str, tuple[int, str | None]]:
     fs = fs_for(directory)
     base = fs._strip_protocol(directory).rstrip("/") + "/"
     try:
@@ -471,8 +484,23 @@ def _remote_walk(directory: str) -> dict[str, int]:
     out = {}
     for path, info in found.items():
         rel = str(path)[len(base):] if str(path).startswith(base) else posixpath.basename(str(path))
-        out[rel] = int(info.get("size") or 0)
+        out[rel] = (int(info.get("size") or 0), version_of(info))
     return out
+
+
+# What an object store's listing and HEAD say changes whenever an object is written again: S3's ETag
+# (the content's MD5 for a single-part upload), GCS's generation, Azure's etag, memory://'s creation time.
+_VERSION_KEYS = ("ETag", "generation", "etag", "created")
+
+
+def version_of(info: dict) -> str | None:
+    """An object's version from its listing or HEAD entry (`_VERSION_KEYS`), or None where the store gives
+    none: with the size, it stands where a local file's mtime and inode do (`steps/stamps.py`)."""
+    for key in _VERSION_KEYS:
+        value = info.get(key)
+        if value not in (None, ""):
+            return str(value)
+    return None
 
 
 # ---------------------------------------------------------------- writes
@@ -561,9 +589,11 @@ def commit(tmp: str, path: str) -> None:
         retrying("rename", path, lambda: fs_for(path).mv(tmp, path))
         return
     try:
-        retrying("upload", path, lambda: bounded(fs_for(path), "put_file", tmp, path, nbytes=os.path.getsize(tmp)))
+        size, digest = os.path.getsize(tmp), xxh3_file(tmp)  # a local read: no download to hash it later
+        retrying("upload", path, lambda: bounded(fs_for(path), "put_file", tmp, path, nbytes=size))
     finally:
         discard(tmp)
+    publish_log.note(Written(path, size, digest))
 
 
 def discard(tmp: str) -> None:
@@ -678,6 +708,7 @@ def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -
     remote: one retried PUT."""
     if not is_local(path):
         retrying("write", path, lambda: bounded(fs_for(path), "pipe_file", path, data, nbytes=len(data)))
+        publish_log.note(Written(path, len(data), _xxh3_bytes(data)))
         return
     p = local_path(path)
     os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
@@ -689,27 +720,16 @@ def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -
         raise
 
 
-@dataclass(frozen=True)
-class Written:
-    """A file a writer published, and what it holds: its size and xxh3-128, computed from the bytes it
-    wrote, and on a local disk its stat right after (mtime_ns, inode). A step's outputs manifest takes the
-    digest instead of reading the file back while the file still has that stat (steps/verify.py): a
-    step's documents were written, then read again whole to be hashed, and on an object store that read
-    is a download of everything the step wrote."""
+def _xxh3_bytes(data: bytes) -> str:
+    import xxhash
 
-    path: str
-    size: int
-    xxh3_128: str
-    mtime_ns: int | None = None
-    inode: int | None = None
+    return xxhash.xxh3_128_hexdigest(data)
 
 
 def write_recorded(path: str, data: bytes) -> Written:
     """`atomic_write_bytes`, and the record of what was published."""
-    import xxhash
-
     atomic_write_bytes(path, data)
-    return published(path, len(data), xxhash.xxh3_128_hexdigest(data))
+    return published(path, len(data), _xxh3_bytes(data))
 
 
 def publish(path: str, data: bytes, record: list[Written] | None) -> None:

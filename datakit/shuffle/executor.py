@@ -29,6 +29,7 @@ import cloudpickle
 from .backend_base import Backend, pickled_ops, task_payload
 from .backends import get_backend
 from datakit.core.fsio import StoreUnavailable, atomic_write_bytes, exists, is_local, open_read, remove
+from datakit.core import publish_log
 from .io import format_output
 from .plan import SinkSpec, Stage
 from .tasks import TaskSpec, load_collected
@@ -282,6 +283,7 @@ def execute(stages: list[Stage], config: ExecConfig | None = None) -> RunResult:
         ok = True
     finally:
         _release(run, ok)
+        publish_log.take_under(root)  # the shuffle's own files: no manifest lists them
     if config.print_stats:
         print(format_stats(run.stats), file=sys.stderr)
     return RunResult(run.items, dict(run.counters), run.stats)
@@ -338,6 +340,7 @@ def _run_stage(run: _Run, stage: Stage, st: StageStats) -> None:
 def _tally(results: list[dict], stage: Stage, st: StageStats, counters: Counter) -> None:
     for r in results:
         counters.update(r["counters"])
+        publish_log.note_all(r.get("published", ()))  # accepted attempts' uploads: a manifest takes them
         st.rows_in += r["rows_in"]
         st.rows_out += r["rows_out"]
         st.shuffle_bytes += r["bytes_out"]

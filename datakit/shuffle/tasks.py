@@ -23,6 +23,7 @@ import zstandard
 
 from . import columnar, context
 from .frames import TARGET_PREFIX, Record, RunWriter
+from datakit.core import publish_log
 from datakit.core.fsio import atomic_write_bytes, exists, is_local, makedirs, open_read
 from .io import format_output, write_shard
 from .keys import KeyEncodingError, decode_key, encode_key
@@ -369,6 +370,7 @@ def run_task(spec: TaskSpec, attempt: int) -> dict:
     t0 = time.perf_counter()
     context.begin_task(context.ShardInfo(spec.shard, spec.num_shards, spec.label, attempt))
     stats: dict = {}
+    uploads = publish_log.mark()
     try:
         with _PeakRSS() as rss:
             items = _run_pipe(spec, spec.pipe, stats)
@@ -378,6 +380,7 @@ def run_task(spec: TaskSpec, attempt: int) -> dict:
                 output = _collect(spec, items, attempt)
     finally:
         user_counters = context.end_task()
+        published = publish_log.take_since(uploads)  # a failed attempt's are dropped with it
     merges = stats.get("merges", [])
     return {
         "output": output,
@@ -390,4 +393,5 @@ def run_task(spec: TaskSpec, attempt: int) -> dict:
         "wall_s": time.perf_counter() - t0,
         "peak_rss": rss.peak,
         "pid": os.getpid(),
+        "published": published,
     }

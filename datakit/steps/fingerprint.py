@@ -174,8 +174,11 @@ class HashCache:
             fsio.atomic_write_bytes(posixpath.join(self.cache_dir, name), data)
             if merge:
                 self._remove_segments(self.segments)
-        except OSError:
-            log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
+        except OSError as e:
+            if fsio.store_failure(e) is not None:  # the store's own one line says what and where
+                log.warning("could not write the file hash cache under %s: %s", self.cache_dir, e)
+            else:
+                log.warning("could not write the file hash cache under %s", self.cache_dir, exc_info=True)
 
     def _segment_names(self) -> list[str]:
         return [n for n in fsio.list_names(self.cache_dir) if self._segment.match(n)]

@@ -83,7 +83,8 @@ def load(step_dir: str | None) -> Earlier | None:
                 for k, v in record["keys"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    stamps = Stamps.of_prefix(posixpath.dirname(step_dir.rstrip("/")))
+    local = fsio.is_local(step_dir)  # a hard link keeps a vouched-for stat; an object store has no links
+    stamps = Stamps.of_prefix(posixpath.dirname(step_dir.rstrip("/")) if local else None)
     vouched = {f.path: st for f in files if (st := stamps.vouches(fsio.join(step_dir, f.path), f.xxh3_128))}
     return Earlier(step_dir, keys, {f.path: f.xxh3_128 for f in files}, vouched)
 

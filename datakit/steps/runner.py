@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 
 import datakit
 
-from datakit.core import fsio
+from datakit.core import fsio, publish_log
 
 from . import markers, verify
 from .events import EventLog
@@ -508,12 +508,14 @@ class _Run:
                           exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit,
                           earlier=fsio.join(self.prefix.root, earlier.dirname) if earlier else None)
         t0 = time.perf_counter()
+        publish_log.take_under(d)  # uploads an earlier attempt at this dir made in this process: stale
         try:
             with _EngineEvents(self, step):
                 result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
             lease.check()
-            verify.write_manifest(d, self.stamps, ctx.earlier, ctx.written)  # what `run` and `verify` check
+            uploaded = publish_log.take_under(d)  # on an object store: what the step's writers uploaded
+            verify.write_manifest(d, self.stamps, ctx.earlier, [*ctx.written, *uploaded])  # what `run` and `verify` check
             lease.check()
             markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()
@@ -521,6 +523,7 @@ class _Run:
                                  wall_s=round(wall, 6))
         except BaseException as e:  # noqa: BLE001 - every way out must leave an honest marker
             wall = time.perf_counter() - t0
+            publish_log.take_under(d)
             interrupted = not isinstance(e, Exception)
             problem = None if interrupted else fsio.disk_problem(e)
             down = None if interrupted else fsio.store_failure(e)
@@ -773,9 +776,10 @@ def run_steps(steps: Step | Iterable[Step], prefix: str, *, mirror: str | None =
 
     status = "failed" if any(e["status"] in ("failed", "cascaded") for e in entries) else "succeeded"
     wall = time.perf_counter() - t0
-    if not dry_run:
+    if not dry_run and run.store_down is None:  # a store found down is not asked again
         run.stamps.save()  # a cache: a run that cannot write it only reads those files again next time
         run.safe_emit({"event": "run_finished", "status": status, "wall_s": round(wall, 6)})
+    publish_log.take_under(run.prefix.root)  # the run's own records (plan, markers): no manifest takes them
     records = {n: r for n, r in run.records.items() if n in selected}
     return RunSummary(status, entries, records, run.events.run_id, round(wall, 6), dry_run)
 

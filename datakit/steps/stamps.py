@@ -20,9 +20,22 @@ system's timestamp granularity could keep its stat): its mtime behind the file s
 in the step dir before a step's manifest hashes its outputs (`fsio.clock_ns`), or older than
 ``RACY_WINDOW_S``. So the outputs a build hashes for its manifest are not read again by the next run's
 check, unless written within the same clock tick as that hashing began; those are read once more later,
-never trusted early. Object stores have no such stat: there every check reads.
+never trusted early.
+
+Object stores have no stat, but each object has a version that every write changes, given with its size
+by the same listing the check makes anyway (`fsio.version_of`: S3's ETag, GCS's generation). There an
+entry is keyed by the object's URL, its "stat" the size and that version (`object_stat`), and the record
+lives in the store under the same ``<prefix>/.datakit/verified/``. Before, a run on an object store
+downloaded every output of every built step to check it, so a one-file change to a built corpus cost a
+download of the whole prefix. An object read to be checked is recorded only when a HEAD after the read
+shows the version the listing gave (it was not replaced meanwhile); an object a step just uploaded is
+recorded with the digest its uploader computed (`core/publish_log.py`) and the version the manifest's
+listing shows, a listing made right after the step's own uploads, under its lease. A store whose
+listing gives no version (none known to `fsio.version_of`) is read on every check, as before.
 """
 from __future__ import annotations
+
+import xxhash
 
 from datakit.core import fsio
 from datakit.core.layout import VERIFIED_DIR
@@ -43,10 +56,11 @@ class Stamps:
 
     @classmethod
     def of_prefix(cls, root: str | None) -> "Stamps":
-        """The record under a prefix root; an empty one that reads every file on an object store."""
-        if root is None or not fsio.is_local(root):
+        """The record under a prefix root (on a local disk or an object store); None: an empty one."""
+        if root is None:
             return cls(None)
-        return cls(HashCache(fsio.join(fsio.local_path(root), VERIFIED_DIR), ALGO).load())
+        where = fsio.local_path(root) if fsio.is_local(root) else root
+        return cls(HashCache(fsio.join(where, VERIFIED_DIR), ALGO).load())
 
     def xxh3(self, path: str, clock_ns: int | None = None) -> str:
         """The file's xxh3-128: the recorded one when its stat is the recorded stat, else read (and
@@ -63,6 +77,28 @@ class Stamps:
         if hashed.entry is not None:
             self._remember(hashed.entry)
         return hashed.digest
+
+    def xxh3_listed(self, url: str, size: int, version: str | None) -> str:
+        """An object's xxh3-128, given the size and version its listing shows: the recorded one when that
+        (size, version) is recorded, else read (one download) and recorded when a HEAD after the read
+        shows the same object."""
+        if self.cache is None or version is None:
+            return fsio.xxh3_file(url)
+        stat = object_stat(size, version)
+        known = self.cache.lookup(url, stat)
+        if known is not None:
+            return known
+        digest = fsio.xxh3_file(url)
+        after = fsio.info(url)
+        if int(after.get("size", -1)) == size and fsio.version_of(after) == version:
+            self._remember(CacheEntry(url, stat, digest))
+        return digest
+
+    def adopt_uploaded(self, url: str, size: int, version: str | None, digest: str) -> None:
+        """Record that the object at ``url`` with this listed size and version holds ``digest``, which its
+        uploader computed from the bytes it sent (module docstring)."""
+        if self.cache is not None and version is not None:
+            self._remember(CacheEntry(url, object_stat(size, version), digest))
 
     def _remember(self, entry: CacheEntry) -> None:
         self.new.append(entry)
@@ -100,6 +136,12 @@ class Stamps:
         if self.cache is not None and self.new:
             self.cache.save(self.new)
             self.new = []
+
+
+def object_stat(size: int, version: str) -> FileStat:
+    """An object's "stat" in the record: its size, and its version where a local file's inode goes (as a
+    63-bit hash; no mtime): the record's format is the local files' one."""
+    return FileStat(size, 0, xxhash.xxh3_64_intdigest(version.encode()) >> 1)
 
 
 def same_file(path: str, stat: FileStat) -> bool:

@@ -12,6 +12,9 @@ served downstream. With the manifest:
 - ``datakit verify`` and ``datakit ferry validate`` do the same check and report it per step.
 - ``--fast`` (on both commands) checks sizes only (a stat per file; small local files, such as JSON
   records, are hashed too, which is as cheap): for prefixes too large or too remote to read in full.
+- On an object store the manifest takes the digests the uploaders computed (`core/publish_log.py`) and
+  a check takes recorded digests by the objects' versions (`stamps`), so neither downloads an object
+  that nobody has written since it was hashed.
 
 xxh3-128 because it hashes at memory speed: the content check costs one read of the outputs, small
 next to building them (tokenizing, deduplicating). The token cache's ledger keeps the same xxh3-128 of
@@ -72,9 +75,10 @@ def is_output_name(rel: str) -> bool:
     return not (top in markers.MARKER_FILES or is_lease_name(name) or fsio.is_temp_name(name))
 
 
-def _walk(step_dir: str) -> dict[str, int]:
-    """Relative path -> size of every output file under the step dir (one listing on object stores)."""
-    return {rel: size for rel, size in fsio.walk(step_dir).items() if is_output_name(rel)}
+def _walk(step_dir: str) -> dict[str, tuple[int, str | None]]:
+    """Relative path -> (size, version) of every output file under the step dir (one listing on object
+    stores, whose versions `Stamps` keys on; None on a local disk)."""
+    return {rel: sv for rel, sv in fsio.walk_versions(step_dir).items() if is_output_name(rel)}
 
 
 def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
@@ -98,7 +102,10 @@ def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
     return out
 
 
-def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None, clock_ns: int | None) -> str:
+def _digest(path: str, listed: tuple[int, str | None], linked: dict[tuple[int, int], str],
+            stamps: Stamps | None, clock_ns: int | None) -> str:
+    if not fsio.is_local(path):
+        return stamps.xxh3_listed(path, *listed) if stamps is not None else fsio.xxh3_file(path)
     if linked:
         st = os.stat(fsio.local_path(path))
         if (st.st_dev, st.st_ino) in linked:
@@ -106,13 +113,17 @@ def _digest(path: str, linked: dict[tuple[int, int], str], stamps: Stamps | None
     return stamps.xxh3(path, clock_ns) if stamps is not None else fsio.xxh3_file(path)
 
 
-def _written_digest(path: str, size: int, w: fsio.Written, stamps: Stamps | None, clock_ns: int | None) -> str | None:
+def _written_digest(path: str, listed: tuple[int, str | None], w: fsio.Written, stamps: Stamps | None,
+                    clock_ns: int | None) -> str | None:
     """The digest the step's writer computed for ``path``, when the file is still the one it published:
     the same size, and on a local disk the same stat (then stamped like a file read now, when its mtime
-    is behind the clock). None: read it."""
+    is behind the clock; on an object store stamped with the version listed). None: read it."""
+    size, version = listed
     if w.size != size:
         return None
     if not fsio.is_local(path):
+        if stamps is not None:
+            stamps.adopt_uploaded(path, size, version, w.xxh3_128)
         return w.xxh3_128
     if stamps is None:
         return None
@@ -128,17 +139,17 @@ def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | N
     read in the step dir first (`fsio.clock_ns`): the step's outputs, written before this, are then not
     read again by the next run's check."""
     local = fsio.is_local(step_dir)
-    sizes = _walk(step_dir)
+    listed = _walk(step_dir)
     linked = _linked_digests(earlier) if local else {}
     clock = fsio.clock_ns(step_dir) if stamps is not None and local else None
     root = step_dir.rstrip("/") + "/"
     known = {w.path[len(root):]: w for w in written if w.path.startswith(root)}
     out = []
-    for rel in sorted(sizes):
+    for rel in sorted(listed):
         path = fsio.join(step_dir, rel)
         w = known.get(rel)
-        digest = _written_digest(path, sizes[rel], w, stamps, clock) if w is not None else None
-        out.append(OutputFile(rel, sizes[rel], digest or _digest(path, linked, stamps, clock)))
+        digest = _written_digest(path, listed[rel], w, stamps, clock) if w is not None else None
+        out.append(OutputFile(rel, listed[rel][0], digest or _digest(path, listed[rel], linked, stamps, clock)))
     return out
 
 
@@ -166,16 +177,16 @@ def read_manifest(step_dir: str) -> list[OutputFile] | None:
         raise ValueError(f"{markers.OUTPUTS_FILE} is unreadable ({e})") from None
 
 
-def _problem(step_dir: str, f: OutputFile, sizes: dict[str, int], hash_it: bool,
+def _problem(step_dir: str, f: OutputFile, listed: dict[str, tuple[int, str | None]], hash_it: bool,
              stamps: Stamps | None) -> str | None:
-    size = sizes.get(f.path)
-    if size is None:
+    if f.path not in listed:
         return f"{f.path} is missing"
+    size = listed[f.path][0]
     if size != f.size:
         return f"{f.path} size {size} != {f.size} recorded"
     if hash_it:
         path = fsio.join(step_dir, f.path)
-        got = stamps.xxh3(path) if stamps is not None else fsio.xxh3_file(path)
+        got = _digest(path, listed[f.path], {}, stamps, None)
         if got != f.xxh3_128:
             return f"{f.path} content changed (xxh3-128 {got} != {f.xxh3_128} recorded)"
     return None
@@ -196,11 +207,11 @@ def verify_step_dir(step_dir: str, *, fast: bool = False, max_problems: int = 20
     if files is None:
         report.manifest = False
         return report
-    sizes = _walk(step_dir)
+    listed = _walk(step_dir)
     local = fsio.is_local(step_dir)
     for f in files:
         hash_it = not fast or (local and f.size <= QUICK_HASH_BYTES)
-        problem = _problem(step_dir, f, sizes, hash_it, stamps)
+        problem = _problem(step_dir, f, listed, hash_it, stamps)
         report.checked += 1
         if problem:
             report.problems.append(problem)

@@ -41,6 +41,7 @@ from datakit.core.fsio import (
     walk,  # noqa: F401 (inspection lists caches through it)
     xxh3_file,
 )
+from datakit.core import publish_log
 from datakit.core.layout import TokenCacheDir
 
 __all__ = [
@@ -104,8 +105,14 @@ def file_xxh3(path: str) -> str:
 def shard_checksums(split_dir: str, names: dict[str, str]) -> dict[str, str]:
     """Checksums of one finished shard's token and offset files (recorded in its marker and the ledger),
     so a token overwritten by another valid id, which changes no size and no count, is still caught."""
-    return {"tokens": file_xxh3(join(split_dir, names["tokens"])),
-            "offsets": file_xxh3(join(split_dir, names["offsets"]))}
+    return {kind: _just_written_xxh3(join(split_dir, names[kind])) for kind in ("tokens", "offsets")}
+
+
+def _just_written_xxh3(path: str) -> str:
+    """The xxh3-128 of a file this process has just written: on an object store the one its upload noted
+    (`publish_log`: no download), else read."""
+    noted = None if is_local(path) else publish_log.latest(path)
+    return noted.xxh3_128 if noted is not None else file_xxh3(path)
 
 
 def verify_checksums(split_dir: str, ledger: dict | None = None) -> list[str]:
