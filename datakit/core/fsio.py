@@ -327,7 +327,9 @@ def info(path: str) -> dict:
     """What the store records for a file (size, and on object stores its ETag / checksums): one HEAD."""
     if is_local(path):
         return {"name": path, "size": os.path.getsize(local_path(path)), "type": "file"}
-    return retrying("stat", path, lambda: dict(bounded(fs_for(path), "info", path)))
+    fs = fs_for(path)
+    fs.invalidate_cache(path)  # the store's answer now, not a listing fsspec kept
+    return retrying("stat", path, lambda: dict(bounded(fs, "info", path)))
 
 
 def size(path: str) -> int:
