@@ -39,6 +39,7 @@ import io
 import logging
 import os
 import posixpath
+import re
 import shutil
 import socket
 import tempfile
@@ -495,6 +496,15 @@ def _remote_walk(directory: str) -> dict[str, tuple[int, str | None]]:
 _VERSION_KEYS = ("ETag", "generation", "etag", "created")
 
 
+_MD5_ETAG = re.compile(r'^"?[0-9a-f]{32}"?$')
+
+
+def content_version(version: str | None) -> bool:
+    """Whether an object's version is a digest of its bytes, so equal versions mean equal bytes: S3's ETag
+    of an object uploaded in one part (its MD5; a multipart upload's ETag ends in -N and is not)."""
+    return version is not None and _MD5_ETAG.match(version) is not None
+
+
 def version_of(info: dict) -> str | None:
     """An object's version from its listing or HEAD entry (`_VERSION_KEYS`), or None where the store gives
     none: with the size, it stands where a local file's mtime and inode do (`steps/stamps.py`)."""
@@ -625,7 +635,14 @@ def atomic_output(path: str) -> Iterator[IO[bytes]]:
 
 
 def copy_file(src: str, dst: str) -> None:
-    """Copy `src` to `dst` (local paths or fsspec URLs, in any mix), streamed and published atomically."""
+    """Copy `src` to `dst` (local paths or fsspec URLs, in any mix), published atomically: within one
+    object store the store copies it (S3 CopyObject, GCS rewrite: no byte passes through this process,
+    and the copy appears whole), else streamed through a temporary file."""
+    if not is_local(src) and not is_local(dst) and src.split("://", 1)[0] == dst.split("://", 1)[0]:
+        fs = fs_for(dst)
+        retrying("copy", dst, lambda: bounded(fs, "copy", fs._strip_protocol(src), fs._strip_protocol(dst),
+                                               nbytes=None))
+        return
     with open_read(src) as f, atomic_output(dst) as out:
         shutil.copyfileobj(f, out, 1 << 20)
 

@@ -28,11 +28,11 @@ from typing import Any, Callable
 
 import xxhash
 
-from datakit.core import fsio
+from datakit.core import fsio, publish_log
 
 from . import verify
 from .fingerprint import FileStat
-from .stamps import Stamps, same_file
+from .stamps import Stamps, object_stat, same_file
 
 REUSE_FILE = "reuse.json"
 REUSE_FORMAT = "datakit.reuse"
@@ -83,10 +83,24 @@ def load(step_dir: str | None) -> Earlier | None:
                 for k, v in record["keys"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    local = fsio.is_local(step_dir)  # a hard link keeps a vouched-for stat; an object store has no links
-    stamps = Stamps.of_prefix(posixpath.dirname(step_dir.rstrip("/")) if local else None)
-    vouched = {f.path: st for f in files if (st := stamps.vouches(fsio.join(step_dir, f.path), f.xxh3_128))}
+    stamps = Stamps.of_prefix(posixpath.dirname(step_dir.rstrip("/")))
+    if fsio.is_local(step_dir):
+        vouched = {f.path: st for f in files if (st := stamps.vouches(fsio.join(step_dir, f.path), f.xxh3_128))}
+    else:
+        vouched = _vouched_objects(step_dir, files, stamps)
     return Earlier(step_dir, keys, {f.path: f.xxh3_128 for f in files}, vouched)
+
+
+def _vouched_objects(step_dir: str, files: list, stamps: Stamps) -> dict[str, FileStat]:
+    """On an object store: the earlier build's objects whose listed (size, version) the stamps record as
+    holding the manifest's digest (one listing), so they are taken without a download."""
+    listed = fsio.walk_versions(step_dir)
+    out = {}
+    for f in files:
+        size, version = listed.get(f.path, (None, None))
+        if size == f.size and stamps.vouches_object(fsio.join(step_dir, f.path), size, version, f.xxh3_128):
+            out[f.path] = object_stat(size, version)
+    return out
 
 
 def take(earlier: Earlier | None, key: str, step_dir: str,
@@ -114,8 +128,14 @@ def take_file(earlier: Earlier, rel: str, dst: str) -> bool:
     recorded; False (``dst`` may then hold a bad copy: the caller removes or rewrites it) otherwise."""
     if rel not in earlier.hashes:
         return False
+    src = fsio.join(earlier.step_dir, rel)
     try:
-        fsio.link_or_copy(fsio.join(earlier.step_dir, rel), dst)
+        if not fsio.is_local(dst) and rel in earlier.vouched:
+            # the store copies an object the stamps vouch for: its bytes and digest are the earlier's
+            fsio.copy_file(src, dst)
+            publish_log.note(publish_log.Written(dst, earlier.vouched[rel].size, earlier.hashes[rel]))
+            return True
+        fsio.link_or_copy(src, dst)
         return _holds(earlier, rel, dst)
     except FileNotFoundError:
         return False
@@ -135,8 +155,11 @@ def intact(earlier: Earlier, rel: str) -> bool:
 def _holds(earlier: Earlier, rel: str, path: str) -> bool:
     """Whether ``path`` (the earlier build's file ``rel``, or a link of it) holds what that build recorded:
     its stat vouched for by the stamps, else its xxh3-128 read."""
-    return (rel in earlier.vouched and same_file(path, earlier.vouched[rel])) \
-        or fsio.xxh3_file(path) == earlier.hashes[rel]
+    stat = earlier.vouched.get(rel)
+    if stat is not None and (same_file(path, stat) if fsio.is_local(path)
+                             else path == fsio.join(earlier.step_dir, rel)):
+        return True
+    return fsio.xxh3_file(path) == earlier.hashes[rel]
 
 
 def write(step_dir: str, units: dict[str, Unit]) -> None:

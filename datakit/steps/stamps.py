@@ -132,6 +132,11 @@ class Stamps:
             return None
         return st if self.cache.lookup(key, st) == digest else None
 
+    def vouches_object(self, url: str, size: int, version: str | None, digest: str) -> bool:
+        """Whether the record says the object with this listed size and version holds ``digest``."""
+        return self.cache is not None and version is not None \
+            and self.cache.lookup(url, object_stat(size, version)) == digest
+
     def save(self) -> None:
         if self.cache is not None and self.new:
             self.cache.save(self.new)

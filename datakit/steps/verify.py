@@ -102,9 +102,32 @@ def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
     return out
 
 
-def _digest(path: str, listed: tuple[int, str | None], linked: dict[tuple[int, int], str],
-            stamps: Stamps | None, clock_ns: int | None) -> str:
+def _copied_digests(earlier: str | None) -> dict[tuple[int, str], str]:
+    """On an object store: (size, content version) -> recorded xxh3-128 of each output of an earlier
+    build whose listed version is a digest of its bytes (`fsio.content_version`: S3's MD5 ETag), which
+    the store's own copy of it keeps. A file of this build with the same size and version was copied from
+    it (`fsio.copy_file`: `reuse.take`, the dedup indexes' unchanged segments), so its digest is known
+    without a download."""
+    if earlier is None or fsio.is_local(earlier):
+        return {}
+    try:
+        files = read_manifest(earlier) or []
+    except ValueError:
+        return {}
+    listed = _walk(earlier)
+    out = {}
+    for f in files:
+        size, version = listed.get(f.path, (None, None))
+        if size == f.size and fsio.content_version(version):
+            out[(size, version)] = f.xxh3_128
+    return out
+
+
+def _digest(path: str, listed: tuple[int, str | None], linked: dict, stamps: Stamps | None,
+            clock_ns: int | None) -> str:
     if not fsio.is_local(path):
+        if listed in linked:
+            return linked[listed]
         return stamps.xxh3_listed(path, *listed) if stamps is not None else fsio.xxh3_file(path)
     if linked:
         st = os.stat(fsio.local_path(path))
@@ -140,7 +163,7 @@ def build_manifest(step_dir: str, stamps: Stamps | None = None, earlier: str | N
     read again by the next run's check."""
     local = fsio.is_local(step_dir)
     listed = _walk(step_dir)
-    linked = _linked_digests(earlier) if local else {}
+    linked = _linked_digests(earlier) if local else _copied_digests(earlier)
     clock = fsio.clock_ns(step_dir) if stamps is not None and local else None
     root = step_dir.rstrip("/") + "/"
     known = {w.path[len(root):]: w for w in written if w.path.startswith(root)}
