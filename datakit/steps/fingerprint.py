@@ -55,6 +55,7 @@ HASH_THREADS = 8           # hashing is I/O bound: threads overlap reads (hashli
 _POOL_MIN_FILES = 4        # below this a pool costs more than it saves
 DIGEST_HEX = {"sha256": 64, "xxh3_128": 32}  # the digests a cache may hold, and their length in hex
 log = logging.getLogger("datakit.steps.fingerprint")
+_SEGMENTS: dict[tuple[str, str, str], list] = {}  # (cache dir, algo, segment name) -> its entries, read once
 
 
 @dataclass(frozen=True)
@@ -146,15 +147,26 @@ class HashCache:
         if self.cache_dir is None:
             return self
         for name in self._segment_names():
-            raw = self._read_segment(name)
-            if raw is None:
+            entries = self._segment_entries(name)
+            if entries is None:
                 continue
             self.segments.append(name)
-            for line in raw.decode("utf-8", errors="replace").splitlines():
-                entry = CacheEntry.from_line(line, self.algo)
-                if entry is not None:
-                    self.entries[entry.path] = entry  # names sort by time: later segments win
+            for entry in entries:
+                self.entries[entry.path] = entry  # names sort by time: later segments win
         return self
+
+    def _segment_entries(self, name: str) -> list[CacheEntry] | None:
+        """A segment's entries, parsed once per process: a segment is never rewritten (its name is new
+        each time), and a run loads the prefix's record once per rebuilt step (`reuse.load`), which on
+        an object store was a download of the whole record each time."""
+        key = (self.cache_dir, self.algo, name)
+        if key not in _SEGMENTS:
+            raw = self._read_segment(name)
+            if raw is None:
+                return None
+            lines = raw.decode("utf-8", errors="replace").splitlines()
+            _SEGMENTS[key] = [e for line in lines if (e := CacheEntry.from_line(line, self.algo)) is not None]
+        return _SEGMENTS[key]
 
     def lookup(self, path: str, stat: FileStat) -> str | None:
         entry = self.entries.get(path)
