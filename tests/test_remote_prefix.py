@@ -79,3 +79,30 @@ def test_memory_prefix_with_worker_processes_is_refused_before_any_work():
     with pytest.raises(ValueError, match="memory:// lives inside one process"):
         datakit.run(_manifest("memory:///refused/out"), backend="local")
     assert not fsspec.filesystem("memory").exists("/refused")
+
+
+def test_events_on_an_object_store_are_a_file_per_run_never_read_back(monkeypatch):
+    """An object store cannot append: each run writes its own events/<run_id>.jsonl from what it holds,
+    so no event costs a download of the prefix's history; `read_events` merges the runs in time order."""
+    from datakit.core import fsio
+    from datakit.steps import read_events
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    prefix = f"memory:///dk-{uuid.uuid4().hex[:8]}/out"
+    manifest = datakit.manifest_from_dict({
+        "prefix": prefix, "sources": [{"name": "json", "uri": f"{stdlib}/json/*.py", "format": "text"}],
+        "tokenize": {"vocab_size": 300}})
+    reads: list[str] = []
+    real = fsio.read_if_exists
+    monkeypatch.setattr(fsio, "read_if_exists", lambda p: reads.append(p) or real(p))
+    runs = [datakit.run(manifest, backend="inline") for _ in range(2)]
+    monkeypatch.undo()
+    assert all(r.ok for r in runs)
+    assert [p for p in reads if "/events" in p] == []
+    mem = fsspec.filesystem("memory")
+    names = sorted(p.rsplit("/", 1)[1] for p in mem.find(f"{prefix[len('memory://'):]}/events"))
+    assert names == sorted(f"{r.run_id}.jsonl" for r in runs)
+    events = read_events(prefix)
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    assert [e["run_id"] for e in events if e["event"] == "run_finished"] == [r.run_id for r in runs]
+    assert not mem.exists(f"{prefix[len('memory://'):]}/events.jsonl")
