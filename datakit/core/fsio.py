@@ -721,13 +721,13 @@ def _unlink_quiet(path: str) -> None:
         pass
 
 
-def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> None:
+def atomic_write_bytes(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK, digest: str | None = None) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never a mix. Local:
     an fsynced temp file (named ``tmp_prefix``..., so a lease can protect its own) renamed into place;
-    remote: one retried PUT."""
+    remote: one retried PUT, noted with ``data``'s xxh3-128 (``digest`` when the caller has it)."""
     if not is_local(path):
         retrying("write", path, lambda: bounded(fs_for(path), "pipe_file", path, data, nbytes=len(data)))
-        publish_log.note(Written(path, len(data), _xxh3_bytes(data)))
+        publish_log.note(Written(path, len(data), digest or _xxh3_bytes(data)))
         return
     p = local_path(path)
     os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
@@ -746,9 +746,10 @@ def _xxh3_bytes(data: bytes) -> str:
 
 
 def write_recorded(path: str, data: bytes) -> Written:
-    """`atomic_write_bytes`, and the record of what was published."""
-    atomic_write_bytes(path, data)
-    return published(path, len(data), _xxh3_bytes(data))
+    """`atomic_write_bytes`, and the record of what was published (the bytes hashed once)."""
+    digest = _xxh3_bytes(data)
+    atomic_write_bytes(path, data, digest=digest)
+    return published(path, len(data), digest)
 
 
 def publish(path: str, data: bytes, record: list[Written] | None) -> None:
