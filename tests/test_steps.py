@@ -935,7 +935,7 @@ def test_a_build_stamps_its_outputs_so_the_next_run_reads_none_of_them(tmp_path,
 
 def test_a_manifest_takes_the_digests_a_writer_recorded_while_the_files_are_the_ones_it_published(tmp_path,
                                                                                                   monkeypatch):
-    """A file published with `fsio.write_recorded` is not read back for the step's manifest while its stat
+    """A file published with `fsio.write_noted` is not read back for the step's manifest while its stat
     is the one the writer saw (and is stamped like a file read, its mtime behind the clock); one changed
     since, even to the same size, is read; on a store with no stat, the size decides."""
     from datakit.core import fsio
@@ -944,8 +944,8 @@ def test_a_manifest_takes_the_digests_a_writer_recorded_while_the_files_are_the_
 
     step_dir = tmp_path / "step"
     (step_dir / "outputs").mkdir(parents=True)
-    a = fsio.write_recorded(str(step_dir / "outputs" / "a.bin"), b"alpha" * 100)
-    b = fsio.write_recorded(str(step_dir / "outputs" / "b.bin"), b"bravo" * 100)
+    a = fsio.write_noted(str(step_dir / "outputs" / "a.bin"), b"alpha" * 100)
+    b = fsio.write_noted(str(step_dir / "outputs" / "b.bin"), b"bravo" * 100)
     (step_dir / "outputs" / "b.bin").write_bytes(b"BRAVO" * 100)  # same size, new bytes, a new stat
     os.utime(step_dir / "outputs" / "b.bin", ns=(b.mtime_ns + 10**9, b.mtime_ns + 10**9))
     real_xxh3, real_clock = fsio.xxh3_file, fsio.clock_ns

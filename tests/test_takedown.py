@@ -185,7 +185,7 @@ def test_a_takedown_reads_each_column_of_a_file_once(tmp_path, monkeypatch):
 
 
 def test_the_takedown_step_hashes_what_it_writes_without_reading_it_back(tmp_path, monkeypatch):
-    """Its workers record each published file's digest (`fsio.write_recorded`), so its outputs manifest
+    """Its workers record each published file's digest (`fsio.write_noted`), so its outputs manifest
     reads none of them back, and records the same digests a read gives."""
     from datakit.core import fsio
     from datakit.steps.verify import read_manifest
@@ -232,5 +232,33 @@ def test_the_token_shards_a_takedown_cuts_are_not_read_back_for_the_manifest(tmp
     shards = [f for f in files if f.path.endswith((".npy", ".json")) and "/" in f.path and "ledger" not in f.path
               and "stats" not in f.path]
     assert len(shards) > 40
+    assert not {os.path.join(tok["output"], f.path) for f in shards} & set(reads)
+    assert all(f.xxh3_128 == real(os.path.join(tok["output"], f.path)) for f in files)
+
+
+@pytest.mark.parametrize("backend", ["inline", "local"])
+def test_a_token_cache_encoded_fresh_is_not_read_back_for_the_manifest(tmp_path, monkeypatch, backend):
+    """Encoded shards are hashed where they are written (`cache.write_npy_atomic` from the array,
+    `cache.shard_checksums` for the streamed tokens, `fsio.write_noted` for ids and markers) and noted in
+    `publish_log`, which carries the notes back from worker processes with each task's result: the
+    tokenize step's manifest reads none of its shard, ids or marker files back, and records the digests a
+    read gives."""
+    from datakit.core import fsio
+    from datakit.steps.verify import read_manifest
+
+    m = _manifest(tmp_path, "p", None)
+    names = [s.name for s in pipeline.build_steps(m) if s.stage != "train"]
+    assert pipeline.run(m, workers=2, only=[n for n in names if not n.startswith("tokenize-")]).ok
+    reads: list[str] = []
+    real = fsio.xxh3_file
+    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real(p))
+    s = pipeline.run(m, backend=backend, workers=2, only=names)
+    assert s.ok
+    tok = _step(s, "tokenize-web")
+    assert tok["counters"]["files/computed"] > 3, tok["counters"]
+    files = read_manifest(tok["output"])
+    shards = [f for f in files if f.path.endswith((".npy", ".json")) and "/" in f.path and "ledger" not in f.path
+              and "stats" not in f.path]
+    assert len(shards) > 20
     assert not {os.path.join(tok["output"], f.path) for f in shards} & set(reads)
     assert all(f.xxh3_128 == real(os.path.join(tok["output"], f.path)) for f in files)

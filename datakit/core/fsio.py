@@ -745,19 +745,16 @@ def _xxh3_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def write_recorded(path: str, data: bytes) -> Written:
-    """`atomic_write_bytes`, and the record of what was published (the bytes hashed once)."""
+def write_noted(path: str, data: bytes) -> Written:
+    """`atomic_write_bytes`, noted in `publish_log` with ``data``'s xxh3-128 (hashed once; on a local disk
+    with the file's stat right after), so that the step's outputs manifest takes the digest instead of
+    reading the file back. Returns the note."""
     digest = _xxh3_bytes(data)
-    atomic_write_bytes(path, data, digest=digest)
-    return published(path, len(data), digest)
-
-
-def publish(path: str, data: bytes, record: list[Written] | None) -> None:
-    """`atomic_write_bytes`; with a ``record`` list, `write_recorded`, its record appended."""
-    if record is None:
-        atomic_write_bytes(path, data)
-    else:
-        record.append(write_recorded(path, data))
+    atomic_write_bytes(path, data, digest=digest)  # an upload is noted there
+    w = published(path, len(data), digest)
+    if is_local(path):
+        publish_log.note(w)
+    return w
 
 
 def published(path: str, size: int, digest: str) -> Written:

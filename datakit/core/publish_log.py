@@ -1,19 +1,21 @@
-"""What this process uploaded to an object store, with each file's digest, so that nothing a run wrote
-is downloaded again only to be hashed.
+"""What this process's writers published, with each file's digest, so that nothing a run wrote is read
+back (or, on an object store, downloaded) only to be hashed.
 
 Why: a step's outputs manifest (steps/verify.py) records every output's xxh3-128, and a token cache's
-ledger its shards'. Hashing a file just written on a local disk is a page-cache read; on an object store
-it was a download of everything the step wrote, by the driver alone, after the workers had uploaded it
-(at 1 TB of documents, 1 TB more through one machine for every step). The bytes an upload sends are in
-a local file or in memory while they are sent, so the uploader hashes them there (`fsio.commit`,
-`fsio.atomic_write_bytes`) and notes the digest here.
+ledger its shards'. Hashing a file just written on a local disk is a page-cache read of everything the
+step wrote; on an object store it was a download of it, by the driver alone, after the workers had
+uploaded it (at 1 TB of documents, 1 TB more through one machine for every step). The bytes a writer
+publishes are in memory or in a local file while it writes them, so it hashes them there and notes the
+digest here: on an object store every upload (`fsio.commit`, `fsio.atomic_write_bytes`); on a local disk
+the writers that hold their bytes whole (`fsio.write_noted`, `tokenize.cache.write_npy_atomic`) and the
+token shards hashed where they were streamed (`tokenize.cache.shard_checksums`), with the file's stat.
 
-How a note reaches the manifest: a task's notes (`take_since` the task's `mark`) travel with its result
-to the driver (`shuffle.tasks.run_task`); the driver notes those of accepted attempts only
-(`shuffle.executor`), so a failed attempt's uploads are never vouched for; the runner takes the notes
-under a step's dir for its manifest (`take_under`). A manifest uses a note only while the file has the
-noted size (`verify`); anything else is read, as before. Local files are not noted: their writers record
-what they wrote with its stat (`fsio.Written`) and `steps/stamps.py` remembers what was read.
+How a note reaches the manifest, on every backend: a task's notes (`take_since` the task's `mark`)
+travel with its result to the driver (`shuffle.tasks.run_task`); the driver notes those of accepted
+attempts only (`shuffle.executor`), so a failed attempt's files are never vouched for; the runner takes
+the notes under a step's dir for its manifest (`take_under`). A manifest uses a note only while the file
+is still the one noted (locally the same stat, on an object store the same size: `verify`); anything else
+is read, as before, and `steps/stamps.py` remembers what was read.
 
 Notes are kept in the order they were made, and a later note of a path wins: a file rewritten later in
 a build (normalize's cross-unit pass) is noted again, and its note arrives later, since the rewrite

@@ -25,7 +25,6 @@ def _tokenize(ctx: StepContext, source: str, documents: str, tokenizer: str, cfg
                           validation_fraction=cfg.validation_fraction, bos=cfg.bos, exec_config=ctx.exec_config,
                           engine=cfg.engine, engine_check_pieces=cfg.engine_check_pieces, earlier=ctx.earlier,
                           text_lineage=text_lineage)
-    ctx.record_written(res.written)
     return TokensResult.written(counters_only(res.to_dict()))
 
 

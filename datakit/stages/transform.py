@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from datakit.core import arrow_numpy as an
 from datakit.core.documents import parquet_options
 from datakit.core.fsio import (
-    Written, atomic_output, is_local, link_or_copy, local_path, open_read, publish, read_parquet_metadata, read_table,
+    atomic_output, is_local, link_or_copy, local_path, open_read, read_parquet_metadata, read_table, write_noted,
 )
 from datakit.core.layout import DocumentsDir, join
 from datakit.core.results import DocumentsResult
@@ -75,28 +75,27 @@ def sort_unique(docs: list[dict], reason: str, detail: str) -> tuple[list[dict],
     return unique, removed
 
 
-def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tuple], schema: pa.Schema,
-               record: list[Written] | None = None) -> None:
-    """The two outputs of one file; what was published is added to ``record`` when given (`Written`)."""
-    publish(dst_main, table_bytes(kept), record)
-    publish(dst_removed, table_bytes(removed_table(removed, schema)), record)
+def write_file(dst_main: str, dst_removed: str, kept: pa.Table, removed: list[tuple], schema: pa.Schema) -> None:
+    """The two outputs of one file, each noted with its digest (`fsio.write_noted`: the step's manifest
+    does not read them back)."""
+    write_noted(dst_main, table_bytes(kept))
+    write_noted(dst_removed, table_bytes(removed_table(removed, schema)))
 
 
 def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, removed_schema: pa.Schema,
-                   batch_bytes: int | None = None, table: pa.Table | None = None,
-                   record: list[Written] | None = None) -> dict[str, int]:
+                   batch_bytes: int | None = None, table: pa.Table | None = None) -> dict[str, int]:
     """One documents file through ``file_fn``, its two outputs written: the stats. ``batch_bytes``
     None: the function gets the whole file. Otherwise it gets the file's record batches of about
     ``batch_bytes`` of column data one by one (it must be row-wise: `BATCH_BYTES`), each result
     written as the output's next row group as it comes, the removed rows and stats summed: a worker
     never holds the file's table, its scoring arrays or its encoded copy. The quality classifier's
     scoring of benchmarks/classifier.py's 10 MB file peaked at 142-146 MB RSS this way, 225 whole.
-    ``table``: the file's table, when the caller has read it already (whole files only). ``record``:
-    where to add what was published with its digest (`Written`; a streamed output is not added)."""
+    ``table``: the file's table, when the caller has read it already (whole files only). What is
+    written whole is noted with its digest (`write_file`); a streamed output is hashed by the manifest."""
     name = src.rstrip("/").rsplit("/", 1)[-1]
     if batch_bytes is None:
         kept, removed, stats = file_fn(name, read_table(src) if table is None else table)
-        write_file(dst_main, dst_removed, kept, removed, removed_schema, record)
+        write_file(dst_main, dst_removed, kept, removed, removed_schema)
         return stats
     removed, stats, writer = [], {}, None
     with _parquet_file(src) as reader, atomic_output(dst_main) as out:
@@ -120,7 +119,7 @@ def transform_file(src: str, dst_main: str, dst_removed: str, file_fn: FileFn, r
     # freed: given back here, the next file's batches do not pile up on them (5 MB of the benchmark
     # worker's peak RSS, one call per file).
     pa.default_memory_pool().release_unused()
-    publish(dst_removed, table_bytes(removed_table(removed, removed_schema)), record)
+    write_noted(dst_removed, table_bytes(removed_table(removed, removed_schema)))
     return stats
 
 
@@ -206,15 +205,14 @@ class _Job:
     unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
 
 
-# One file's outcome: (key, the two files relative to the step dir, stats, whether it was taken, what was
-# written with its digest).
-Done = tuple[str | None, tuple[str, str], dict[str, int], bool, tuple[Written, ...]]
+# One file's outcome: (key, the two files relative to the step dir, stats, whether it was taken).
+Done = tuple[str | None, tuple[str, str], dict[str, int], bool]
 
 
-def _result(job: _Job, stats: dict[str, int], taken: bool, written: Sequence[Written] = ()) -> Done:
+def _result(job: _Job, stats: dict[str, int], taken: bool) -> Done:
     rel = (f"{DocumentsDir.MAIN}/{posixpath.basename(job.dst_main)}",
            f"{DocumentsDir.REMOVED}/{posixpath.basename(job.dst_removed)}")
-    return job.key, rel, stats, taken, tuple(written)
+    return job.key, rel, stats, taken
 
 
 def _take(job: _Job, output: str) -> Done | None:
@@ -234,16 +232,14 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
         job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
                                   unchanged=job.is_unchanged(part) if job.is_unchanged else None)
     done = _take(job, output)
-    written: list[Written] = []
     if done is None and job.unchanged is not None:  # nothing to do to this file: its bytes, an empty removed file
         link_or_copy(job.src, job.dst_main)
-        publish(job.dst_removed, table_bytes(removed_table([], removed_schema)), written)
-        done = _result(job, job.unchanged, False, written)
+        write_noted(job.dst_removed, table_bytes(removed_table([], removed_schema)))
+        done = _result(job, job.unchanged, False)
     elif done is None:
         table = columns.table() if columns is not None and batch_bytes is None else None
-        stats = transform_file(job.src, job.dst_main, job.dst_removed, file_fn, removed_schema, batch_bytes, table,
-                               written)
-        done = _result(job, stats, False, written)
+        stats = transform_file(job.src, job.dst_main, job.dst_removed, file_fn, removed_schema, batch_bytes, table)
+        done = _result(job, stats, False)
     for k, v in done[2].items():
         counters.increment(k, v)
     return done
@@ -335,8 +331,7 @@ def run_per_file(ctx: StepContext, documents: str, file_fn: FileFn, what: str,
     totals: dict[str, int] = {}
     units: dict[str, reuse.Unit] = {}
     taken = 0
-    for key, rel, stats, was_taken, written in done:
-        ctx.record_written(written)
+    for key, rel, stats, was_taken in done:
         for k, v in stats.items():
             totals[k] = totals.get(k, 0) + v
         taken += was_taken

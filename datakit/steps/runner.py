@@ -508,14 +508,14 @@ class _Run:
                           exec_config=_for_step(self.exec_config, step), _emit=self.safe_emit,
                           earlier=fsio.join(self.prefix.root, earlier.dirname) if earlier else None)
         t0 = time.perf_counter()
-        publish_log.take_under(d)  # uploads an earlier attempt at this dir made in this process: stale
+        publish_log.take_under(d)  # notes an earlier attempt at this dir made in this process: stale
         try:
             with _EngineEvents(self, step):
                 result, counters = _check_result(step, step.fn(ctx), ctx.counters)
             wall = time.perf_counter() - t0
             lease.check()
-            uploaded = publish_log.take_under(d)  # on an object store: what the step's writers uploaded
-            verify.write_manifest(d, self.stamps, ctx.earlier, [*ctx.written, *uploaded])  # what `run` and `verify` check
+            written = publish_log.take_under(d)  # what the step's writers noted with their digests
+            verify.write_manifest(d, self.stamps, ctx.earlier, written)  # what `run` and `verify` check
             lease.check()
             markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()

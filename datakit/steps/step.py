@@ -147,9 +147,6 @@ class StepContext:
     # per-file reuse (steps/reuse.py); None when there is none or the step is built fresh (--force, or
     # its own or a dependency's build was damaged).
     earlier: str | None = None
-    # Files the step published with their digests (`fsio.Written`): its outputs manifest takes these
-    # instead of reading the files back (steps/verify.py).
-    written: list = field(default_factory=list, repr=False)
     _emit: Callable[[dict], None] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -168,12 +165,6 @@ class StepContext:
     def path(self, *parts: str) -> str:
         """Join a path relative to this step's output dir."""
         return posixpath.join(self.output, *parts)
-
-    def record_written(self, files) -> None:
-        """Files this step published, each with the digest of the bytes written (`fsio.Written`), so
-        that its manifest does not read them back; a file changed since (its stat differs) is read."""
-        with self._lock:
-            self.written.extend(files)
 
     def increment(self, name: str, n: int = 1) -> None:
         """Add to a counter that lands in the artifact record and the run summary."""

@@ -36,6 +36,7 @@ from datakit.core.fsio import (
     makedirs,  # noqa: F401 (the build step uses it through this module)
     open_atomic,
     open_read,
+    published,
     read_bytes,
     remove,
     walk,  # noqa: F401 (inspection lists caches through it)
@@ -110,9 +111,14 @@ def shard_checksums(split_dir: str, names: dict[str, str]) -> dict[str, str]:
 
 def _just_written_xxh3(path: str) -> str:
     """The xxh3-128 of a file this process has just written: on an object store the one its upload noted
-    (`publish_log`: no download), else read."""
-    noted = None if is_local(path) else publish_log.latest(path)
-    return noted.xxh3_128 if noted is not None else file_xxh3(path)
+    (`publish_log`: no download); on a local disk read, and noted with the file's stat, so that the
+    step's outputs manifest does not read it a second time."""
+    if not is_local(path):
+        noted = publish_log.latest(path)
+        return noted.xxh3_128 if noted is not None else file_xxh3(path)
+    digest = file_xxh3(path)
+    publish_log.note(published(path, os.path.getsize(local_path(path)), digest))
+    return digest
 
 
 def verify_checksums(split_dir: str, ledger: dict | None = None) -> list[str]:
@@ -205,7 +211,9 @@ def npy_size(arr: np.ndarray) -> int:
 
 def write_npy_atomic(path: str, arr: np.ndarray) -> str:
     """Write a 1-D array as a .npy file, published atomically; returns the file's xxh3-128 (what
-    `file_xxh3` gives for it), computed from the array in memory rather than read back."""
+    `file_xxh3` gives for it), never read back: on an object store the one its upload noted, on a local
+    disk computed from the array in memory and noted with the file's stat (`publish_log`: the step's
+    outputs manifest takes it)."""
     w = NpyStreamWriter(path, arr.dtype)
     try:
         w.append(arr)
@@ -213,9 +221,15 @@ def write_npy_atomic(path: str, arr: np.ndarray) -> str:
         w.abort()
         raise
     w.close()
+    noted = None if is_local(path) else publish_log.latest(path)
+    if noted is not None:  # `commit` hashed the file it uploaded
+        return noted.xxh3_128
     h = xxhash.xxh3_128(_npy_header(w.dtype, w.length))
     h.update(memoryview(np.ascontiguousarray(arr, dtype=w.dtype)).cast("B"))
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if is_local(path):
+        publish_log.note(published(path, npy_size(arr), digest))
+    return digest
 
 
 def load_npy(path: str, mmap: bool = True) -> np.ndarray:

@@ -50,8 +50,8 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (Written, atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, publish,
-                                published, read_bytes, sha256_file, store_url)
+from datakit.core.fsio import (atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, read_bytes, sha256_file,
+                                store_url, write_noted)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
@@ -126,16 +126,13 @@ class TokenizeResult:
     engine_reason: str = ""
     engine_checked_pieces: int = 0
     engine_mismatches: int = 0
-    # What the step's tasks published with the digests they computed (`fsio.Written`), for its manifest:
-    # not part of the record.
-    written: list = field(default_factory=list, repr=False, compare=False)
 
     def split_dir(self, split: str) -> str:
         return C.join(self.out_dir, self.splits[split]["path"])
 
     def to_dict(self) -> dict:
-        d = asdict(replace(self, written=[]))
-        del d["out_dir"], d["written"]
+        d = asdict(self)
+        del d["out_dir"]
         return d
 
 
@@ -415,11 +412,11 @@ def _unit(key: str, index: int, total: int, counts: dict[str, dict]) -> reuse.Un
     return reuse.Unit((*files, trim.ids_rel(key)), {f"{s}/{k}": int(counts[s][k]) for s in SPLITS for k in _COUNTS})
 
 
-def _write_ids(spec: _ShardSpec, key: str | None, hashes: np.ndarray, record: list[Written] | None = None) -> None:
-    """A keyed shard's document hashes, written before its markers (a done shard always has them); what
-    was published is added to ``record`` when given (`fsio.Written`: the manifest then reads none of it)."""
+def _write_ids(spec: _ShardSpec, key: str | None, hashes: np.ndarray) -> None:
+    """A keyed shard's document hashes, written before its markers (a done shard always has them), noted
+    with their digest (`fsio.write_noted`: the manifest reads none of it)."""
     if key is not None:
-        publish(C.join(spec.out_dir, trim.ids_rel(key)), trim.to_npy_bytes(hashes), record)
+        write_noted(C.join(spec.out_dir, trim.ids_rel(key)), trim.to_npy_bytes(hashes))
 
 
 def _marker(fp: dict, counts: dict, bad: _BadRows, sums: dict) -> dict:
@@ -428,11 +425,11 @@ def _marker(fp: dict, counts: dict, bad: _BadRows, sums: dict) -> dict:
 
 
 def _write_markers(dirs: dict[str, str], names: dict[str, str], fp: dict, counts: dict[str, dict],
-                   bad: _BadRows, sums: dict[str, dict], record: list[Written] | None = None) -> None:
+                   bad: _BadRows, sums: dict[str, dict]) -> None:
     """Each split's done marker for the shard, written last: a shard counts as done only once its data
     files are in place."""
     for s in SPLITS:
-        publish(C.join(dirs[s], names["marker"]), C.json_bytes(_marker(fp, counts[s], bad, sums[s])), record)
+        write_noted(C.join(dirs[s], names["marker"]), C.json_bytes(_marker(fp, counts[s], bad, sums[s])))
 
 
 def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str], names: dict[str, str],
@@ -633,26 +630,19 @@ def _write_spliced(spec: _ShardSpec, shard: tuple[str | None, dict[str, str], di
     key, names, fp = shard
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     none = (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
-    counts, sums, written = {}, {}, []
+    counts, sums = {}, {}
     for s in SPLITS:
         tokens, offsets = trim.splice(*earlier[s], rows[s], *(mine[s] or none))
-        sums[s] = {"tokens": _npy(C.join(dirs[s], names["tokens"]), np.asarray(tokens, dtype=np.dtype(spec.dtype)),
-                                  written),
-                   "offsets": _npy(C.join(dirs[s], names["offsets"]), offsets, written)}
+        sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
+                                                np.asarray(tokens, dtype=np.dtype(spec.dtype))),
+                   "offsets": C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)}
         counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(hashes[in_split[s], 2].sum())}
-    _write_ids(spec, key, hashes, written)
-    _write_markers(dirs, names, fp, counts, _BadRows(), sums, written)
+    _write_ids(spec, key, hashes)
+    _write_markers(dirs, names, fp, counts, _BadRows(), sums)
     _count_shard(counts, 0)
     return {"input": fp["input"], "reused": False, "spliced": True, "splits": counts, "bad": 0,
-            "bad_samples": [], "checksums": sums, "written": written,
+            "bad_samples": [], "checksums": sums,
             **({"engine": engine} if engine is not None else {})}
-
-
-def _npy(path: str, arr: np.ndarray, record: list[Written]) -> str:
-    """`C.write_npy_atomic`, what it published added to ``record``: its digest."""
-    digest = C.write_npy_atomic(path, arr)
-    record.append(published(path, C.npy_size(arr), digest))
-    return digest
 
 
 def _shard_counters(counts: dict[str, dict], n_bad: int) -> dict[str, int]:
@@ -889,7 +879,6 @@ def tokenize_source(
         reused_shards=sum(1 for r in results if r["reused"]), bad_records=sum(r["bad"] for r in results),
         bad_samples=[b for r in results for b in r["bad_samples"]][:_MAX_BAD_SAMPLES],
         counters={**run_counters, **_file_counters(results)}, **engine_record,
-        written=[w for r in results for w in r.get("written", ())],
     )
 
 
