@@ -116,6 +116,13 @@ def test_a_changed_part_count_renames_every_taken_shard(built):
     assert inc.counters["files/computed"] == 1 and inc.counters["files/reused"] == 2, inc.counters
     assert_same_tree(inc.out_dir, fresh.out_dir)
     assert not any("of-00004" in rel for rel in tree_files(inc.out_dir))
+    # the taken shards' markers name their new places, so they are written, not linked: noted with their
+    # digests (`fsio.write_noted`), as every file the build wrote whole is, for the manifest to take
+    from datakit.core import fsio, publish_log
+
+    noted = {w.path: w.xxh3_128 for w in publish_log.take_under(inc.out_dir)}
+    markers = [p for rel, p in tree_files(inc.out_dir).items() if rel.endswith("-of-00003.json")]
+    assert len(markers) == 6 and all(noted[p] == fsio.xxh3_file(p) for p in markers)
 
 
 def test_a_part_with_bad_rows_is_never_taken(built, tmp_path):

@@ -50,7 +50,7 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (atomic_write_bytes, copy_file, is_dir, is_local, link_or_copy, read_bytes, sha256_file,
+from datakit.core.fsio import (copy_file, is_dir, is_local, link_or_copy, read_bytes, sha256_file,
                                 store_url, write_noted)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
@@ -437,7 +437,7 @@ def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str
     """A taken shard's done markers, after its data files: the earlier build's (``earlier``: per split,
     its marker's path there), linked, where they hold the very bytes this build would write (same
     settings, input part by name and size, counts and checksums: an edit takes 57 of 58 shards so), else
-    written. A link costs no new file's write and fsync (an edit's 57 shards had written 114 markers); on
+    written and noted (`fsio.write_noted`: the manifest does not read them back). A link costs no new file's write and fsync (an edit's 57 shards had written 114 markers); on
     an object store, where a copy costs what a write does, they are written."""
     local = is_local(spec.out_dir) and is_local(spec.earlier.step_dir)
     for s in SPLITS:
@@ -450,7 +450,7 @@ def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str
                     continue
             except FileNotFoundError:
                 pass
-        atomic_write_bytes(dst, want)
+        write_noted(dst, want)
 
 
 def _taken(spec: _ShardSpec, path: str, key: str, index: int, names: dict[str, str], fp: dict) -> dict | None:
