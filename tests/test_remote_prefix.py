@@ -106,3 +106,26 @@ def test_events_on_an_object_store_are_a_file_per_run_never_read_back(monkeypatc
     assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
     assert [e["run_id"] for e in events if e["event"] == "run_finished"] == [r.run_id for r in runs]
     assert not mem.exists(f"{prefix[len('memory://'):]}/events.jsonl")
+
+
+def test_a_runs_event_files_on_an_object_store_roll_over_so_no_event_rewrites_the_whole_run(monkeypatch):
+    """A run's event file on an object store is rewritten at each event; past `CHUNK_BYTES` it rolls over
+    to <run_id>.NNNNN.jsonl, so an event's PUT is bounded (one file rewritten whole per run cost
+    O(events^2) bytes), and `read_events` gives every event back in the order it was emitted."""
+    from datakit.core import fsio
+    from datakit.steps import events as ev
+    from datakit.steps import read_events
+
+    monkeypatch.setattr(ev, "CHUNK_BYTES", 2_000)
+    puts: list[tuple[str, int]] = []
+    real = fsio.atomic_write_bytes
+    monkeypatch.setattr(fsio, "atomic_write_bytes", lambda p, d, **k: puts.append((p, len(d))) or real(p, d, **k))
+    root = f"memory:///dk-{uuid.uuid4().hex[:8]}/out"
+    log = ev.EventLog(root, "0a1b2c", write=True, on_event=None)
+    for i in range(60):
+        log.emit({"event": "step_log", "n": i, "message": "x" * 100})
+    assert len(puts) == 60 and max(n for _, n in puts) <= 2_000
+    files = list(dict.fromkeys(p for p, _ in puts))
+    assert files[0].endswith("/events/0a1b2c.jsonl") and files[1].endswith("/events/0a1b2c.00001.jsonl")
+    assert len(files) > 5
+    assert [e["n"] for e in read_events(root)] == list(range(60))
