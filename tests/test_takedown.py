@@ -211,29 +211,37 @@ def test_the_takedown_step_hashes_what_it_writes_without_reading_it_back(tmp_pat
 
 
 def test_the_token_shards_a_takedown_cuts_are_not_read_back_for_the_manifest(tmp_path, monkeypatch):
-    """A takedown's token shards are cut from the earlier ones by the tasks, which record each file's
+    """A takedown's token shards are cut from the earlier ones by the tasks, which note each file's
     digest: the tokenize step's manifest reads none of its shard, ids or marker files back."""
-    from datakit.core import fsio
-    from datakit.steps.verify import read_manifest
-
     m = _manifest(tmp_path, "p", {"ids": ["GPL-3-5", "Apache-2.0-3"]})
     names = [s.name for s in pipeline.build_steps(m) if s.stage != "train"]
     before = _manifest(tmp_path, "p", None)
     assert pipeline.run(before, workers=1, only=[s.name for s in pipeline.build_steps(before) if s.stage != "train"]).ok
+    # every shard's files: the cut ones' noted by their tasks, the taken ones' linked from the earlier build
+    tok = _tokenize_reading_no_shard_back(monkeypatch, m, names, "inline", 1, min_shard_files=40)
+    assert tok["counters"]["files/spliced"] == 2 and tok["counters"]["files/reused"] > 3, tok["counters"]
+
+
+def _tokenize_reading_no_shard_back(monkeypatch, m, names: list[str], backend: str, workers: int,
+                                    min_shard_files: int) -> dict:
+    """Run ``names`` of ``m``, hashing files through a spy: tokenize-web's record, after checking that its
+    manifest read none of its shard, ids or marker files back and records the digests a read gives."""
+    from datakit.core import fsio
+    from datakit.steps.verify import read_manifest
+
     reads: list[str] = []
     real = fsio.xxh3_file
     monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real(p))
-    s = pipeline.run(m, backend="inline", only=names)
+    s = pipeline.run(m, backend=backend, workers=workers, only=names)
     assert s.ok
     tok = _step(s, "tokenize-web")
-    assert tok["counters"]["files/spliced"] == 2 and tok["counters"]["files/reused"] > 3, tok["counters"]
     files = read_manifest(tok["output"])
-    # every shard's files: the cut ones' recorded by their tasks, the taken ones' linked from the earlier build
     shards = [f for f in files if f.path.endswith((".npy", ".json")) and "/" in f.path and "ledger" not in f.path
               and "stats" not in f.path]
-    assert len(shards) > 40
+    assert len(shards) > min_shard_files
     assert not {os.path.join(tok["output"], f.path) for f in shards} & set(reads)
     assert all(f.xxh3_128 == real(os.path.join(tok["output"], f.path)) for f in files)
+    return tok
 
 
 @pytest.mark.parametrize("backend", ["inline", "local"])
@@ -243,22 +251,8 @@ def test_a_token_cache_encoded_fresh_is_not_read_back_for_the_manifest(tmp_path,
     `publish_log`, which carries the notes back from worker processes with each task's result: the
     tokenize step's manifest reads none of its shard, ids or marker files back, and records the digests a
     read gives."""
-    from datakit.core import fsio
-    from datakit.steps.verify import read_manifest
-
     m = _manifest(tmp_path, "p", None)
     names = [s.name for s in pipeline.build_steps(m) if s.stage != "train"]
     assert pipeline.run(m, workers=2, only=[n for n in names if not n.startswith("tokenize-")]).ok
-    reads: list[str] = []
-    real = fsio.xxh3_file
-    monkeypatch.setattr(fsio, "xxh3_file", lambda p: reads.append(p) or real(p))
-    s = pipeline.run(m, backend=backend, workers=2, only=names)
-    assert s.ok
-    tok = _step(s, "tokenize-web")
+    tok = _tokenize_reading_no_shard_back(monkeypatch, m, names, backend, 2, min_shard_files=20)
     assert tok["counters"]["files/computed"] > 3, tok["counters"]
-    files = read_manifest(tok["output"])
-    shards = [f for f in files if f.path.endswith((".npy", ".json")) and "/" in f.path and "ledger" not in f.path
-              and "stats" not in f.path]
-    assert len(shards) > 20
-    assert not {os.path.join(tok["output"], f.path) for f in shards} & set(reads)
-    assert all(f.xxh3_128 == real(os.path.join(tok["output"], f.path)) for f in files)
