@@ -751,19 +751,20 @@ def write_noted(path: str, data: bytes) -> Written:
     reading the file back. Returns the note."""
     digest = _xxh3_bytes(data)
     atomic_write_bytes(path, data, digest=digest)  # an upload is noted there
-    w = published(path, len(data), digest)
-    if is_local(path):
-        publish_log.note(w)
-    return w
+    return note_published(path, len(data), digest)
 
 
-def published(path: str, size: int, digest: str) -> Written:
+def note_published(path: str, size: int, digest: str) -> Written:
     """The record of a file just published holding ``size`` bytes whose xxh3-128 is ``digest`` (computed
-    by its writer from what it wrote); on a local disk with the stat it has now."""
+    by its writer from what it wrote), for the step's outputs manifest: on a local disk with the stat it
+    has now, and noted in `publish_log`; on an object store the upload itself noted it (`commit`,
+    `atomic_write_bytes`)."""
     if not is_local(path):
         return Written(path, size, digest)
     st = os.stat(local_path(path))
-    return Written(path, size, digest, st.st_mtime_ns, st.st_ino)
+    w = Written(path, size, digest, st.st_mtime_ns, st.st_ino)
+    publish_log.note(w)
+    return w
 
 
 def create_exclusive(path: str, data: bytes, *, tmp_prefix: str = TEMP_MARK) -> bool:

@@ -35,8 +35,8 @@ from datakit.core.fsio import (
     local_path,
     makedirs,  # noqa: F401 (the build step uses it through this module)
     open_atomic,
+    note_published,
     open_read,
-    published,
     read_bytes,
     remove,
     walk,  # noqa: F401 (inspection lists caches through it)
@@ -117,7 +117,7 @@ def _just_written_xxh3(path: str) -> str:
         noted = publish_log.latest(path)
         return noted.xxh3_128 if noted is not None else file_xxh3(path)
     digest = file_xxh3(path)
-    publish_log.note(published(path, os.path.getsize(local_path(path)), digest))
+    note_published(path, os.path.getsize(local_path(path)), digest)
     return digest
 
 
@@ -226,10 +226,7 @@ def write_npy_atomic(path: str, arr: np.ndarray) -> str:
         return noted.xxh3_128
     h = xxhash.xxh3_128(_npy_header(w.dtype, w.length))
     h.update(memoryview(np.ascontiguousarray(arr, dtype=w.dtype)).cast("B"))
-    digest = h.hexdigest()
-    if is_local(path):
-        publish_log.note(published(path, npy_size(arr), digest))
-    return digest
+    return note_published(path, npy_size(arr), h.hexdigest()).xxh3_128
 
 
 def load_npy(path: str, mmap: bool = True) -> np.ndarray:

@@ -437,8 +437,9 @@ def _take_markers(spec: _ShardSpec, earlier: dict[str, str], dirs: dict[str, str
     """A taken shard's done markers, after its data files: the earlier build's (``earlier``: per split,
     its marker's path there), linked, where they hold the very bytes this build would write (same
     settings, input part by name and size, counts and checksums: an edit takes 57 of 58 shards so), else
-    written and noted (`fsio.write_noted`: the manifest does not read them back). A link costs no new file's write and fsync (an edit's 57 shards had written 114 markers); on
-    an object store, where a copy costs what a write does, they are written."""
+    written and noted (`fsio.write_noted`: the manifest does not read them back). A link costs no new
+    file's write and fsync (an edit's 57 shards had written 114 markers); on an object store, where a copy
+    costs what a write does, they are written."""
     local = is_local(spec.out_dir) and is_local(spec.earlier.step_dir)
     for s in SPLITS:
         want = C.json_bytes(_marker(fp, counts[s], _BadRows(), sums[s]))
