@@ -201,3 +201,38 @@ def test_an_edit_takes_the_unchanged_files_by_a_copy_in_the_store(store, tmp_pat
         assert ours == theirs, a["name"]
         for rel in ours:
             assert s3.cat_file(a["output"][len("s3://"):] + rel) == s3.cat_file(b["output"][len("s3://"):] + rel), rel
+
+
+@pytest.mark.slow
+def test_a_rebuilt_step_reads_its_earlier_build_s_manifest_and_listing_once(store, tmp_path):
+    """A step rebuilt after an edit reads its earlier build's outputs manifest and lists that build's dir
+    once: the reuse it takes (`reuse.load`) and the digests its own manifest takes from the copies
+    (`verify.write_manifest`) share one read of each (`verify.earlier_reads`). On an object store each
+    is a request, a round trip per rebuilt step."""
+    import shutil
+    import sysconfig
+    from urllib.parse import parse_qs
+
+    src = tmp_path / "json"
+    shutil.copytree(sysconfig.get_paths()["stdlib"] + "/json", src, ignore=shutil.ignore_patterns("_*"))
+    m = {"prefix": f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}/out",
+         "sources": [{"name": "json", "uri": f"{src}/*.py", "format": "text"}],
+         "normalize": {"target_shard_bytes": 8 << 10}, "tokenize": {"vocab_size": 512}}
+    first = datakit.run(datakit.manifest_from_dict(m), backend="inline")
+    assert first.ok, first.to_dict()
+    edited = sorted(src.glob("*.py"))[1]
+    edited.write_text(edited.read_text() + "\n# one more line\n")
+    store.clear_log()
+    second = datakit.run(datakit.manifest_from_dict(m), backend="inline")
+    assert second.ok, second.to_dict()
+    log = store.requests()
+    earlier = {s["name"]: s["output"][len("s3://"):] for s in first.steps}
+    rebuilt = [s["name"] for s in second.steps if s["status"] == "succeeded" and s["name"] in earlier
+               and earlier[s["name"]] != s["output"][len("s3://"):]]
+    assert {"normalize-json", "consolidate-json", "tokenize-json"} <= set(rebuilt), rebuilt
+    for name in rebuilt:
+        d = earlier[name]
+        manifests = [r for r in log if r.method == "GET" and r.path == f"/{d}/outputs.manifest.json"]
+        listings = [r for r in log if r.method == "GET" and r.path == f"/{BUCKET}"
+                    and parse_qs(r.query).get("prefix", [""])[0].rstrip("/") == d[len(BUCKET) + 1:]]
+        assert len(manifests) == 1 and len(listings) == 1, (name, len(manifests), len(listings))

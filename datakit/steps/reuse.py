@@ -76,7 +76,7 @@ def load(step_dir: str | None) -> Earlier | None:
         return None
     try:
         record = json.loads(raw)
-        files = verify.read_manifest(step_dir)
+        files = verify.earlier_manifest(step_dir)
         if record.get("format") != REUSE_FORMAT or files is None:
             return None
         keys = {str(k): Unit(tuple(str(p) for p in v["files"]), {str(n): int(c) for n, c in v["stats"].items()})
@@ -94,7 +94,7 @@ def load(step_dir: str | None) -> Earlier | None:
 def _vouched_objects(step_dir: str, files: list, stamps: Stamps) -> dict[str, FileStat]:
     """On an object store: the earlier build's objects whose listed (size, version) the stamps record as
     holding the manifest's digest (one listing), so they are taken without a download."""
-    listed = fsio.walk_versions(step_dir)
+    listed = verify.earlier_listing(step_dir)
     out = {}
     for f in files:
         size, version = listed.get(f.path, (None, None))

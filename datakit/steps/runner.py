@@ -510,12 +510,13 @@ class _Run:
         t0 = time.perf_counter()
         publish_log.take_under(d)  # notes an earlier attempt at this dir made in this process: stale
         try:
-            with _EngineEvents(self, step):
-                result, counters = _check_result(step, step.fn(ctx), ctx.counters)
-            wall = time.perf_counter() - t0
-            lease.check()
-            written = publish_log.take_under(d)  # what the step's writers noted with their digests
-            verify.write_manifest(d, self.stamps, ctx.earlier, written)  # what `run` and `verify` check
+            with verify.earlier_reads():  # the earlier build's manifest and listing: read once
+                with _EngineEvents(self, step):
+                    result, counters = _check_result(step, step.fn(ctx), ctx.counters)
+                wall = time.perf_counter() - t0
+                lease.check()
+                written = publish_log.take_under(d)  # what the step's writers noted with their digests
+                verify.write_manifest(d, self.stamps, ctx.earlier, written)  # what `run` and `verify` check
             lease.check()
             markers.write_artifact(d, self._artifact(step, result, counters, started, wall, markers.SUCCESS))
             lease.check()

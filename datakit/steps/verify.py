@@ -24,11 +24,13 @@ manifests existed have none: they are trusted as before (and ``verify`` says so)
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import posixpath
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from datakit.core import fsio
 
@@ -81,6 +83,45 @@ def _walk(step_dir: str) -> dict[str, tuple[int, str | None]]:
     return {rel: sv for rel, sv in fsio.walk_versions(step_dir).items() if is_output_name(rel)}
 
 
+# What `earlier_reads` has read of earlier builds while the step now building builds: (kind, dir) -> result.
+_EARLIER_READS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("earlier_reads", default=None)
+_T = TypeVar("_T")
+
+
+@contextmanager
+def earlier_reads() -> Iterator[None]:
+    """While one step builds (the runner holds this around its function and its manifest): an earlier
+    build's outputs manifest and listing are read once, though both the reuse the step takes
+    (`reuse.load`) and the digests its manifest takes from the files it took (`build_manifest`) need
+    them. On an object store each is a request per rebuilt step. Only earlier builds are read through
+    it, which nothing writes while a later build of their step runs."""
+    token = _EARLIER_READS.set({})
+    try:
+        yield
+    finally:
+        _EARLIER_READS.reset(token)
+
+
+def _once(kind: str, step_dir: str, read: Callable[[], _T]) -> _T:
+    memo = _EARLIER_READS.get()
+    if memo is None:
+        return read()
+    if (kind, step_dir) not in memo:
+        memo[(kind, step_dir)] = read()
+    return memo[(kind, step_dir)]
+
+
+def earlier_manifest(step_dir: str) -> list[OutputFile] | None:
+    """`read_manifest` of an earlier build (read once within `earlier_reads`; the list is shared)."""
+    return _once("manifest", step_dir, lambda: read_manifest(step_dir))
+
+
+def earlier_listing(step_dir: str) -> dict[str, tuple[int, str | None]]:
+    """`fsio.walk_versions` of an earlier build's dir (listed once within `earlier_reads`; the dict is
+    shared, not to be changed)."""
+    return _once("listing", step_dir, lambda: fsio.walk_versions(step_dir))
+
+
 def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
     """(device, inode) -> recorded xxh3-128 of each local output of an earlier build: a file of this build
     that is a hard link of one of them was taken from it (`reuse.take`, which checked it against this
@@ -88,7 +129,7 @@ def _linked_digests(earlier: str | None) -> dict[tuple[int, int], str]:
     if earlier is None or not fsio.is_local(earlier):
         return {}
     try:
-        files = read_manifest(earlier) or []
+        files = earlier_manifest(earlier) or []
     except ValueError:
         return {}
     out = {}
@@ -111,10 +152,10 @@ def _copied_digests(earlier: str | None) -> dict[tuple[int, str], str]:
     if earlier is None or fsio.is_local(earlier):
         return {}
     try:
-        files = read_manifest(earlier) or []
+        files = earlier_manifest(earlier) or []
     except ValueError:
         return {}
-    listed = _walk(earlier)
+    listed = earlier_listing(earlier)
     out = {}
     for f in files:
         size, version = listed.get(f.path, (None, None))
