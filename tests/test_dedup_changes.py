@@ -196,7 +196,7 @@ def test_exact_dedup_as_a_change_writes_the_marks_of_a_full_build(tmp_path, monk
 def test_component_labels_partition_like_a_union_find():
     """The vectorized labels group nodes exactly as a plain union-find does, on random graphs with long
     chains (the worst case for label propagation) and isolated nodes."""
-    from datakit.dedup.fuzzy_joining import component_labels
+    from datakit.dedup.forest import component_labels
     import numpy as np
 
     rng = np.random.default_rng(0)

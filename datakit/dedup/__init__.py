@@ -1,5 +1,6 @@
-"""Dedup and decontamination: global exact dedup, MinHash fuzzy dedup with connected components on the
-engine, benchmark decontamination, and consolidation of all their marks into the final shards.
+"""Dedup and decontamination: global exact dedup, MinHash fuzzy dedup (each document with an earlier near
+duplicate goes: forest.py) on the engine, benchmark decontamination, and consolidation of all their marks
+into the final shards.
 
 Every step reads normalized sources (`<dir>/outputs/main/*.parquet`, each sorted by id) and writes
 attribute files co-partitioned with them (same file names, same id order, marked ids only), plus an

@@ -17,9 +17,13 @@
    the documents in pairs, not the file sizes or the number of pairs. Ids are content hashes, so a
    pair's Jaccard is a function of its two ids: each pair is first looked up in the earlier build's
    verified-pair cache (pair_cache.py) and only the pairs it lacks are verified.
-3. Connected components of the (verified) pair graph, on the engine (components.py).
-4. Canonical per cluster: the member from the highest-priority source, then the lowest id. It does not
-   depend on worker counts or partitioning. Every member of a non-singleton cluster gets a row in its
+3. The keep rule (forest.py): a document with an earlier near-duplicate (a verified pair; by source
+   priority, then id) links to the earliest of them, and goes. The trees of that forest are the
+   clusters, found as connected components on the engine (components.py). Not the components of all
+   pairs: there a later document similar to two earlier ones that share no pair removes one of them.
+4. Canonical per cluster: its root, the member from the highest-priority source, then the lowest id (the
+   one with no earlier near-duplicate). It does not depend on worker counts, partitioning or the order
+   data arrived in. Every member of a non-singleton cluster gets a row in its
    source's co-partitioned attribute file `{id, cluster_id, is_canonical, cluster_size,
    canonical_source}`; cluster_id is the canonical document's id. Consolidation drops members with
    is_canonical == False.
@@ -45,7 +49,7 @@ from datakit.shuffle import Dataset, ExecConfig, counters
 
 from datakit.steps import reuse
 
-from . import batches, fuzzy_incremental, fuzzy_state, key_index, pair_cache
+from . import batches, forest, fuzzy_incremental, fuzzy_state, key_index, pair_cache
 from .batches import Ragged
 from .fuzzy_core import FUZZY_SCHEMA, file_keys, jaccard_of, marks_digest, marks_table, shingle_rows, window_pairs
 from .components import connected_components, write_edges
@@ -264,6 +268,45 @@ def _verify_pairs(part: int, b: batches.Batch, threshold: float, out_dir: str, p
     name = work_part_name(part)
     return {"edges": write_edges(f"{out_dir}/{name}", u[ok], v[ok]) if ok.any() else None,
             "pairs": pair_cache.write_pairs(f"{pairs_dir}/{name}", u, v, ids, jac) if len(u) else None}
+
+
+# ---------------------------------------------------------------- 3. the forest of earliest near-duplicates
+def _edge_sides(path: str, bases: np.ndarray):
+    """Each near-duplicate pair of an edge file to the files of both its documents (`pair_cache.side_ids`
+    reads their ids there)."""
+    cols = an.columns(read_columns(path, ["u", "v"]), ["u", "v"])
+    u, v = cols["u"], cols["v"]
+    req = {"node": np.concatenate([u, v]), "u": np.concatenate([u, u]), "v": np.concatenate([v, v])}
+    return batches.split(req, _gidx(req["node"], bases))
+
+
+def _orient_pairs(part: int, b: batches.Batch, parts: int):
+    """Each pair with both its ids as (later, earlier, the earlier's priority key) (`forest.orient`), sent
+    to the partition of its later document."""
+    u, v, uh, ul, vh, vl = pair_cache.both_sides(part, b)
+    later, earlier, key = forest.orient(u, v, (node_rank(u), uh, ul), (node_rank(v), vh, vl))
+    out = {"later": later, "earlier": earlier, "rank": key[0], "hi": key[1], "lo": key[2]}
+    return batches.split(out, route_keys(later, parts))
+
+
+def _parent_edges(part: int, b: batches.Batch, out_dir: str) -> str | None:
+    """This partition's documents' links to their earliest earlier near-duplicate, as (parent, child) edges."""
+    child, parent = forest.parents(b["later"], b["earlier"], (b["rank"], b["hi"], b["lo"]))
+    return write_edges(f"{out_dir}/{work_part_name(part)}", parent, child) if len(child) else None
+
+
+def _forest(edge_files: list[str], b: _Build, graph_parts: int) -> list[str]:
+    """Step 3: the forest of the near-duplicate pairs (forest.py): the ids of each pair's documents read
+    from their files, then each document's edge to its earliest earlier near-duplicate kept."""
+    if not edge_files:
+        return []
+    file_parts = max(1, min(len(b.entries), b.parts))
+    ds = Dataset.from_items(edge_files, num_shards=len(edge_files)).flat_map(partial(_edge_sides, bases=b.bases))
+    ds = batches.shuffle(ds, partial(pair_cache.side_ids, paths=[e.path for e in b.entries], parts=graph_parts),
+                         file_parts)
+    ds = batches.shuffle(ds.flat_map(_explode), partial(_orient_pairs, parts=graph_parts), graph_parts)
+    ds = batches.shuffle(ds.flat_map(_explode), partial(_parent_edges, out_dir=f"{b.work}/forest"), graph_parts)
+    return sorted(r for _, r in ds.run(b.exec_config).items if r)
 
 
 # ---------------------------------------------------------------- 4. canonical members and marks
@@ -628,12 +671,13 @@ def _full(b: _Build, rows: np.ndarray, max_rounds: int) -> FuzzyResult:
     _add(total, cand.counters)
     timings["candidates"] = time.perf_counter() - t0
 
-    # 3: connected components. The pair graph is usually far smaller than the corpus, so its shuffles
-    # get partitions by its own size (not by worker count: results never depend on partitioning).
+    # 3: the forest, and its trees as components. The pair graph is usually far smaller than the corpus,
+    # so its shuffles get partitions by its own size (not by worker count: results never depend on it).
     n_edges = total.get("verified_pairs" if b.threshold is not None else "candidate_pairs", 0)
     graph_parts = max(1, min(b.parts, -(-n_edges // EDGES_PER_PARTITION)))
     t0 = time.perf_counter()
-    cc = connected_components(cand.edges, f"{b.work}/cc", graph_parts, b.exec_config, max_rounds)
+    links = _forest(cand.edges, b, graph_parts)
+    cc = connected_components(links, f"{b.work}/cc", graph_parts, b.exec_config, max_rounds)
     timings["components"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -14,8 +14,10 @@ every document now in a dirty bucket. Then:
   full member lists come from the bucket index, key_index.py), its Jaccard looked up in the earlier
   build's pairs by id pair or verified on the texts.
 
-Clusters and marks are then a pure function of the pairs, computed over the whole (small) pair graph,
-and a file's marks file is taken from the earlier build when its digest did not change. The earlier
+Clusters and marks are then a pure function of the pairs (the forest of forest.py), computed over the
+whole (small) pair graph, and a file's marks file is taken from the earlier build when its digest did not
+change. Of the pairs whose Jaccard is not known, only those that could give a document an earlier parent
+are verified (`forest.verify_parents`). The earlier
 build's state (fuzzy_state.py) must have the same settings and the sources in the same relative order
 (a source's rank decides which copy is kept); otherwise fuzzy.py builds in full.
 
@@ -36,7 +38,7 @@ from datakit.core.layout import AttributesDir
 from datakit.steps import reuse
 
 from . import batches, fuzzy_state, key_index, pair_cache
-from .fuzzy_joining import component_labels, verify_joining
+from .forest import component_labels, forest_edges, verify_parents
 from .fuzzy_core import row_texts, shingle_sets
 from .fuzzy_state import FileState, State
 from .hashing import FILE_BITS, ROW_BITS, U64, ids_to_u64, node_rank, node_row
@@ -180,67 +182,30 @@ def pair_ids(u_hi, u_lo, v_hi, v_lo) -> dict[str, np.ndarray]:
             "bh": np.where(swap, u_hi, v_hi), "bl": np.where(swap, u_lo, v_lo)}
 
 
-# Characters of texts kept for a later round, at most: 32-128 MB of the driver's memory (1-4 bytes a character).
-KEEP_TEXT_CHARS = 32 << 20
-
-
 class NodeSets:
-    """`verify_joining`'s reader: the shingle sets of documents (sorted nodes in, their sets in that order),
-    re-derived from the texts as fuzzy.py verifies, each needed file streamed (`row_texts`). Told which
-    documents a later round may need (`expect`), it keeps their texts from the files this round reads
-    anyway (up to KEEP_TEXT_CHARS), so that round takes them from here instead of reading those files
-    again: on benchmarks/incremental.py's add, both rounds read nearly every file, 1.3 of the step's
-    2.7 CPU-s. The sets are the same whichever way a text came."""
+    """`verify_parents`' reader: the shingle sets of documents (sorted nodes in, their sets in that order),
+    re-derived from the texts as fuzzy.py verifies, each needed file streamed (`row_texts`)."""
 
     def __init__(self, nodes: Nodes, minhash_params: dict) -> None:
         self.nodes, self.params = nodes, minhash_params
-        self.later = np.empty(0, np.int64)
-        self.kept: dict[int, str] = {}
-        self.kept_chars = 0
-
-    def expect(self, later: np.ndarray) -> None:
-        """Documents the next round may need: their texts are kept when the next read opens their files
-        (that read uses the hint up: a round after it keeps nothing no round will ask for)."""
-        self.later = np.unique(later)
 
     def __call__(self, need: np.ndarray) -> batches.Ragged:
-        found = np.fromiter((n in self.kept for n in need.tolist()), bool, len(need))
-        got_nodes = [need[found]]
-        got_sets = [shingle_sets([self.kept.pop(n) for n in need[found].tolist()], self.params)]
-        rest = need[~found]
-        extra = np.setdiff1d(self.later, need)
-        extra = extra[~np.isin(extra, np.fromiter(self.kept, np.int64, len(self.kept)))]
-        self.later = np.empty(0, np.int64)
-        gidx, extra_gidx = self.nodes.gidx_of_nodes(rest), self.nodes.gidx_of_nodes(extra)
+        gidx = self.nodes.gidx_of_nodes(need)
+        got_nodes, got_sets = [need[:0]], [shingle_sets([], self.params)]
         for g in np.unique(gidx).tolist():
-            nodes_g, sets_g = self._read(g, rest[gidx == g], extra[extra_gidx == g])
-            got_nodes += nodes_g
-            got_sets += sets_g
+            want = need[gidx == g]  # nodes of one file sort as its rows
+            for pos, texts in row_texts(self.nodes.entries[g].path, node_row(want)):
+                got_nodes.append(want[pos])
+                got_sets.append(shingle_sets(texts, self.params))
         nodes = np.concatenate(got_nodes)
         both = batches.concat([{"sh": r} for r in got_sets])["sh"]
         return batches.take_ragged(both, np.argsort(nodes, kind="stable"))
 
-    def _read(self, g: int, want: np.ndarray, also: np.ndarray) -> tuple[list[np.ndarray], list[batches.Ragged]]:
-        """File ``g``'s documents ``want`` shingled, batch by batch, (nodes, sets) per batch; the texts of
-        ``also`` read along and kept while the budget lasts."""
-        every = np.union1d(want, also)  # nodes of one file sort as its rows
-        is_wanted = np.isin(every, want)
-        nodes, sets = [], []
-        for pos, texts in row_texts(self.nodes.entries[g].path, node_row(every)):
-            wanted = is_wanted[pos]
-            if wanted.any():
-                nodes.append(every[pos[wanted]])
-                sets.append(shingle_sets([t for t, w in zip(texts, wanted.tolist()) if w], self.params))
-            for n, t, w in zip(every[pos].tolist(), texts, wanted.tolist()):
-                if not w and self.kept_chars + len(t) <= KEEP_TEXT_CHARS:
-                    self.kept[n] = t
-                    self.kept_chars += len(t)
-        return nodes, sets
-
 
 def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.ndarray]:
-    """Connected components of the edge graph and the canonical member of each (the highest-priority
-    source, then the lowest id): one marks row per member, as fuzzy._choose_canonical gives them."""
+    """The trees of the forest edges (`forest.forest_edges`) and the canonical member of each (its root:
+    the highest-priority source, then the lowest id): one marks row per member, as
+    fuzzy._choose_canonical gives them."""
     members, inv = np.unique(np.concatenate([edges_u, edges_v]), return_inverse=True)
     n, m = len(members), len(edges_u)
     if not n:
@@ -294,12 +259,11 @@ def run(ch: Change) -> Outcome | None:
     old_pairs, members, jaccards = _earlier_pairs(ch, nodes, touched)
     fresh, known = _jaccards(fresh, ch, nodes, jaccards, members)
     pairs = _union(old_pairs, fresh)
-    read = NodeSets(nodes, ch.mh_params)
-    verified_now = 0 if ch.threshold is None else verify_joining(pairs.u, pairs.v, pairs.jaccard, ch.threshold, read,
-                                                                 read.expect)
-    edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
     member_ids = _in_pairs(pairs, known)
-    marks = clusters(edges.u, edges.v, member_ids.lookup)
+    verified_now = 0 if ch.threshold is None else verify_parents(
+        pairs.u, pairs.v, pairs.jaccard, ch.threshold, member_ids.lookup, NodeSets(nodes, ch.mh_params))
+    edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
+    marks = clusters(*forest_edges(edges.u, edges.v, member_ids.lookup), member_ids.lookup)
     counters, largest, taken, digests = _write_marks(ch, marks, old_files, nodes)
     counters.update(_doc_counters(ch, old_files, new_keys))
     _write_state(ch, pairs, member_ids, segments, digests, new_keys, nodes)
@@ -380,7 +344,7 @@ def _earlier_pairs(ch: Change, nodes: Nodes, touched: np.ndarray
 def _jaccards(fresh: Pairs, ch: Change, nodes: Nodes, earlier: dict[str, np.ndarray], members: Members
               ) -> tuple[Pairs, Members]:
     """The new pairs with their ids and the Jaccards the earlier build knew, by id pair (a pair's
-    Jaccard is a function of its two ids; NaN: unknown, left to `verify_joining`); the ids known now
+    Jaccard is a function of its two ids; NaN: unknown, left to `verify_parents`); the ids known now
     (the earlier members' and the new pairs')."""
     if not len(fresh.u):
         return fresh, members
@@ -476,8 +440,8 @@ def _doc_counters(ch: Change, old_files: dict[int, FileState], new_keys) -> dict
 
 
 def _pair_counters(pairs: Pairs, edges: Pairs, verified_now: int, threshold: float | None) -> dict[str, int]:
-    """The pairs as a full build counts them, except that pairs left unverified (`fuzzy_joining`: both
-    documents already in one cluster) are counted apart: ``pairs_unverified``, in neither
+    """The pairs as a full build counts them, except that pairs left unverified (`forest.verify_parents`:
+    their later document has an earlier parent) are counted apart: ``pairs_unverified``, in neither
     ``verified_pairs`` (at or above the threshold) nor ``rejected_pairs``."""
     if threshold is None:
         return {"candidate_pairs": len(pairs.u)}

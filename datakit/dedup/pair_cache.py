@@ -109,8 +109,10 @@ def side_ids(gidx: int, b: batches.Batch, paths: Sequence[str], parts: int):
     return batches.split(out, edge_part(u, v, parts))
 
 
-def join_ids(_part: int, b: batches.Batch, bits: int):
-    """Each distinct pair with both its ids (the smaller first), sent to its cache partition."""
+def both_sides(part: int, b: batches.Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]:
+    """The distinct pairs of a partition that `side_ids` sent both sides of: (u, v, u's id hi, lo, v's id
+    hi, lo)."""
     order = np.lexsort((b["node"], b["v"], b["u"]))
     rows = {k: b[k][order] for k in ("node", "u", "v", "hi", "lo")}
     keep = np.ones(len(order), dtype=bool)
@@ -119,9 +121,14 @@ def join_ids(_part: int, b: batches.Batch, bits: int):
     first, second = slice(0, None, 2), slice(1, None, 2)
     if len(rows["u"]) % 2 or not (np.array_equal(rows["node"][first], rows["u"][first])
                                   and np.array_equal(rows["node"][second], rows["v"][second])):
-        raise RuntimeError(f"pair partition {_part}: a pair lacks one side's id (internal error)")
-    u, v = rows["u"][first], rows["v"][first]
-    xh, xl, yh, yl = rows["hi"][first], rows["lo"][first], rows["hi"][second], rows["lo"][second]
+        raise RuntimeError(f"pair partition {part}: a pair lacks one side's id (internal error)")
+    return (rows["u"][first], rows["v"][first], rows["hi"][first], rows["lo"][first], rows["hi"][second],
+            rows["lo"][second])
+
+
+def join_ids(_part: int, b: batches.Batch, bits: int):
+    """Each distinct pair with both its ids (the smaller first), sent to its cache partition."""
+    u, v, xh, xl, yh, yl = both_sides(_part, b)
     swap = (xh > yh) | ((xh == yh) & (xl > yl))
     ah, al = np.where(swap, yh, xh), np.where(swap, yl, xl)
     bh, bl = np.where(swap, xh, yh), np.where(swap, xl, yl)

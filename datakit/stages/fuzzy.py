@@ -1,5 +1,6 @@
-"""The fuzzy stage: MinHash signatures per source (minhash-<source>), then LSH candidate pairs, true-Jaccard
-verification and connected components across sources (fuzzy-dups), marking all but one per cluster."""
+"""The fuzzy stage: MinHash signatures per source (minhash-<source>), then LSH candidate pairs and true-Jaccard
+verification across sources (fuzzy-dups), marking every document with an earlier near-duplicate
+(datakit/dedup/forest.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from datakit.steps import Step, StepContext
 from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
 from .dedup_common import documents_of, own_reuse, require_one_row_per_id
 
-VERSION = "3"  # 3: a marks file's metadata no longer lists the sources (consolidate reuses it)
+# 3: a marks file's metadata no longer lists the sources (consolidate reuses it); 4: the keep rule is the
+# forest of earliest near-duplicates (dedup/forest.py), not the connected components of all pairs
+VERSION = "4"
 # The `dedup:` keys a minhash step's output depends on (bands/rows are derived from threshold when given).
 MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold", "seed", "max_text_chars")
 
@@ -101,7 +104,7 @@ STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row
               section=Section("dedup", DedupConfig),
               consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
               code=("datakit.dedup.minhash", "datakit.dedup.keyed", "datakit.dedup.fuzzy",
-                    "datakit.dedup.fuzzy_core", "datakit.dedup.fuzzy_incremental", "datakit.dedup.fuzzy_joining",
+                    "datakit.dedup.fuzzy_core", "datakit.dedup.fuzzy_incremental", "datakit.dedup.forest",
                     "datakit.dedup.fuzzy_state",
                     "datakit.dedup.key_index", "datakit.dedup.pair_cache", "datakit.dedup.components",
                     "datakit.dedup.largest", "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
