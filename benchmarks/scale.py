@@ -5,7 +5,7 @@ What runs, at each size of the ladder (--sizes, MB of text; default 100 200 400 
 corpus: one jsonl source -> normalize (with its within-source exact dedup) -> quality (language ID on
 the whole text keeping every language, then Gopher repetition, Gopher quality, C4 and FineWeb with each
 document's language's settings; annotate_only: every document is measured and kept, see below) -> exact dedup -> MinHash (word 5-grams, 14 x 8) -> fuzzy (LSH
-candidates, true-Jaccard verification, connected components) -> consolidate -> tokenizer (a given
+candidates, true-Jaccard verification, the forest of earliest near duplicates) -> consolidate -> tokenizer (a given
 file) -> tokenize. No train section.
 
 Why the quality layer only annotates by default (--quality-filters lets it remove; --no-quality leaves it

@@ -344,9 +344,10 @@ def marks_digest(marks: list[_Marks]) -> str:
 
 def documents_digest(marks: list[_Marks]) -> str:
     """What a file's marks decide of its kept documents alone: the ids each kind drops and the cuts,
-    not why (the detail) nor what is only annotated. A new source that bridges two fuzzy clusters gives
-    their members a new canonical, so a new ``cluster_id`` in outputs/removed/, while the same
-    documents go: the documents file is then taken whole and only the small removed file rewritten."""
+    not why (the detail) nor what is only annotated. A source inserted before the others that holds a
+    copy of a fuzzy cluster's root gives the cluster a new root, so its other members a new ``cluster_id``
+    in outputs/removed/, while the same documents of theirs go: their documents files are then taken
+    whole and only the small removed files rewritten."""
     h = xxhash.xxh3_128()
     for m in marks:
         dropped = m.ids.filter(an.from_bools(m.drop)) if len(m.ids) else m.ids
