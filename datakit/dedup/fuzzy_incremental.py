@@ -441,7 +441,8 @@ def _doc_counters(ch: Change, old_files: dict[int, FileState], new_keys) -> dict
 
 def _pair_counters(pairs: Pairs, edges: Pairs, verified_now: int, threshold: float | None) -> dict[str, int]:
     """The pairs as a full build counts them, except that pairs left unverified (`forest.verify_parents`:
-    their later document has an earlier parent) are counted apart: ``pairs_unverified``, in neither
+    their later document has a parent at least as early as the pair could give it) are counted apart:
+    ``pairs_unverified``, in neither
     ``verified_pairs`` (at or above the threshold) nor ``rejected_pairs``."""
     if threshold is None:
         return {"candidate_pairs": len(pairs.u)}
