@@ -3,7 +3,7 @@ document (source priority, then id) is its near-duplicate, and each such documen
 them. Checked against a plain reading of the rule, on real near copies; the bridge case that tells it from
 the connected components of all pairs; the incremental verification (`verify_parents`) giving the forest of
 verifying every pair while verifying fewer, before and after documents are removed; and the incremental
-reader's sets against shingling the texts directly."""
+reader's sets against shingling the texts directly, with the texts it keeps for the second round."""
 
 from __future__ import annotations
 
@@ -167,9 +167,10 @@ def test_verifying_only_pairs_that_could_give_an_earlier_parent_gives_the_forest
     assert _forest_of(u2, v2, np.where(known2, jac2, -1.0), ids_of) == _forest_of(u2, v2, truth[keep], ids_of)
 
 
-def test_the_incremental_reader_gives_each_document_s_set_in_the_order_asked(tmp_path):
+def test_the_incremental_reader_keeps_the_second_round_s_texts_from_the_files_it_reads(tmp_path):
     """fuzzy_incremental.NodeSets: the sets it gives equal shingling the texts directly, in the order
-    asked, across files and row groups."""
+    asked, across files and row groups; told what the second round may need, it keeps those texts from
+    the files the first read opens (so that read takes them without opening a file), within its budget."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -188,10 +189,29 @@ def test_the_incremental_reader_gives_each_document_s_set_in_the_order_asked(tmp
     node_of = [(i, r) for i, half in enumerate(halves) for r in range(len(half))]
     all_nodes = nodes.node(np.array([[11, 22][i] for i, _ in node_of], np.uint64), np.array([r for _, r in node_of]))
     truth = shingle_sets(texts, params)
-    asked = np.sort(all_nodes[[0, 2, 4, len(texts) - 1, len(texts) - 3]])
-    got = fi.NodeSets(nodes, params)(asked)
-    assert len(got.offsets) == len(asked) + 1
-    for j, n in enumerate(asked.tolist()):
-        k = all_nodes.tolist().index(n)
-        assert np.array_equal(got.values[got.offsets[j]:got.offsets[j + 1]],
-                              truth.values[truth.offsets[k]:truth.offsets[k + 1]])
+
+    def check(got, asked):
+        assert len(got.offsets) == len(asked) + 1
+        for j, n in enumerate(asked.tolist()):
+            k = all_nodes.tolist().index(n)
+            assert np.array_equal(got.values[got.offsets[j]:got.offsets[j + 1]],
+                                  truth.values[truth.offsets[k]:truth.offsets[k + 1]])
+
+    reader = fi.NodeSets(nodes, params)
+    first, later = np.sort(all_nodes[[0, 2, len(texts) - 1]]), np.sort(all_nodes[[1, 3, len(texts) - 2]])
+    reader.expect(np.concatenate([later, first]))
+    check(reader(first), first)
+    assert sorted(reader.kept) == later.tolist()  # both files were opened: every later text kept
+    check(reader(later), later)
+    assert not reader.kept
+    check(reader(first), first)  # the hint was used up by the read it was for: nothing kept now
+    assert not reader.kept
+    tight = fi.NodeSets(nodes, params)
+    tight.expect(later)
+    budget, fi.KEEP_TEXT_CHARS = fi.KEEP_TEXT_CHARS, min(len(texts[i]) for i in (1, 3)) + 1
+    try:
+        check(tight(first), first)
+    finally:
+        fi.KEEP_TEXT_CHARS = budget
+    assert len(tight.kept) < len(later)  # past the budget a text is read again when needed
+    check(tight(later), later)

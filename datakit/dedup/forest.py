@@ -126,14 +126,16 @@ class ShingleSets:
 
 
 def verify_parents(u: np.ndarray, v: np.ndarray, jaccard: np.ndarray, threshold: float, ids_of: IdsOf,
-                   read: ReadSets) -> int:
+                   read: ReadSets, expect: Callable[[np.ndarray], None] | None = None) -> int:
     """Fill ``jaccard`` in place (NaN: unknown) for the unknown pairs (u[i], v[i]) that could give their
     later document an earlier parent than the pairs known to reach ``threshold`` give it (module
     docstring); the others stay NaN. Returns how many pairs were verified.
 
     Two rounds: first each such document's earliest candidate alone (a near copy usually passes, and
     then no other pair of it can matter), then every candidate still earlier than its parent. Verifying
-    them all at once read and shingled every earlier member of a family a new copy falls into."""
+    them all at once read and shingled every earlier member of a family a new copy falls into.
+    ``expect`` (optional) is told, before the first read, the documents the second round may need (a
+    reader can keep their texts from the files the first round reads)."""
     if not np.isnan(jaccard).any():
         return 0
     members, inv = np.unique(np.concatenate([u, v]), return_inverse=True)
@@ -152,6 +154,9 @@ def verify_parents(u: np.ndarray, v: np.ndarray, jaccard: np.ndarray, threshold:
             order = pick[np.lexsort((earlier[pick], later[pick]))]
             head = np.ones(len(order), dtype=bool)
             head[1:] = later[order][1:] != later[order][:-1]
+            if expect is not None:
+                rest = order[~head]
+                expect(np.setdiff1d(np.concatenate([u[rest], v[rest]]), np.concatenate([u[order[head]], v[order[head]]])))
             pick = order[head]
         if not len(pick):
             continue

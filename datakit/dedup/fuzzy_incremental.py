@@ -182,24 +182,62 @@ def pair_ids(u_hi, u_lo, v_hi, v_lo) -> dict[str, np.ndarray]:
             "bh": np.where(swap, u_hi, v_hi), "bl": np.where(swap, u_lo, v_lo)}
 
 
+# Characters of texts kept for a later round, at most: 32-128 MB of the driver's memory (1-4 bytes a character).
+KEEP_TEXT_CHARS = 32 << 20
+
+
 class NodeSets:
     """`verify_parents`' reader: the shingle sets of documents (sorted nodes in, their sets in that order),
-    re-derived from the texts as fuzzy.py verifies, each needed file streamed (`row_texts`)."""
+    re-derived from the texts as fuzzy.py verifies, each needed file streamed (`row_texts`). Told which
+    documents the second round may need (`expect`), it keeps their texts from the files the first round
+    reads anyway (up to KEEP_TEXT_CHARS), so that round takes them from here instead of reading those
+    files again (on benchmarks/incremental.py's add, the second round shingles 2,149 documents the first
+    did not). The sets are the same whichever way a text came."""
 
     def __init__(self, nodes: Nodes, minhash_params: dict) -> None:
         self.nodes, self.params = nodes, minhash_params
+        self.later = np.empty(0, np.int64)
+        self.kept: dict[int, str] = {}
+        self.kept_chars = 0
+
+    def expect(self, later: np.ndarray) -> None:
+        """Documents the next round may need: their texts are kept when the next read opens their files
+        (that read uses the hint up: a round after it keeps nothing no round will ask for)."""
+        self.later = np.unique(later)
 
     def __call__(self, need: np.ndarray) -> batches.Ragged:
-        gidx = self.nodes.gidx_of_nodes(need)
-        got_nodes, got_sets = [need[:0]], [shingle_sets([], self.params)]
+        found = np.fromiter((n in self.kept for n in need.tolist()), bool, len(need))
+        got_nodes = [need[found]]
+        got_sets = [shingle_sets([self.kept.pop(n) for n in need[found].tolist()], self.params)]
+        rest = need[~found]
+        extra = np.setdiff1d(self.later, need)
+        extra = extra[~np.isin(extra, np.fromiter(self.kept, np.int64, len(self.kept)))]
+        self.later = np.empty(0, np.int64)
+        gidx, extra_gidx = self.nodes.gidx_of_nodes(rest), self.nodes.gidx_of_nodes(extra)
         for g in np.unique(gidx).tolist():
-            want = need[gidx == g]  # nodes of one file sort as its rows
-            for pos, texts in row_texts(self.nodes.entries[g].path, node_row(want)):
-                got_nodes.append(want[pos])
-                got_sets.append(shingle_sets(texts, self.params))
+            nodes_g, sets_g = self._read(g, rest[gidx == g], extra[extra_gidx == g])
+            got_nodes += nodes_g
+            got_sets += sets_g
         nodes = np.concatenate(got_nodes)
         both = batches.concat([{"sh": r} for r in got_sets])["sh"]
         return batches.take_ragged(both, np.argsort(nodes, kind="stable"))
+
+    def _read(self, g: int, want: np.ndarray, also: np.ndarray) -> tuple[list[np.ndarray], list[batches.Ragged]]:
+        """File ``g``'s documents ``want`` shingled, batch by batch, (nodes, sets) per batch; the texts of
+        ``also`` read along and kept while the budget lasts."""
+        every = np.union1d(want, also)  # nodes of one file sort as its rows
+        is_wanted = np.isin(every, want)
+        nodes, sets = [], []
+        for pos, texts in row_texts(self.nodes.entries[g].path, node_row(every)):
+            wanted = is_wanted[pos]
+            if wanted.any():
+                nodes.append(every[pos[wanted]])
+                sets.append(shingle_sets([t for t, w in zip(texts, wanted.tolist()) if w], self.params))
+            for n, t, w in zip(every[pos].tolist(), texts, wanted.tolist()):
+                if not w and self.kept_chars + len(t) <= KEEP_TEXT_CHARS:
+                    self.kept[n] = t
+                    self.kept_chars += len(t)
+        return nodes, sets
 
 
 def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.ndarray]:
@@ -260,8 +298,9 @@ def run(ch: Change) -> Outcome | None:
     fresh, known = _jaccards(fresh, ch, nodes, jaccards, members)
     pairs = _union(old_pairs, fresh)
     member_ids = _in_pairs(pairs, known)
+    read = NodeSets(nodes, ch.mh_params)
     verified_now = 0 if ch.threshold is None else verify_parents(
-        pairs.u, pairs.v, pairs.jaccard, ch.threshold, member_ids.lookup, NodeSets(nodes, ch.mh_params))
+        pairs.u, pairs.v, pairs.jaccard, ch.threshold, member_ids.lookup, read, read.expect)
     edges = pairs.take(pairs.jaccard >= ch.threshold) if ch.threshold is not None else pairs
     marks = clusters(*forest_edges(edges.u, edges.v, member_ids.lookup), member_ids.lookup)
     counters, largest, taken, digests = _write_marks(ch, marks, old_files, nodes)
