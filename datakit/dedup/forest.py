@@ -36,6 +36,7 @@ import numpy as np
 from . import batches
 from .batches import Ragged
 from .fuzzy_core import jaccard_of
+from .hashing import node_rank
 
 # (sorted nodes) -> their shingle sets, in that order
 ReadSets = Callable[[np.ndarray], Ragged]
@@ -70,8 +71,6 @@ def parents(later: np.ndarray, earlier: np.ndarray, key: tuple[np.ndarray, ...])
 
 def priority_keys(nodes: np.ndarray, ids_of: IdsOf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, id hi, id lo) of documents given as nodes."""
-    from .hashing import node_rank
-
     hi, lo = ids_of(nodes)
     return node_rank(nodes), hi, lo
 
