@@ -145,9 +145,15 @@ def test_a_near_duplicate_license_names_its_cluster_and_the_kept_copy(prefix):
     assert step == "consolidate-licenses" and facts["reason"] == "fuzzy"
     dup = _hop(t, "fuzzy-dups")
     kept = t.kept_copy
-    assert dup.verdict == "duplicate" and kept["id"] == dup.facts["cluster_id"] == facts["detail"]
+    assert dup.verdict == "duplicate" and kept["id"] == dup.facts["cluster_id"]
     assert kept["source"] == "licenses" and kept["source_id"].startswith("GFDL-")
     assert {m["id"] for m in dup.facts["members"]} == {t.id, kept["id"]}
+    # In a cluster of two the parent (the earlier near-duplicate it goes for) is the kept copy; the
+    # removed row names it as source:id.
+    assert (dup.facts["parent_id"], dup.facts["parent_source"]) == (kept["id"], "licenses")
+    assert facts["detail"] == f"licenses:{kept['id']}"
+    assert dup.note == (f"near-duplicate of {kept['id']} in licenses, in a cluster of 2: kept copy {kept['id']} "
+                        f"in licenses ({kept['source_id']})")
     assert f"kept copy {kept['id']} in licenses ({kept['source_id']})" in t.outcome
     canonical = _one(explain(prefix, kept["id"]))
     assert canonical.source_id == kept["source_id"] and _hop(canonical, "fuzzy-dups").verdict == "canonical"

@@ -270,6 +270,28 @@ def test_reinserted_fuzzy_duplicate(any_run: Path, tmp_path: Path) -> None:
     assert "marked as duplicates by fuzzy-dups" in msg and doc in msg
 
 
+def test_a_fuzzy_parent_outside_its_cluster(any_run: Path, tmp_path: Path) -> None:
+    """A removed near-duplicate's marks name a parent that is not in its cluster (e.g. the parents
+    joined to the wrong members): the audit trail would point at an unrelated document."""
+    run = _copy(any_run, tmp_path)
+    fz = _artifact(run, "fuzzy-dups")["result"]["sources"]
+    for src in _sources(run):
+        for f in sorted((_step_dir(run, "fuzzy-dups") / fz[src]["attributes"]).glob("*.parquet")):
+            t = pq.read_table(f)
+            removed = [i for i, keep in enumerate(t["is_canonical"].to_pylist()) if not keep]
+            if removed:
+                parents = t["parent_id"].to_pylist()
+                parents[removed[0]] = "0" * 32
+                t = t.set_column(t.schema.get_field_index("parent_id"), "parent_id", pa.array(parents, pa.string()))
+                pq.write_table(t, f)
+                v = validate_run(str(run), _env_for(any_run))
+                failed = {(c.stage, c.check): c.message for c in v.failures}
+                assert "its parent is not a member of its cluster" in failed[("fuzzy-dups", "parents")]
+                assert t["id"][removed[0]].as_py() in failed[("fuzzy-dups", "parents")]
+                return
+    raise AssertionError("no near-duplicate removed in this run")
+
+
 def test_contaminated_doc_left_in(any_run: Path, tmp_path: Path) -> None:
     run = _copy(any_run, tmp_path)
     src, doc = _decontaminated_doc(run)

@@ -300,3 +300,62 @@ def test_a_source_added_last_removes_none_of_the_earlier_sources_documents(tmp_p
     assert after["fuzzy-dups"]["counters"]["pairs_unverified"] == 1
     for name in ("consolidate-old", "consolidate-new"):
         assert _comparable(after[name]["output"]) == _comparable(fresh[name]["output"]), name
+
+
+def _marks_rows(steps: dict) -> dict[str, dict]:
+    """Fuzzy dedup's marks rows by id, every source's."""
+    import pyarrow.parquet as pq
+
+    rows = {}
+    for path in glob.glob(os.path.join(steps["fuzzy-dups"]["output"], "attributes", "*", "*.parquet")):
+        for r in pq.read_table(path).to_pylist():
+            rows[r["id"]] = r
+    return rows
+
+
+def _removed_detail(steps: dict, source: str) -> dict[str, str]:
+    import pyarrow.parquet as pq
+
+    out = {}
+    for path in glob.glob(os.path.join(steps[f"consolidate-{source}"]["output"], "outputs", "removed", "*.parquet")):
+        out |= {r["id"]: r["detail"] for r in pq.read_table(path).to_pylist() if r["reason"] == "fuzzy"}
+    return out
+
+
+def test_a_removed_near_duplicate_names_its_parent_which_need_not_be_the_kept_root(tmp_path):
+    """Real text, a chain: a and c are the first and last 80% of one stdlib file (their Jaccard about 0.6,
+    under the 0.7 verified here), b the whole file (about 0.8 with each), in sources s1, s2, s3. a is
+    kept; b goes for a and c for b, its only earlier near-duplicate, though the cluster's kept copy is a.
+    The marks say so (parent_id, parent_source; none on a), consolidate's removed rows give source:id
+    as the detail, and adding s3 to a build of s1 and s2 writes the marks a fresh build writes."""
+    text = open(f"{STDLIB}/email/feedparser.py", encoding="utf-8").read()
+    cut = len(text) // 5
+    parts = {"s1": text[: len(text) - cut], "s2": text, "s3": text[cut:]}
+    sources = []
+    for name, body in parts.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / f"{name}.py").write_text(body)
+        shutil.copy(f"{STDLIB}/json/decoder.py", d / f"decoder_{name}.py")  # exact copies: not near-duplicates
+        sources.append({"name": name, "uri": f"{d}/*.py", "format": "text"})
+
+    def manifest(prefix: str, srcs: list[dict]):
+        return pipeline.manifest_from_dict({
+            "prefix": str(tmp_path / prefix), "sources": srcs,
+            "dedup": {"exact": True, "fuzzy": True, "threshold": 0.5, "verify_threshold": 0.7},
+            "tokenize": {"vocab_size": 300}})
+
+    _run(manifest("inc", sources[:2]))
+    after = _run(manifest("inc", sources))
+    fresh = _run(manifest("fresh", sources))
+    assert _marks(after["fuzzy-dups"]["output"]) == _marks(fresh["fuzzy-dups"]["output"])
+    from datakit.core.documents import content_id
+
+    a, b, c = (content_id(parts[s]) for s in ("s1", "s2", "s3"))
+    rows = _marks_rows(fresh)
+    assert {r["id"] for r in rows.values() if r["cluster_id"] == a} == {a, b, c}
+    assert (rows[a]["is_canonical"], rows[a]["parent_id"], rows[a]["parent_source"]) == (True, None, None)
+    assert (rows[b]["parent_id"], rows[b]["parent_source"]) == (a, "s1")
+    assert (rows[c]["parent_id"], rows[c]["parent_source"]) == (b, "s2")
+    assert _removed_detail(fresh, "s2") == {b: f"s1:{a}"} and _removed_detail(fresh, "s3") == {c: f"s2:{b}"}
+    assert _removed_detail(after, "s3") == _removed_detail(fresh, "s3")

@@ -8,8 +8,9 @@ and a row is dropped when
   decontaminate  its action is `remove` (older attribute sets without an action column: marked at all).
 The first matching reason, in that order, is the one counted. Output keeps the normalize contract:
 `out_dir/outputs/main/<same file names>` (same schema, id order), and `outputs/removed/` lists what was
-dropped and why (id, reason, detail; for contamination the benchmark:item, matched fraction and hits
-the decontaminate step wrote) so the counts can be audited: docs_in == docs_out + removed.
+dropped and why (id, reason, detail; for an exact duplicate the source of the kept copy, for a near
+duplicate source:id of its parent, the earlier near-duplicate it goes for (forest.py), for
+contamination the benchmark:item, matched fraction and hits the decontaminate step wrote) so the counts can be audited: docs_in == docs_out + removed.
 
 Span cutting happens here, where marks are applied: a document marked `cut` (and not dropped by an
 earlier reason) loses the character spans the decontaminate step recorded and gets the id of its new
@@ -111,9 +112,9 @@ def _marks(kind: str, path: str) -> _Marks:
         raise DedupInputError(f"missing attribute file {path} (a missing file is an error, not 'keep')")
     cuts, annotated = {}, 0
     if kind == "fuzzy":
-        t = read_columns(path, ["id", "is_canonical", "cluster_id"])
+        t = read_columns(path, ["id", "is_canonical", "parent_source", "parent_id"])
         t = t.filter(pc.invert(t.column("is_canonical")))
-        detail = t.column("cluster_id")
+        detail = pc.binary_join_element_wise(t.column("parent_source"), t.column("parent_id"), ":")
         drop = np.ones(t.num_rows, dtype=bool)
     elif kind == "exact":
         t = read_columns(path, ["id", "duplicate_of"])
@@ -345,9 +346,8 @@ def marks_digest(marks: list[_Marks]) -> str:
 def documents_digest(marks: list[_Marks]) -> str:
     """What a file's marks decide of its kept documents alone: the ids each kind drops and the cuts,
     not why (the detail) nor what is only annotated. A source inserted before the others that holds a
-    copy of a fuzzy cluster's root gives the cluster a new root, so its other members a new ``cluster_id``
-    in outputs/removed/, while the same documents of theirs go: their documents files are then taken
-    whole and only the small removed files rewritten."""
+    near copy of a removed document gives it a new, earlier parent in outputs/removed/, while the same
+    documents go: their documents files are then taken whole and only the small removed files rewritten."""
     h = xxhash.xxh3_128()
     for m in marks:
         dropped = m.ids.filter(an.from_bools(m.drop)) if len(m.ids) else m.ids

@@ -56,17 +56,24 @@ def orient(u: np.ndarray, v: np.ndarray, u_key: tuple[np.ndarray, ...], v_key: t
     return later, earlier, key
 
 
-def parents(later: np.ndarray, earlier: np.ndarray, key: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Each document with an earlier near-duplicate (sorted) and the earliest of them (its parent), from
-    near-duplicate pairs as `orient` gives them."""
+def earliest(later: np.ndarray, key: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The index of each later document's earliest pair (ordered by that document), from near-duplicate
+    pairs as `orient` gives them: the pair that names its parent, with the parent's key."""
     if not len(later):
-        return later[:0], earlier[:0]
+        return np.empty(0, np.int64)
     rank, hi, lo = key
     order = np.lexsort((lo, hi, rank, later))
     child = later[order]
     first = np.ones(len(child), dtype=bool)
     first[1:] = child[1:] != child[:-1]
-    return child[first], earlier[order][first]
+    return order[first]
+
+
+def parents(later: np.ndarray, earlier: np.ndarray, key: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Each document with an earlier near-duplicate (sorted) and the earliest of them (its parent), from
+    near-duplicate pairs as `orient` gives them."""
+    pick = earliest(later, key)
+    return later[pick], earlier[pick]
 
 
 def priority_keys(nodes: np.ndarray, ids_of: IdsOf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

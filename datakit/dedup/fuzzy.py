@@ -25,8 +25,9 @@
    one with no earlier near-duplicate). It does not depend on worker counts, partitioning or the order
    data arrived in. Every member of a non-singleton cluster gets a row in its
    source's co-partitioned attribute file `{id, cluster_id, is_canonical, cluster_size,
-   canonical_source}`; cluster_id is the canonical document's id. Consolidation drops members with
-   is_canonical == False.
+   canonical_source, parent_id, parent_source}`; cluster_id is the canonical document's id, parent_id
+   the removed member's parent in the forest (step 3 writes each child's parent beside its edges; they
+   join the members on the way to the marks). Consolidation drops members with is_canonical == False.
 
 Documents are "nodes": int64 numbers packing (source rank, file, row) (see hashing.py), so every
 shuffle moves fixed-width numbers and a node says where to find its text and id again.
@@ -41,6 +42,7 @@ from functools import partial
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from datakit.core import arrow_numpy as an
 from datakit.core.fsio import remove
@@ -89,6 +91,9 @@ from .largest import SampleTexts, file_top, merge_tops, with_samples
 from .lsh_params import candidate_threshold
 
 FUZZY_FORMAT = 1
+# A forest child's parent, as step 3 writes it for the marks (step 4).
+PARENT_SCHEMA = pa.schema([("node", pa.int64()), ("p_hi", pa.uint64()), ("p_lo", pa.uint64()),
+                           ("p_rank", pa.int64())])
 EDGES_PER_PARTITION = 2_000_000  # graph shuffles: ~64 MB of edge entries per reducer
 
 
@@ -289,47 +294,77 @@ def _orient_pairs(part: int, b: batches.Batch, parts: int):
     return batches.split(out, route_keys(later, parts))
 
 
-def _parent_edges(part: int, b: batches.Batch, out_dir: str) -> str | None:
-    """This partition's documents' links to their earliest earlier near-duplicate, as (parent, child) edges."""
-    child, parent = forest.parents(b["later"], b["earlier"], (b["rank"], b["hi"], b["lo"]))
-    return write_edges(f"{out_dir}/{work_part_name(part)}", parent, child) if len(child) else None
+def _parent_edges(part: int, b: batches.Batch, out_dir: str) -> tuple[str, str] | None:
+    """This partition's documents' links to their earliest earlier near-duplicate: the (parent, child)
+    edges, and each child's parent by id and source rank (the marks' parent columns)."""
+    pick = forest.earliest(b["later"], (b["rank"], b["hi"], b["lo"]))
+    if not len(pick):
+        return None
+    child, parent = b["later"][pick], b["earlier"][pick]
+    name = work_part_name(part)
+    parents = {"node": child, "p_hi": b["hi"][pick], "p_lo": b["lo"][pick], "p_rank": b["rank"][pick]}
+    write_parquet_atomic(an.numbers_table(parents, PARENT_SCHEMA), f"{out_dir}/parents/{name}")
+    return write_edges(f"{out_dir}/edges/{name}", parent, child), f"{out_dir}/parents/{name}"
 
 
-def _forest(edge_files: list[str], b: _Build, graph_parts: int) -> list[str]:
+def _forest(edge_files: list[str], b: _Build, graph_parts: int) -> tuple[list[str], list[str]]:
     """Step 3: the forest of the near-duplicate pairs (forest.py): the ids of each pair's documents read
-    from their files, then each document's edge to its earliest earlier near-duplicate kept."""
+    from their files, then each document's edge to its earliest earlier near-duplicate kept. (The
+    forest's edge files, its parent files.)"""
     if not edge_files:
-        return []
+        return [], []
     file_parts = max(1, min(len(b.entries), b.parts))
     ds = Dataset.from_items(edge_files, num_shards=len(edge_files)).flat_map(partial(_edge_sides, bases=b.bases))
     ds = batches.shuffle(ds, partial(pair_cache.side_ids, paths=[e.path for e in b.entries], parts=graph_parts),
                          file_parts)
     ds = batches.shuffle(ds.flat_map(_explode), partial(_orient_pairs, parts=graph_parts), graph_parts)
     ds = batches.shuffle(ds.flat_map(_explode), partial(_parent_edges, out_dir=f"{b.work}/forest"), graph_parts)
-    return sorted(r for _, r in ds.run(b.exec_config).items if r)
+    written = sorted(r for _, r in ds.run(b.exec_config).items if r)
+    return [e for e, _ in written], [p for _, p in written]
 
 
 # ---------------------------------------------------------------- 4. canonical members and marks
-def _members(path: str, bases: np.ndarray):
-    t = read_columns(path, ["u", "v"])
-    cols = an.columns(t, ["u", "v"])
+def _marks_inputs(item: tuple[str, str], bases: np.ndarray):
+    """A components file's members (node, its tree's label) or a forest parents file's children (node,
+    its parent's id and source rank), in one layout, to the files of their nodes."""
+    kind, path = item
+    if kind == "parents":
+        p = an.columns(read_columns(path, list(PARENT_SCHEMA.names)), list(PARENT_SCHEMA.names))
+        node = p["node"]
+        out = {"node": node, "root": np.zeros(len(node), np.int64), "is_parent": np.ones(len(node), bool),
+               "p_hi": p["p_hi"], "p_lo": p["p_lo"], "p_rank": p["p_rank"]}
+        return batches.split(out, _gidx(node, bases))
+    cols = an.columns(read_columns(path, ["u", "v"]), ["u", "v"])
     a, b = cols["u"], cols["v"]
     leaf, root = np.maximum(a, b), np.minimum(a, b)
     node = np.concatenate([leaf, root])
-    lab = np.concatenate([root, root])
-    return batches.split({"node": node, "root": lab}, _gidx(node, bases))
+    zero = np.zeros(len(node), U64)
+    out = {"node": node, "root": np.concatenate([root, root]), "is_parent": np.zeros(len(node), bool),
+           "p_hi": zero, "p_lo": zero, "p_rank": np.zeros(len(node), np.int64)}
+    return batches.split(out, _gidx(node, bases))
 
 
 def _attach_ids(gidx: int, b: batches.Batch, entries: Sequence[FileEntry], parts: int):
-    order = np.argsort(b["node"], kind="stable")
+    """One file's cluster members with their ids, and each child's parent (zero for a root)."""
+    is_parent = b["is_parent"]
+    kids = batches.take(b, np.flatnonzero(is_parent))
+    order = np.flatnonzero(~is_parent)
+    order = order[np.argsort(b["node"][order], kind="stable")]
     node, root = b["node"][order], b["root"][order]
     keep = np.ones(len(node), dtype=bool)
     keep[1:] = node[1:] != node[:-1]
     node, root = node[keep], root[keep]
+    at = np.searchsorted(node, kids["node"])
+    if len(at) and (at.max() >= len(node) or not np.array_equal(node[at], kids["node"])):
+        raise RuntimeError(f"fuzzy dedup: a forest child is in no cluster ({entries[gidx].path}); "
+                           "this is a bug in datakit, please report it")
+    p_hi, p_lo, p_rank = np.zeros(len(node), U64), np.zeros(len(node), U64), np.zeros(len(node), np.int64)
+    p_hi[at], p_lo[at], p_rank[at] = kids["p_hi"], kids["p_lo"], kids["p_rank"]
     entry = entries[gidx]
     ids = read_columns(entry.path, ["id"]).column("id").take(an.from_numpy(node_row(node)))
     hi, lo = ids_to_u64(ids, entry.path)
-    return batches.split({"node": node, "root": root, "hi": hi, "lo": lo}, route_keys(root, parts))
+    out = {"node": node, "root": root, "hi": hi, "lo": lo, "p_hi": p_hi, "p_lo": p_lo, "p_rank": p_rank}
+    return batches.split(out, route_keys(root, parts))
 
 
 def _choose_canonical(_part: int, b: batches.Batch, bases: np.ndarray):
@@ -346,7 +381,7 @@ def _choose_canonical(_part: int, b: batches.Batch, bases: np.ndarray):
     out = {
         "node": b["node"], "hi": b["hi"], "lo": b["lo"], "is_canonical": first,
         "c_hi": b["hi"][head], "c_lo": b["lo"][head], "c_rank": node_rank(b["node"][head]),
-        "size": np.repeat(sizes, sizes),
+        "size": np.repeat(sizes, sizes), "p_hi": b["p_hi"], "p_lo": b["p_lo"], "p_rank": b["p_rank"],
     }
     return batches.split(out, _gidx(b["node"], bases))
 
@@ -505,10 +540,12 @@ def _file_meta(params: dict) -> dict:
     return {"kind": "fuzzy", "params": {k: v for k, v in params.items() if k != "sources"}}
 
 
-def _cluster_marks(cc_files: list[str], b: _Build, graph_parts: int) -> tuple[dict[str, int], int, list[dict], dict[int, str]]:
+def _cluster_marks(cc_files: list[str], parent_files: list[str], b: _Build, graph_parts: int
+                   ) -> tuple[dict[str, int], int, list[dict], dict[int, str]]:
     """Step 4: the canonical member of each cluster, and marks per source file (an empty marks file for
-    a file with no cluster member); the run's counters, the largest cluster's size, the largest
-    clusters (`largest.merge_tops`) and each file's marks digest."""
+    a file with no cluster member), each member with its parent (``parent_files``, from `_forest`); the
+    run's counters, the largest cluster's size, the largest clusters (`largest.merge_tops`) and each
+    file's marks digest."""
     entries, names = b.entries, b.names
     file_parts = max(1, min(len(entries), b.parts))
     digests: dict[int, str] = {}
@@ -517,7 +554,8 @@ def _cluster_marks(cc_files: list[str], b: _Build, graph_parts: int) -> tuple[di
     tops: list[dict] = []
     meta_params = _file_meta(b.params)
     if cc_files:
-        ds = Dataset.from_items(cc_files, num_shards=len(cc_files)).flat_map(partial(_members, bases=b.bases))
+        items = [("members", f) for f in cc_files] + [("parents", f) for f in parent_files]
+        ds = Dataset.from_items(items, num_shards=len(items)).flat_map(partial(_marks_inputs, bases=b.bases))
         mark_parts = min(file_parts, graph_parts)
         ds = batches.shuffle(ds, partial(_attach_ids, entries=entries, parts=graph_parts), mark_parts)
         ds = batches.shuffle(ds.flat_map(_explode), partial(_choose_canonical, bases=b.bases), graph_parts)
@@ -539,7 +577,8 @@ def _cluster_marks(cc_files: list[str], b: _Build, graph_parts: int) -> tuple[di
 
 EMPTY_MARKS = marks_digest({k: np.empty(0, t) for k, t in (("hi", U64), ("lo", U64), ("c_hi", U64), ("c_lo", U64),
                                                            ("is_canonical", bool), ("size", np.int64),
-                                                           ("c_rank", np.int64))}, [])
+                                                           ("c_rank", np.int64), ("p_hi", U64), ("p_lo", U64),
+                                                           ("p_rank", np.int64))}, [])
 
 
 def _add(total: dict[str, int], counters: dict[str, int]) -> None:
@@ -676,12 +715,12 @@ def _full(b: _Build, rows: np.ndarray, max_rounds: int) -> FuzzyResult:
     n_edges = total.get("verified_pairs" if b.threshold is not None else "candidate_pairs", 0)
     graph_parts = max(1, min(b.parts, -(-n_edges // EDGES_PER_PARTITION)))
     t0 = time.perf_counter()
-    links = _forest(cand.edges, b, graph_parts)
+    links, parent_files = _forest(cand.edges, b, graph_parts)
     cc = connected_components(links, f"{b.work}/cc", graph_parts, b.exec_config, max_rounds)
     timings["components"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    counters, max_cluster, largest, digests = _cluster_marks(cc.files, b, graph_parts)
+    counters, max_cluster, largest, digests = _cluster_marks(cc.files, parent_files, b, graph_parts)
     _add(total, counters)
     timings["marks"] = time.perf_counter() - t0
     total["max_cluster_size"] = max_cluster

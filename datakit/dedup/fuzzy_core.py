@@ -24,6 +24,10 @@ FUZZY_SCHEMA = pa.schema([
     ("is_canonical", pa.bool_()),
     ("cluster_size", pa.int64()),
     ("canonical_source", pa.string()),
+    # The document's parent in the forest (forest.py): its earliest earlier verified near-duplicate, the
+    # one it goes for; null for the canonical member (the root). Stable when a later source is added.
+    ("parent_id", pa.string()),
+    ("parent_source", pa.string()),
 ])
 
 
@@ -175,22 +179,29 @@ def jaccard_of(sets: Ragged, iu: np.ndarray, iv: np.ndarray) -> np.ndarray:
 def marks_table(b: batches.Batch, names: Sequence[str]) -> pa.Table:
     """One file's marks (``b``: its cluster members sorted by row) as the attribute file holds them
     (arrays built from buffers: ``pa.array`` would import pandas into the process)."""
+    canonical = b["is_canonical"].tolist()
+    parent = [None if c else p for c, p in zip(canonical, u64_to_ids(b["p_hi"], b["p_lo"]).to_pylist())]
+    parent_source = [None if c else names[r] for c, r in zip(canonical, b["p_rank"].tolist())]
     return pa.Table.from_arrays([
         u64_to_ids(b["hi"], b["lo"]),
         u64_to_ids(b["c_hi"], b["c_lo"]),
         an.from_bools(b["is_canonical"]),
         an.from_numpy(b["size"].astype(np.int64)),
         an.strings(np.asarray(names, dtype=object)[b["c_rank"]].tolist()),
+        an.strings(parent),
+        an.strings(parent_source),
     ], schema=FUZZY_SCHEMA)
 
 
 def marks_digest(b: batches.Batch, names: Sequence[str]) -> str:
     """A digest of exactly what one file's marks say (``b`` sorted by row), so a later build can tell a
-    file whose marks did not change and take its attribute file as it is."""
+    file whose marks did not change and take its attribute file as it is. A canonical member's parent
+    columns are zero in both builds (the file shows null)."""
     h = xxhash.xxh3_128()
-    for k in ("hi", "lo", "c_hi", "c_lo"):
+    for k in ("hi", "lo", "c_hi", "c_lo", "p_hi", "p_lo"):
         h.update(np.ascontiguousarray(b[k], dtype=U64).tobytes())
     h.update(np.ascontiguousarray(b["is_canonical"], dtype=np.uint8).tobytes())
     h.update(np.ascontiguousarray(b["size"], dtype=np.int64).tobytes())
     h.update("\0".join(np.asarray(names, dtype=object)[b["c_rank"]].tolist()).encode())
+    h.update(np.ascontiguousarray(b["p_rank"], dtype=np.int64).tobytes())
     return h.hexdigest()

@@ -241,18 +241,22 @@ class NodeSets:
 
 
 def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.ndarray]:
-    """The trees of the forest edges (`forest.forest_edges`) and the canonical member of each (its root:
-    the highest-priority source, then the lowest id): one marks row per member, as
-    fuzzy._choose_canonical gives them."""
+    """The trees of the forest edges (`forest.forest_edges`: parent, child) and the canonical member of
+    each (its root: the highest-priority source, then the lowest id): one marks row per member with its
+    parent (zero for the root), as fuzzy._choose_canonical gives them."""
     members, inv = np.unique(np.concatenate([edges_u, edges_v]), return_inverse=True)
     n, m = len(members), len(edges_u)
     if not n:
         empty = np.empty(0, np.int64)
         return {"node": empty, "hi": np.empty(0, U64), "lo": np.empty(0, U64), "is_canonical": np.empty(0, bool),
-                "c_hi": np.empty(0, U64), "c_lo": np.empty(0, U64), "c_rank": empty, "size": empty}
+                "c_hi": np.empty(0, U64), "c_lo": np.empty(0, U64), "c_rank": empty, "size": empty,
+                "p_hi": np.empty(0, U64), "p_lo": np.empty(0, U64), "p_rank": empty}
     label = component_labels(inv[:m], inv[m:], n)
     hi, lo = hi_of(members)
     rank = node_rank(members)
+    p_hi, p_lo, p_rank = np.zeros(n, U64), np.zeros(n, U64), np.zeros(n, np.int64)
+    child, parent = inv[m:], inv[:m]
+    p_hi[child], p_lo[child], p_rank[child] = hi[parent], lo[parent], rank[parent]
     order = np.lexsort((lo, hi, rank, label))
     lab = label[order]
     first = np.ones(n, bool)
@@ -261,7 +265,8 @@ def clusters(edges_u: np.ndarray, edges_v: np.ndarray, hi_of) -> dict[str, np.nd
     sizes = np.diff(np.append(starts, n))
     head = order[np.repeat(starts, sizes)]
     out = {"node": members[order], "hi": hi[order], "lo": lo[order], "is_canonical": first,
-           "c_hi": hi[head], "c_lo": lo[head], "c_rank": rank[head], "size": np.repeat(sizes, sizes).astype(np.int64)}
+           "c_hi": hi[head], "c_lo": lo[head], "c_rank": rank[head], "size": np.repeat(sizes, sizes).astype(np.int64),
+           "p_hi": p_hi[order], "p_lo": p_lo[order], "p_rank": p_rank[order]}
     return out
 
 

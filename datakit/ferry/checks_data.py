@@ -203,9 +203,11 @@ def check_fuzzy(ctx: RunContext, ref: PlanStep, _src: None) -> None:
 
     ctx.check(name, "rows", rows, needs)
 
+    def marks_files() -> list[str]:
+        return [f for s in ctx.sources_with("normalize") for f in ctx.attr_files(name, s, per[s]["attributes"])]
+
     def clusters() -> str:
-        files = [f for s in ctx.sources_with("normalize")
-                 for f in ctx.attr_files(name, s, per[s]["attributes"])]
+        files = marks_files()
         bad = ctx.q("select cluster_id, k from (select cluster_id, sum(is_canonical::INT) k from "
                      "read_parquet(?) group by 1) where k != 1 order by 1 limit 3", [files])
         if bad:
@@ -214,6 +216,22 @@ def check_fuzzy(ctx: RunContext, ref: PlanStep, _src: None) -> None:
         return f"{n} clusters, one canonical each"
 
     ctx.check(name, "clusters", clusters, needs)
+
+    def parents() -> str:
+        """Each removed member names its parent, a member of its own cluster; the kept one names none."""
+        removed, misplaced, orphan = ctx.q(
+            "with m as (select * from read_parquet(?)), orphans as (select c.id from m c left join m p on "
+            "p.cluster_id = c.cluster_id and p.id = c.parent_id where not c.is_canonical and p.id is null) "
+            "select (select count(*) from m where not is_canonical), "
+            "(select count(*) from m where is_canonical = (parent_id is not null)), (select min(id) from orphans)",
+            [marks_files()])[0]
+        if misplaced:
+            raise CheckFailed(f"{misplaced} members: a parent on a kept one or none on a removed one")
+        if orphan is not None:
+            raise CheckFailed(f"document {orphan}: its parent is not a member of its cluster")
+        return f"{removed} removed members, each with its parent in its cluster"
+
+    ctx.check(name, "parents", parents, needs)
     _duplicates_envelope(ctx, name, per, needs, "fuzzy_fraction")
 
 @with_outputs_check

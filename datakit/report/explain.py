@@ -275,7 +275,9 @@ def _cluster_hop(w: _Walk, name: str, row: dict[str, Any]) -> Hop:
         return Hop(name, "canonical", f"the kept copy of a near-duplicate cluster of {size}", facts)
     w.kept_copy = _copy(w, row["cluster_id"], row.get("canonical_source") or w.origin.source)
     facts["kept_copy"] = w.kept_copy
-    return Hop(name, "duplicate", f"near-duplicate in a cluster of {size}: kept copy {row['cluster_id']} in "
+    parent = (f"near-duplicate of {row['parent_id']} in {row['parent_source']}, "
+              if row.get("parent_id") else "near-duplicate ")
+    return Hop(name, "duplicate", f"{parent}in a cluster of {size}: kept copy {row['cluster_id']} in "
                                   f"{w.kept_copy['source']} ({w.kept_copy['source_id']})", facts)
 
 

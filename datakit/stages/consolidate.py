@@ -15,7 +15,7 @@ from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, counters_only, docume
 # the order the summary lists them.
 _REASONS = {"exact": "exact dups", "fuzzy": "fuzzy dups", "decontaminate": "contaminated"}
 
-VERSION = "3"
+VERSION = "4"
 
 
 def _consolidate(ctx: StepContext, source: str, documents: str, attributes: tuple[str, ...]) -> dict:

@@ -17,7 +17,7 @@ from .dedup_common import documents_of, own_reuse, require_one_row_per_id
 
 # 3: a marks file's metadata no longer lists the sources (consolidate reuses it); 4: the keep rule is the
 # forest of earliest near-duplicates (dedup/forest.py), not the connected components of all pairs
-VERSION = "4"
+VERSION = "5"
 # The `dedup:` keys a minhash step's output depends on (bands/rows are derived from threshold when given).
 MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold", "seed", "max_text_chars")
 
