@@ -248,3 +248,23 @@ def test_touch_rebuilds_nothing_and_a_changed_byte_is_named(tmp_path):
     r = _cli("run", str(manifest), "--dry-run", cwd=tmp_path)
     assert re.search(r"input files changed \(incremental: 0 new, 1 changed, 0 removed of \d+\): json_decoder\.py",
                      " ".join(r.stdout.split()))
+
+
+def test_a_new_fuzzy_version_keeps_every_source_s_signatures(tmp_path, monkeypatch):
+    """The MinHash signatures are a stage of their own (stages/minhash.py), versioned apart from fuzzy
+    dedup's keep rule and marks: a new fuzzy version rebuilds fuzzy-dups, never a source's minhash step
+    (reading and shingling every document again)."""
+    from datakit.stages import fuzzy
+
+    _corpus(tmp_path)
+    m = pipeline.manifest_from_dict({
+        "prefix": str(tmp_path / "out"), "backend": "inline", "dedup": {"fuzzy": True},
+        "sources": [{"name": "code", "uri": str(tmp_path / "docs" / "*.py"), "format": "text"}],
+        "tokenize": {"vocab_size": 300}})
+    only = [s.name for s in pipeline.build_steps(m) if s.name.startswith(("normalize-", "minhash-", "fuzzy-dups"))]
+    assert pipeline.run(m, only=only).ok
+    monkeypatch.setattr(fuzzy, "VERSION", "999")
+    dry = _by_name(pipeline.run(m, dry_run=True, only=only))
+    assert dry["minhash-code"]["status"] == "would_skip"
+    assert dry["fuzzy-dups"]["status"] == "would_run" and f"stage version {fuzzy.STAGE.version} -> 999" in \
+        dry["fuzzy-dups"]["reason"], dry["fuzzy-dups"]

@@ -38,11 +38,12 @@ from datakit.core.layout import DocumentsDir
 FILES = "files"            # a source's raw files, downloaded
 DOCUMENTS = "documents"    # a documents dir per source: outputs/main (+ dups, rejects, removed)
 ATTRIBUTES = "attributes"  # per-source attribute files co-partitioned with the documents
+SIGNATURES = "signatures"  # per-source MinHash signatures and LSH band keys (fuzzy dedup's input)
 TOKENIZER = "tokenizer"    # a tokenizer.json
 TOKENS = "tokens"          # a token cache per source
 MODEL = "model"            # a trained model's checkpoints and metrics
 MIXTURE = "mixture"        # a searched training mixture (its chosen weights and mixture file)
-KINDS = (FILES, DOCUMENTS, ATTRIBUTES, TOKENIZER, TOKENS, MIXTURE, MODEL)
+KINDS = (FILES, DOCUMENTS, SIGNATURES, ATTRIBUTES, TOKENIZER, TOKENS, MIXTURE, MODEL)
 
 R = TypeVar("R", bound="Record")
 ONE, MAP, LIST = "one", "map", "list"  # a nested field holds one record, a dict of them, a list of them

@@ -1,13 +1,11 @@
 """Ferry checks of the stages whose checks are not record-level data checks: download (every fetched file
-present, its size and pinned digest as recorded), the fuzzy stage (per-source minhash steps and one
-fuzzy-dups step) and user stages (documents in = kept + removed, listed files present)."""
+present, its size and pinned digest as recorded) and user stages (documents in = kept + removed, listed files present)."""
 
 from __future__ import annotations
 
 import os
 
 from .checking import CheckFailed, RunContext, eq, sha256_file
-from .checks_data import check_fuzzy, check_minhash
 from datakit.stages.plan import PlanStep
 
 
@@ -27,13 +25,6 @@ def check_download(ctx: RunContext, ref: PlanStep, src: str) -> None:
         return f"{len(files)} files, sizes and digests as recorded"
 
     ctx.check(name, "files", fetched, breaks=True)
-
-
-def check_fuzzy_stage(ctx: RunContext, ref: PlanStep, src: str | None) -> None:
-    if src is None:
-        check_fuzzy(ctx, ref, None)
-    else:
-        check_minhash(ctx, ref, src)
 
 
 def check_user_stage(ctx: RunContext, ref: PlanStep, src: str) -> None:

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from datakit.core.fsio import is_local
 # The kinds of data stages exchange (what `consumes` / `produces` name): one result type each.
-from datakit.core.results import ATTRIBUTES, DOCUMENTS, FILES, KINDS, MIXTURE, MODEL, TOKENIZER, TOKENS  # noqa: F401
+from datakit.core.results import (ATTRIBUTES, DOCUMENTS, FILES, KINDS, MIXTURE, MODEL, SIGNATURES,  # noqa: F401
+                                  TOKENIZER, TOKENS)
 from datakit.core.listing import content_sha256
 from datakit.manifest import Manifest, Section
 from datakit.steps import Step
@@ -89,6 +90,7 @@ class Graph:
     documents: source name -> the step whose output is that source's current documents. Stages move it
                with `advance` (and `split`), never by assignment, so `chains` records every step.
     chains: source (or mixture component) -> every step that wrote its documents, in order.
+    signatures: source name -> its minhash step (the minhash stage), which fuzzy dedup reads.
     attributes: steps writing attribute files that consolidate applies (exact, fuzzy, decontaminate).
     weights: the training mixture's components (a source, or a part of one such as a quality tier) and
              their manifest weights. Starts as the sources' `weight:`; a stage that splits a source into
@@ -107,6 +109,7 @@ class Graph:
     steps: list[Step] = field(default_factory=list)
     files: dict[str, Step] = field(default_factory=dict)
     documents: dict[str, Step] = field(default_factory=dict)
+    signatures: dict[str, Step] = field(default_factory=dict)
     attributes: list[Step] = field(default_factory=list)
     tokenizer: Step | None = None
     tokens: dict[str, Step] = field(default_factory=dict)

@@ -1,5 +1,5 @@
-"""The fuzzy stage: MinHash signatures per source (minhash-<source>), then LSH candidate pairs and true-Jaccard
-verification across sources (fuzzy-dups), marking every document with an earlier near-duplicate
+"""The fuzzy stage: LSH candidate pairs from the minhash stage's signatures (stages/minhash.py) and
+true-Jaccard verification across sources (fuzzy-dups), marking every document with an earlier near-duplicate
 (datakit/dedup/forest.py)."""
 
 from __future__ import annotations
@@ -12,22 +12,13 @@ from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 
-from .contract import ATTRIBUTES, DOCUMENTS, Graph, Stage, StageSummary, counters_only, step_identity
-from .dedup_common import documents_of, own_reuse, require_one_row_per_id
+from .contract import ATTRIBUTES, DOCUMENTS, SIGNATURES, Graph, Stage, StageSummary, counters_only, step_identity
+from .dedup_common import documents_of, require_one_row_per_id
 
 # 3: a marks file's metadata no longer lists the sources (consolidate reuses it); 4: the keep rule is the
-# forest of earliest near-duplicates (dedup/forest.py), not the connected components of all pairs
+# forest of earliest near-duplicates (dedup/forest.py), not the connected components of all pairs; 5: the
+# marks name each removed document's parent (the minhash steps, a stage of their own since, stay at 4)
 VERSION = "5"
-# The `dedup:` keys a minhash step's output depends on (bands/rows are derived from threshold when given).
-MINHASH_KEYS = ("ngram", "ngram_unit", "num_perms", "bands", "rows", "threshold", "seed", "max_text_chars")
-
-
-def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) -> dict:
-    from datakit.dedup.minhash import minhash_source
-
-    res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config,
-                         reuse_from=own_reuse(ctx))
-    return counters_only(res.to_dict())
 
 
 def _fuzzy(ctx: StepContext, documents: dict[str, str], minhash: dict[str, str], priority: dict[str, int],
@@ -51,12 +42,7 @@ def build(graph: Graph) -> None:
     if not cfg.fuzzy:
         return
     docs, priority, deps = documents_of(graph)
-    minhash: dict[str, Step] = {}
-    for n in graph.source_names:
-        step = Step(f"minhash-{n}", partial(_minhash, source=n, documents=docs[n], cfg=cfg),
-                    step_identity(cfg, MINHASH_KEYS), deps=(graph.documents[n],), version=VERSION,
-                    stage=STAGE.name, source=n)
-        minhash[n] = graph.add(step)
+    minhash = {n: graph.signatures[n] for n in graph.source_names}
     step = Step("fuzzy-dups", partial(_fuzzy, documents=docs, minhash={n: s.name for n, s in minhash.items()},
                                       priority=priority, cfg=cfg),
                 {"priority": graph.source_names, **step_identity(cfg, ("verify", "verify_threshold"))},
@@ -102,7 +88,7 @@ def summarize(counters: dict[str, int], result: dict) -> StageSummary:
 
 STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row_per_id, summarize=summarize,
               section=Section("dedup", DedupConfig),
-              consumes=(DOCUMENTS,), produces=(ATTRIBUTES,),
+              consumes=(DOCUMENTS, SIGNATURES), produces=(ATTRIBUTES,),
               code=("datakit.dedup.minhash", "datakit.dedup.keyed", "datakit.dedup.fuzzy",
                     "datakit.dedup.fuzzy_core", "datakit.dedup.fuzzy_incremental", "datakit.dedup.forest",
                     "datakit.dedup.fuzzy_state",
@@ -110,4 +96,4 @@ STAGE = Stage(name="fuzzy", version=VERSION, build=build, refuse=require_one_row
                     "datakit.dedup.largest", "datakit.dedup.shingles", "datakit.dedup.lsh_params", "datakit.dedup.hashing",
                     "datakit.dedup.batches", "datakit.dedup.layout", "datakit.dedup.config",
                     "datakit.stages.fuzzy", "datakit.stages.dedup_common"),
-              ferry_check="datakit.ferry.stage_checks:check_fuzzy_stage")
+              ferry_check="datakit.ferry.checks_data:check_fuzzy")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datakit.manifest import Section
 
-from . import (consolidate, decontaminate, download, exact, export, fuzzy, linededup, mixture, normalize, pii,
-               quality, quality_classifier, takedown, tokenize, tokenizer, train, user)
+from . import (consolidate, decontaminate, download, exact, export, fuzzy, linededup, minhash, mixture, normalize,
+               pii, quality, quality_classifier, takedown, tokenize, tokenizer, train, user)
 from .contract import Stage
 
 STAGES: tuple[Stage, ...] = (
@@ -18,6 +18,7 @@ STAGES: tuple[Stage, ...] = (
     user.AFTER_NORMALIZE,
     quality.STAGE,
     exact.STAGE,
+    minhash.STAGE,
     fuzzy.STAGE,
     decontaminate.STAGE,
     consolidate.STAGE,
