@@ -268,3 +268,10 @@ def test_a_new_fuzzy_version_keeps_every_source_s_signatures(tmp_path, monkeypat
     assert dry["minhash-code"]["status"] == "would_skip"
     assert dry["fuzzy-dups"]["status"] == "would_run" and f"stage version {fuzzy.STAGE.version} -> 999" in \
         dry["fuzzy-dups"]["reason"], dry["fuzzy-dups"]
+    # and the plan says the earlier build gives it nothing (every reuse key holds the version)
+    assert dry["fuzzy-dups"]["plan"]["mode"] == "full" and dry["fuzzy-dups"]["plan"]["earlier_version"] == \
+        fuzzy.STAGE.version
+    from datakit.cli.run import _plan_line
+
+    assert _plan_line(dry["fuzzy-dups"]["plan"]).startswith(f"full build ({dry['fuzzy-dups']['plan']['earlier']} is "
+                                                            f"of stage version {fuzzy.STAGE.version}: nothing of it")

@@ -125,6 +125,9 @@ def _plan_line(plan: dict | None) -> str | None:
     read, so they are said as files); or a full build."""
     if not plan:
         return None
+    if plan["mode"] == "full" and plan.get("earlier_version"):
+        return (f"full build ({plan['earlier']} is of stage version {plan['earlier_version']}: nothing of it is "
+                "taken)")
     if plan["mode"] != "incremental":
         return "reused" if plan["mode"] == "reused" else "full build (nothing to take from an earlier build)"
     docs = plan.get("earlier_documents")

@@ -281,13 +281,16 @@ def _deps_reason(step: Step, old: dict) -> str | None:
 
 def _build_plan(step: Step, earlier: _EarlierBuild | None, root: str) -> dict:
     """What a step that runs will take from its earlier build, for `run --dry-run` (text and --json):
-    ``full`` when there is nothing to take (no earlier build, forced, damaged, or a build that recorded
-    no per-file reuse), else ``incremental``: the earlier build's documents (its ``docs_out``, when it
+    ``full`` when there is nothing to take (no earlier build, forced, damaged, a build that recorded
+    no per-file reuse, or one of another stage version: every reuse key holds the version), else
+    ``incremental``: the earlier build's documents (its ``docs_out``, when it
     counts documents) and, for a step that reads files, how many are new, changed and removed. The rest
     of its work is taken from that build; documents of new files are not known before they are read, so
     they are counted as files."""
     if earlier is None or not fsio.exists(fsio.join(root, earlier.dirname, REUSE_FILE)):
         return {"mode": "full"}
+    if earlier.artifact.get("version") != step.version:
+        return {"mode": "full", "earlier": earlier.dirname, "earlier_version": earlier.artifact.get("version")}
     counters = earlier.artifact.get("counters") if isinstance(earlier.artifact.get("counters"), dict) else {}
     plan = {"mode": "incremental", "earlier": earlier.dirname, "earlier_documents": counters.get("docs_out")}
     if step.inputs or _recorded_inputs(earlier.artifact):
