@@ -69,7 +69,9 @@ def _segment_jobs(ctx: StepContext, inputs: list[tuple[str, str, str, int]]
         hashes = reuse.output_hashes(docs.root)
         for idx, name in enumerate(sorted(docs.parquet_names("main"))):
             digest = hashes.get(f"{DocumentsDir.MAIN}/{name}")
-            key = keyed.key_of(("linededup-keys", KEYS_FORMAT, unit, min_chars), digest)
+            # the stage's version too: the version lock then guards the keys (KEYS_FORMAT alone was a
+            # bump nothing checks), and every reuse key holds its step's version (`run --dry-run` relies on it)
+            key = keyed.key_of(("linededup-keys", ctx.step.version, KEYS_FORMAT, unit, min_chars), digest)
             rel = f"{SEGMENTS_DIR}/{key or reuse.content_key('unrecorded', source, name)}.parquet"
             files.append((rank, idx, source, name, rel))
             if rel not in seen:
