@@ -20,7 +20,8 @@ from datakit.pipeline import load_manifest, run
 from datakit.stages.mixture_steps import FitResult, ProxyRun
 from datakit.stages.plan import read_plan
 
-TYPES = {R.FILES: R.FilesResult, R.DOCUMENTS: R.DocumentsResult, R.ATTRIBUTES: R.AttributesResult,
+TYPES = {R.FILES: R.FilesResult, R.DOCUMENTS: R.DocumentsResult, R.SIGNATURES: R.SignaturesResult,
+         R.ATTRIBUTES: R.AttributesResult,
          R.TOKENIZER: R.TokenizerResult, R.TOKENS: R.TokensResult, R.MIXTURE: R.MixtureResult,
          R.MODEL: R.ModelResult}
 PROXY = {"preset": "nano", "steps": 3, "warmup": 0, "seq_len": 32, "batch_size": 2, "log_every": 1,

@@ -233,6 +233,23 @@ class AttributesResult(StepResult):
         return self.sources[source].attributes
 
 
+# ------------------------------------------------------------------------------------- signatures
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignaturesResult(StepResult):
+    """A source's MinHash signatures (a minhash step): its attribute dir of band keys per document,
+    relative to the step's output, and the minhash parameters they were made with."""
+
+    LABEL: ClassVar[str] = SIGNATURES
+    REQUIRED: ClassVar[tuple[str, ...]] = ("source", "attributes")
+
+    source: str
+    attributes: str
+    num_files: int | None = None
+    params: dict | None = None
+
+
 # ------------------------------------------------------------------------------ tokenizer, tokens
 
 

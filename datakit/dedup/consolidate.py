@@ -114,7 +114,9 @@ def _marks(kind: str, path: str) -> _Marks:
     if kind == "fuzzy":
         t = read_columns(path, ["id", "is_canonical", "parent_source", "parent_id"])
         t = t.filter(pc.invert(t.column("is_canonical")))
-        detail = pc.binary_join_element_wise(t.column("parent_source"), t.column("parent_id"), ":")
+        # joined in Python (a file's marks are few): a compute call with a string scalar imports pandas
+        detail = an.strings([f"{s}:{p}" for s, p in zip(t.column("parent_source").to_pylist(),
+                                                         t.column("parent_id").to_pylist())])
         drop = np.ones(t.num_rows, dtype=bool)
     elif kind == "exact":
         t = read_columns(path, ["id", "duplicate_of"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from datakit.core.results import SignaturesResult
 from datakit.dedup.config import DedupConfig
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
@@ -31,7 +32,7 @@ def _minhash(ctx: StepContext, source: str, documents: str, cfg: DedupConfig) ->
 
     res = minhash_source(source, ctx.deps[documents].output, ctx.output, cfg, ctx.exec_config,
                          reuse_from=own_reuse(ctx))
-    return counters_only(res.to_dict())
+    return SignaturesResult.written(counters_only(res.to_dict()))
 
 
 def build(graph: Graph) -> None:

@@ -23,7 +23,7 @@ from datakit.core.fsio import atomic_write_bytes, exists, read_bytes, read_if_ex
 from datakit.core.layout import PLAN_FILE, join
 from datakit.steps import Step
 
-from .contract import ATTRIBUTES, DOCUMENTS, FILES, MIXTURE, MODEL, TOKENIZER, TOKENS, Graph
+from .contract import ATTRIBUTES, DOCUMENTS, FILES, MIXTURE, MODEL, SIGNATURES, TOKENIZER, TOKENS, Graph
 
 FORMAT = 1
 WARN_REMOVED_SHARE = 0.8  # a documents step removing more of a source's documents is warned about
@@ -152,6 +152,7 @@ def _kinds(graph: Graph) -> dict[str, str]:
     """Step name -> the kind of data the graph holds it as (a later role wins: none overlap today)."""
     kinds = {s.name: FILES for s in graph.files.values()}
     kinds.update({s.name: DOCUMENTS for chain in graph.chains.values() for s in chain})
+    kinds.update({s.name: SIGNATURES for s in graph.signatures.values()})
     kinds.update({s.name: ATTRIBUTES for s in graph.attributes})
     kinds.update({s.name: TOKENS for s in graph.tokens.values()})
     for kind, step in ((TOKENIZER, graph.tokenizer), (MIXTURE, graph.mixture), (MODEL, graph.model)):
