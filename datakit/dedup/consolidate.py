@@ -10,7 +10,8 @@ The first matching reason, in that order, is the one counted. Output keeps the n
 `out_dir/outputs/main/<same file names>` (same schema, id order), and `outputs/removed/` lists what was
 dropped and why (id, reason, detail; for an exact duplicate the source of the kept copy, for a near
 duplicate source:id of its parent, the earlier near-duplicate it goes for (forest.py), for
-contamination the benchmark:item, matched fraction and hits the decontaminate step wrote) so the counts can be audited: docs_in == docs_out + removed.
+contamination the benchmark:item, matched fraction and hits the decontaminate step wrote) so the
+counts can be audited: docs_in == docs_out + removed.
 
 Span cutting happens here, where marks are applied: a document marked `cut` (and not dropped by an
 earlier reason) loses the character spans the decontaminate step recorded and gets the id of its new
