@@ -292,6 +292,20 @@ def test_a_fuzzy_parent_outside_its_cluster(any_run: Path, tmp_path: Path) -> No
     raise AssertionError("no near-duplicate removed in this run")
 
 
+def test_marks_from_before_fuzzy_named_parents_pass_the_parents_check(any_run: Path, tmp_path: Path) -> None:
+    """A run validated after an upgrade: its fuzzy marks were written before they named parents (fuzzy
+    stage version < 5). The check says so instead of failing on the missing columns."""
+    run = _copy(any_run, tmp_path)
+    fz = _artifact(run, "fuzzy-dups")["result"]["sources"]
+    for src in _sources(run):
+        for f in (_step_dir(run, "fuzzy-dups") / fz[src]["attributes"]).glob("*.parquet"):
+            t = pq.read_table(f)
+            pq.write_table(t.drop_columns(["parent_id", "parent_source"]), f)
+    v = validate_run(str(run), _env_for(any_run))
+    (check,) = [c for c in v.checks if (c.stage, c.check) == ("fuzzy-dups", "parents")]
+    assert check.status == "ok" and "before fuzzy dedup named parents" in check.message
+
+
 def test_contaminated_doc_left_in(any_run: Path, tmp_path: Path) -> None:
     run = _copy(any_run, tmp_path)
     src, doc = _decontaminated_doc(run)
