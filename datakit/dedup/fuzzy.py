@@ -302,9 +302,10 @@ def _parent_edges(part: int, b: batches.Batch, out_dir: str) -> tuple[str, str] 
         return None
     child, parent = b["later"][pick], b["earlier"][pick]
     name = work_part_name(part)
+    parents_file = f"{out_dir}/parents/{name}"
     parents = {"node": child, "p_hi": b["hi"][pick], "p_lo": b["lo"][pick], "p_rank": b["rank"][pick]}
-    write_parquet_atomic(an.numbers_table(parents, PARENT_SCHEMA), f"{out_dir}/parents/{name}")
-    return write_edges(f"{out_dir}/edges/{name}", parent, child), f"{out_dir}/parents/{name}"
+    write_parquet_atomic(an.numbers_table(parents, PARENT_SCHEMA), parents_file)
+    return write_edges(f"{out_dir}/edges/{name}", parent, child), parents_file
 
 
 def _forest(edge_files: list[str], b: _Build, graph_parts: int) -> tuple[list[str], list[str]]:

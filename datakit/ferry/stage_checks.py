@@ -1,5 +1,6 @@
 """Ferry checks of the stages whose checks are not record-level data checks: download (every fetched file
-present, its size and pinned digest as recorded) and user stages (documents in = kept + removed, listed files present)."""
+present, its size and pinned digest as recorded) and user stages (documents in = kept + removed, listed
+files present)."""
 
 from __future__ import annotations
 
