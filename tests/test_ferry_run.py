@@ -270,25 +270,30 @@ def test_reinserted_fuzzy_duplicate(any_run: Path, tmp_path: Path) -> None:
     assert "marked as duplicates by fuzzy-dups" in msg and doc in msg
 
 
+def _fuzzy_marks_files(run: Path) -> list[Path]:
+    """Every source's fuzzy marks files, in source then name order."""
+    fz = _artifact(run, "fuzzy-dups")["result"]["sources"]
+    return [f for src in _sources(run)
+            for f in sorted((_step_dir(run, "fuzzy-dups") / fz[src]["attributes"]).glob("*.parquet"))]
+
+
 def test_a_fuzzy_parent_outside_its_cluster(any_run: Path, tmp_path: Path) -> None:
     """A removed near-duplicate's marks name a parent that is not in its cluster (e.g. the parents
     joined to the wrong members): the audit trail would point at an unrelated document."""
     run = _copy(any_run, tmp_path)
-    fz = _artifact(run, "fuzzy-dups")["result"]["sources"]
-    for src in _sources(run):
-        for f in sorted((_step_dir(run, "fuzzy-dups") / fz[src]["attributes"]).glob("*.parquet")):
-            t = pq.read_table(f)
-            removed = [i for i, keep in enumerate(t["is_canonical"].to_pylist()) if not keep]
-            if removed:
-                parents = t["parent_id"].to_pylist()
-                parents[removed[0]] = "0" * 32
-                t = t.set_column(t.schema.get_field_index("parent_id"), "parent_id", pa.array(parents, pa.string()))
-                pq.write_table(t, f)
-                v = validate_run(str(run), _env_for(any_run))
-                failed = {(c.stage, c.check): c.message for c in v.failures}
-                assert "its parent is not a member of its cluster" in failed[("fuzzy-dups", "parents")]
-                assert t["id"][removed[0]].as_py() in failed[("fuzzy-dups", "parents")]
-                return
+    for f in _fuzzy_marks_files(run):
+        t = pq.read_table(f)
+        removed = [i for i, keep in enumerate(t["is_canonical"].to_pylist()) if not keep]
+        if removed:
+            parents = t["parent_id"].to_pylist()
+            parents[removed[0]] = "0" * 32
+            t = t.set_column(t.schema.get_field_index("parent_id"), "parent_id", pa.array(parents, pa.string()))
+            pq.write_table(t, f)
+            v = validate_run(str(run), _env_for(any_run))
+            failed = {(c.stage, c.check): c.message for c in v.failures}
+            assert "its parent is not a member of its cluster" in failed[("fuzzy-dups", "parents")]
+            assert t["id"][removed[0]].as_py() in failed[("fuzzy-dups", "parents")]
+            return
     raise AssertionError("no near-duplicate removed in this run")
 
 
@@ -296,11 +301,8 @@ def test_marks_from_before_fuzzy_named_parents_pass_the_parents_check(any_run: P
     """A run validated after an upgrade: its fuzzy marks were written before they named parents (fuzzy
     stage version < 5). The check says so instead of failing on the missing columns."""
     run = _copy(any_run, tmp_path)
-    fz = _artifact(run, "fuzzy-dups")["result"]["sources"]
-    for src in _sources(run):
-        for f in (_step_dir(run, "fuzzy-dups") / fz[src]["attributes"]).glob("*.parquet"):
-            t = pq.read_table(f)
-            pq.write_table(t.drop_columns(["parent_id", "parent_source"]), f)
+    for f in _fuzzy_marks_files(run):
+        pq.write_table(pq.read_table(f).drop_columns(["parent_id", "parent_source"]), f)
     v = validate_run(str(run), _env_for(any_run))
     (check,) = [c for c in v.checks if (c.stage, c.check) == ("fuzzy-dups", "parents")]
     assert check.status == "ok" and "before fuzzy dedup named parents" in check.message

@@ -248,15 +248,28 @@ def test_the_largest_clusters_samples_of_unchanged_files_are_taken_not_read(tmp_
     assert len(read) == len(used - known), (read, used - known)
 
 
-def _dropped(steps: dict, source: str) -> set[str]:
-    """The ids fuzzy dedup's marks drop from ``source``."""
+def _marks_rows(steps: dict, source: str = "*") -> dict[str, dict]:
+    """Fuzzy dedup's marks rows by id, of ``source`` (default: every source)."""
     import pyarrow.parquet as pq
 
-    out = set()
+    rows = {}
     for path in glob.glob(os.path.join(steps["fuzzy-dups"]["output"], "attributes", source, "*.parquet")):
-        t = pq.read_table(path, columns=["id", "is_canonical"]).to_pydict()
-        out |= {i for i, keep in zip(t["id"], t["is_canonical"]) if not keep}
-    return out
+        for r in pq.read_table(path).to_pylist():
+            rows[r["id"]] = r
+    return rows
+
+
+def _dropped(steps: dict, source: str) -> set[str]:
+    """The ids fuzzy dedup's marks drop from ``source``."""
+    return {i for i, r in _marks_rows(steps, source).items() if not r["is_canonical"]}
+
+
+def _verified_manifest(tmp_path, prefix: str, sources: list[dict]):
+    """Fuzzy dedup with candidates from 0.5 and verification at 0.7, on ``sources``."""
+    return pipeline.manifest_from_dict({
+        "prefix": str(tmp_path / prefix), "sources": sources,
+        "dedup": {"exact": True, "fuzzy": True, "threshold": 0.5, "verify_threshold": 0.7},
+        "tokenize": {"vocab_size": 300}})
 
 
 def test_a_source_added_last_removes_none_of_the_earlier_sources_documents(tmp_path):
@@ -278,16 +291,9 @@ def test_a_source_added_last_removes_none_of_the_earlier_sources_documents(tmp_p
     (new / "b.py").write_text(text)
     first = [{"name": "old", "uri": f"{old}/*.py", "format": "text"}]
     both = first + [{"name": "new", "uri": f"{new}/*.py", "format": "text"}]
-
-    def manifest(prefix: str, sources: list[dict]):
-        return pipeline.manifest_from_dict({
-            "prefix": str(tmp_path / prefix), "sources": sources,
-            "dedup": {"exact": True, "fuzzy": True, "threshold": 0.5, "verify_threshold": 0.7},
-            "tokenize": {"vocab_size": 300}})
-
-    before = _run(manifest("inc", first))
-    after = _run(manifest("inc", both))
-    fresh = _run(manifest("fresh", both))
+    before = _run(_verified_manifest(tmp_path, "inc", first))
+    after = _run(_verified_manifest(tmp_path, "inc", both))
+    fresh = _run(_verified_manifest(tmp_path, "fresh", both))
     fz = after["fuzzy-dups"]["counters"]
     assert fz["duplicates/new"] == 1 and fz.get("duplicates/old", 0) == 0, fz
     assert after["consolidate-old"]["counters"]["files/computed"] == 0, after["consolidate-old"]["counters"]
@@ -300,17 +306,6 @@ def test_a_source_added_last_removes_none_of_the_earlier_sources_documents(tmp_p
     assert after["fuzzy-dups"]["counters"]["pairs_unverified"] == 1
     for name in ("consolidate-old", "consolidate-new"):
         assert _comparable(after[name]["output"]) == _comparable(fresh[name]["output"]), name
-
-
-def _marks_rows(steps: dict) -> dict[str, dict]:
-    """Fuzzy dedup's marks rows by id, every source's."""
-    import pyarrow.parquet as pq
-
-    rows = {}
-    for path in glob.glob(os.path.join(steps["fuzzy-dups"]["output"], "attributes", "*", "*.parquet")):
-        for r in pq.read_table(path).to_pylist():
-            rows[r["id"]] = r
-    return rows
 
 
 def _removed_detail(steps: dict, source: str) -> dict[str, str]:
@@ -339,15 +334,9 @@ def test_a_removed_near_duplicate_names_its_parent_which_need_not_be_the_kept_ro
         shutil.copy(f"{STDLIB}/json/decoder.py", d / f"decoder_{name}.py")  # exact copies: not near-duplicates
         sources.append({"name": name, "uri": f"{d}/*.py", "format": "text"})
 
-    def manifest(prefix: str, srcs: list[dict]):
-        return pipeline.manifest_from_dict({
-            "prefix": str(tmp_path / prefix), "sources": srcs,
-            "dedup": {"exact": True, "fuzzy": True, "threshold": 0.5, "verify_threshold": 0.7},
-            "tokenize": {"vocab_size": 300}})
-
-    _run(manifest("inc", sources[:2]))
-    after = _run(manifest("inc", sources))
-    fresh = _run(manifest("fresh", sources))
+    _run(_verified_manifest(tmp_path, "inc", sources[:2]))
+    after = _run(_verified_manifest(tmp_path, "inc", sources))
+    fresh = _run(_verified_manifest(tmp_path, "fresh", sources))
     assert _marks(after["fuzzy-dups"]["output"]) == _marks(fresh["fuzzy-dups"]["output"])
     from datakit.core.documents import content_id
 
