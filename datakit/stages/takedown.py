@@ -53,9 +53,12 @@ def untouched(part: dict) -> dict[str, int] | None:
     return {"docs_in": n, "docs_out": n, "removed": 0, f"removed/{REASON}": 0}
 
 
-def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.Table, list, dict[str, int]]:
-    """One documents file without its listed documents (id order and every column kept)."""
-    matches = _matches(table, cfg)
+def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig, part: dict | None = None
+                  ) -> tuple[pa.Table, list, dict[str, int]]:
+    """One documents file without its listed documents (id order and every column kept). ``part``: the
+    file's `file_matches`, found when its reuse key was made (the rows are the file's rows, so they are
+    not looked for again); None when the file had no key."""
+    matches = part["matches"] if part is not None else _matches(table, cfg)
     removed = [(doc_id, REASON, why) for _row, doc_id, why in matches]
     keep = np.ones(table.num_rows, bool)
     keep[[row for row, _id, _why in matches]] = False
@@ -66,7 +69,8 @@ def takedown_file(name: str, table: pa.Table, cfg: TakedownConfig) -> tuple[pa.T
 
 
 def _run(ctx: StepContext, source: str, documents: str, cfg: TakedownConfig) -> dict:
-    key = FileKey(settings=cfg.url_column, per_file=partial(file_matches, cfg=cfg), unchanged=untouched)
+    key = FileKey(settings=cfg.url_column, per_file=partial(file_matches, cfg=cfg), unchanged=untouched,
+                  part_to_fn=True)
     names, totals = run_per_file(ctx, documents, partial(takedown_file, cfg=cfg), f"takedown-{source}",
                                  reuse_key=key)
     for k in ("docs_in", "docs_out", "removed", f"removed/{REASON}"):

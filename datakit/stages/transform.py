@@ -203,6 +203,7 @@ class _Job:
     key_fn: Callable[[FileColumns], Any] | None = None
     is_unchanged: Callable[[Any], dict[str, int] | None] | None = None
     unchanged: dict[str, int] | None = None  # the file passes through as it is, with these stats
+    part_to_fn: bool = False  # the file function takes the per-file part (`FileKey.part_to_fn`)
 
 
 # One file's outcome: (key, the two files relative to the step dir, stats, whether it was taken).
@@ -231,6 +232,8 @@ def _apply(job: _Job, file_fn: FileFn, removed_schema: pa.Schema, output: str, b
         part = job.key_fn(columns)
         job = dataclasses.replace(job, key=reuse.content_key(job.key, part),
                                   unchanged=job.is_unchanged(part) if job.is_unchanged else None)
+        if job.part_to_fn:
+            file_fn = partial(file_fn, part=part)
     done = _take(job, output)
     if done is None and job.unchanged is not None:  # nothing to do to this file: its bytes, an empty removed file
         link_or_copy(job.src, job.dst_main)
@@ -285,6 +288,9 @@ class FileKey:
     # Given the per-file part: the file's stats when the step leaves the file exactly as it is (then its
     # bytes are linked, not re-encoded: a later step's key for it is unchanged too), else None.
     unchanged: Callable[[Any], dict[str, int] | None] | None = None
+    # The file function takes the per-file part as its ``part`` argument, so that what the key found (a
+    # takedown's matches) is not looked for again when the file is rewritten.
+    part_to_fn: bool = False
 
 
 def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: FileKey | None) -> list[_Job]:
@@ -301,7 +307,7 @@ def _jobs(ctx: StepContext, names: list[str], src: DocumentsDir, reuse_key: File
         key = None if digest is None else reuse.content_key(ctx.step.name, ctx.step.version, settings, extra, n,
                                                             digest)
         jobs.append(_Job(join(src.main, n), join(dst.main, n), join(dst.removed, n), key, earlier,
-                         reuse_key.per_file, reuse_key.unchanged))
+                         reuse_key.per_file, reuse_key.unchanged, part_to_fn=reuse_key.part_to_fn))
     return jobs
 
 
