@@ -64,20 +64,21 @@ class _PeakRSS:
     """This process's peak RSS while a task runs: the task's own peak, not the worker's lifetime peak.
 
     On Linux the kernel keeps the peak (VmHWM) and lets a process reset its own (writing 5 to
-    /proc/self/clear_refs): exact and free. Elsewhere a thread samples RSS every ``every`` seconds (a
-    profile of the pipeline showed that sampling at 2% of its CPU)."""
+    /proc/self/clear_refs): exact and free, two small /proc accesses a task (the reset, then one read
+    of /proc/self/status giving the peak and the current RSS; psutil took eight opens a task, a tenth
+    of a trivial task's cost). Elsewhere a thread samples RSS every ``every`` seconds (a profile of the
+    pipeline showed that sampling at 2% of its CPU)."""
 
     def __init__(self, every: float = 0.02) -> None:
-        self.proc = psutil.Process()
-        self.peak = self.proc.memory_info().rss
         self.every = every
         self._kernel = _reset_peak_rss()
+        self.peak = 0 if self._kernel else _rss()
         self._stop = threading.Event()
         self._thread = None if self._kernel else threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
-            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self.peak = max(self.peak, _rss())
 
     def __enter__(self) -> "_PeakRSS":
         if self._thread is not None:
@@ -88,30 +89,57 @@ class _PeakRSS:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
-        kernel_peak = _kernel_peak_rss() if self._kernel else None
-        self.peak = max(self.peak, kernel_peak or 0, self.proc.memory_info().rss)
+        status = _kernel_status() if self._kernel else None
+        if status is not None and status[0]:
+            self.peak = max(self.peak, *status)
+        else:
+            self.peak = max(self.peak, _rss())
+
+
+# Whether this process can reset its kernel peak (None: not tried yet; a fork keeps the answer, which
+# holds for the child as for its parent).
+_KERNEL_PEAK: list[bool | None] = [None]
 
 
 def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where that is not possible."""
+    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where that is not possible
+    (asked once per process: the first reset is checked by reading the peak back)."""
+    if _KERNEL_PEAK[0] is False:
+        return False
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _kernel_peak_rss() is not None
     except OSError:
+        _KERNEL_PEAK[0] = False
         return False
+    if _KERNEL_PEAK[0] is None:
+        status = _kernel_status()
+        _KERNEL_PEAK[0] = status is not None and bool(status[0])
+    return bool(_KERNEL_PEAK[0])
 
 
-def _kernel_peak_rss() -> int | None:
-    """VmHWM of this process in bytes, None if /proc does not say."""
+def _kernel_status() -> tuple[int, int] | None:
+    """(VmHWM, VmRSS) of this process in bytes (0 for one /proc does not give), None without /proc."""
+    found = {b"VmHWM:": 0, b"VmRSS:": 0}
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                key = line[:6]
+                if key in found:
+                    found[key] = int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    return found[b"VmHWM:"], found[b"VmRSS:"]
+
+
+_PROCESS: list = [None, 0]  # this process's psutil handle and the pid it was made for (a fork makes another)
+
+
+def _rss() -> int:
+    """This process's resident set size in bytes (one read of /proc/self/statm on Linux)."""
+    if _PROCESS[1] != os.getpid():
+        _PROCESS[:] = [psutil.Process(), os.getpid()]
+    return _PROCESS[0].memory_info().rss
 
 
 def _reduce_groups(records: Iterator[Record], kind: str, reducer) -> Iterator[Any]:
@@ -346,8 +374,7 @@ _FLOOR = _Floor()
 def _release_freed_memory() -> None:
     """Hand memory freed by earlier tasks back to the OS once the worker holds more than
     ``RELEASE_ABOVE_BYTES`` over its floor."""
-    proc = psutil.Process()
-    if _FLOOR.rss and proc.memory_info().rss < _FLOOR.rss + RELEASE_ABOVE_BYTES:
+    if _FLOOR.rss and _rss() < _FLOOR.rss + RELEASE_ABOVE_BYTES:
         return
     try:
         import ctypes
@@ -361,7 +388,7 @@ def _release_freed_memory() -> None:
         pa.default_memory_pool().release_unused()
     except (ImportError, AttributeError):
         pass
-    _FLOOR.rss = proc.memory_info().rss
+    _FLOOR.rss = _rss()
 
 
 def run_task(spec: TaskSpec, attempt: int) -> dict:
