@@ -6,6 +6,7 @@ metadata (paths, counts, counters): data moves through files, never through the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import pickle
@@ -96,26 +97,27 @@ class _PeakRSS:
             self.peak = max(self.peak, _rss())
 
 
-# Whether this process can reset its kernel peak (None: not tried yet; a fork keeps the answer, which
-# holds for the child as for its parent).
-_KERNEL_PEAK: list[bool | None] = [None]
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark of this process (Linux >= 4.0); False where that is not possible
-    (asked once per process: the first reset is checked by reading the peak back)."""
-    if _KERNEL_PEAK[0] is False:
-        return False
+def _write_clear_refs() -> bool:
+    """Reset this process's kernel peak-RSS mark; False where /proc does not allow it."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
-        _KERNEL_PEAK[0] = False
         return False
-    if _KERNEL_PEAK[0] is None:
-        status = _kernel_status()
-        _KERNEL_PEAK[0] = status is not None and bool(status[0])
-    return bool(_KERNEL_PEAK[0])
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _kernel_peak_works() -> bool:
+    """Whether this process's kernel keeps a peak it can reset (Linux >= 4.0): asked once per process, by
+    one reset and one read of the peak back (a fork's child keeps the answer, which holds for it too)."""
+    status = _kernel_status() if _write_clear_refs() else None
+    return status is not None and bool(status[0])
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark of this process; False where that is not possible."""
+    return _kernel_peak_works() and _write_clear_refs()
 
 
 def _kernel_status() -> tuple[int, int] | None:
@@ -132,14 +134,15 @@ def _kernel_status() -> tuple[int, int] | None:
     return found[b"VmHWM:"], found[b"VmRSS:"]
 
 
-_PROCESS: list = [None, 0]  # this process's psutil handle and the pid it was made for (a fork makes another)
+@functools.lru_cache(maxsize=1)
+def _process(pid: int) -> psutil.Process:
+    """The psutil handle of process ``pid`` (this one: a fork's child asks with its own pid)."""
+    return psutil.Process(pid)
 
 
 def _rss() -> int:
     """This process's resident set size in bytes (one read of /proc/self/statm on Linux)."""
-    if _PROCESS[1] != os.getpid():
-        _PROCESS[:] = [psutil.Process(), os.getpid()]
-    return _PROCESS[0].memory_info().rss
+    return _process(os.getpid()).memory_info().rss
 
 
 def _reduce_groups(records: Iterator[Record], kind: str, reducer) -> Iterator[Any]:
