@@ -76,6 +76,37 @@ def test_a_store_that_dies_mid_run_fails_it_in_one_line_with_the_summary(store, 
     assert "succeeded  " in err and "consolidate-code" in err  # what was built before is in the summary
 
 
+def _lines_until(proc: subprocess.Popen, needle: str, timeout_s: float) -> list[str]:
+    """``proc``'s stderr lines up to and including the first holding ``needle`` (read on a thread, so the
+    wait is bounded); fails naming what was read when none came in ``timeout_s``. The rest of stderr stays
+    in ``proc.stderr`` (the same buffered file) for ``communicate``."""
+    import queue
+    import threading
+
+    lines: "queue.Queue[str | None]" = queue.Queue()
+
+    def pump() -> None:
+        for line in iter(proc.stderr.readline, ""):
+            lines.put(line)
+            if needle in line:
+                break
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            pytest.fail(f"no line with {needle!r} in {timeout_s:g} s; stderr so far:\n{''.join(seen)}")
+        if line is None:
+            pytest.fail(f"stderr ended without {needle!r}:\n{''.join(seen)}")
+        seen.append(line)
+        if needle in line:
+            return seen
+
+
 @pytest.mark.timeout(300)
 def test_a_store_paused_mid_run_is_waited_for_and_said_so(store, tmp_path):
     server, endpoint = store
@@ -86,10 +117,13 @@ def test_a_store_paused_mid_run_is_waited_for_and_said_so(store, tmp_path):
         os.kill(server.pid, signal.SIGSTOP)  # connections are accepted and never answered
         try:
             open_gate(tmp_path)
-            time.sleep(8)  # several call timeouts (2 s): the run retries and says the store is not answering
+            # the store stays paused until the run says it is waiting for it (after one 2 s call timeout),
+            # however long the run takes to get there: no sleep that a slow or fast machine could outrun
+            err_lines = _lines_until(run, "not answering for ", timeout_s=120)
         finally:
             os.kill(server.pid, signal.SIGCONT)
-        _, err = run.communicate(timeout=200)
+        out, rest = run.communicate(timeout=200)
+        err = "".join(err_lines) + rest
     finally:
         if run.poll() is None:
             run.kill()
