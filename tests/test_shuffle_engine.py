@@ -10,6 +10,7 @@ import json
 import os
 import select
 import signal
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -518,6 +519,97 @@ def test_stage_checkpoints_resume_after_failure(tmp_path, backend):
     assert result.stats[0].skipped  # the map stage came from its checkpoint
     assert len(calls.read_text()) == first_calls
     assert sorted(result.items) == [(k, 10) for k in range(20)]
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (one its parent has not reaped yet is gone too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def _slow_or_failing(marks: Path):
+    def fn(x):
+        if x == 0:  # the slow shard: says which process runs it, then waits for the test's gate (bounded)
+            (marks / f"slow-{os.getpid()}").write_text("")
+            deadline = time.monotonic() + 120
+            while not (marks / "gate").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return x
+        deadline = time.monotonic() + 120  # the other fails, once the slow one runs (bounded)
+        while not any(marks.glob("slow-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        raise RuntimeError("this shard fails")
+    return fn
+
+
+def test_a_failed_pipeline_raises_at_once_and_the_next_loses_no_attempt(tmp_path, backend):
+    """A shard that fails for good raises its error while another attempt still runs, without waiting for
+    it (the local pool kills that worker; on Ray it runs to its end, its result dropped: see
+    `RayBackend.cancel_all`), and the next pipeline on the same workers loses none of its attempts (a
+    forced Ray cancel used to kill a worker that had moved on to the next pipeline's task)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        with pytest.raises(ShardFailed, match="this shard fails"):
+            Dataset.from_items([0, 1], 2).map(_slow_or_failing(marks)).collect(cfg(backend, max_attempts=1))
+        [slow] = [int(p.name.split("-")[1]) for p in marks.glob("slow-*")]
+        if backend == "local":
+            assert not _running(slow), f"the slow shard's worker {slow} still runs after the pipeline failed"
+    finally:
+        (marks / "gate").write_text("")
+    again = Dataset.from_items(list(range(8)), 4).map(lambda x: x * 2).run(cfg(backend))
+    assert sorted(again.items) == [x * 2 for x in range(8)]
+    assert again.stats[0].worker_deaths == 0
+
+
+_FAILING_PIPELINES = """
+import os, sys, tempfile
+import ray
+from datakit.shuffle import Dataset, ExecConfig, ShardFailed
+
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+
+
+def pipeline(fail):
+    def final(kv):
+        if fail:
+            raise RuntimeError("this shard fails")
+        return kv
+    rows = [{"k": i % 20, "v": i} for i in range(200)]
+    return (Dataset.from_items(rows, 2).map(lambda r: r).group_by(lambda r: r["k"], lambda k, it: (k, len(list(it))),
+            num_shards=2).map(final))
+
+
+for _ in range(int(sys.argv[1])):  # as a resumed run does: a failed pipeline, then the same one passing
+    conf = ExecConfig(backend="ray", max_workers=2, max_attempts=1, work_dir=tempfile.mkdtemp(dir="."))
+    try:
+        pipeline(True).collect(conf)
+    except ShardFailed:
+        pass
+    assert sorted(pipeline(False).collect(conf)) == [(k, 10) for k in range(20)]
+print("survived")
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_driver_survives_many_failed_pipelines(tmp_path):
+    """Ray 2.60's `ray.cancel`, raced by the attempt's own completion, fails a check in the driver
+    ("Tried to complete task that was not pending") and ends the driver process with exit code 1: seen
+    here about once in a hundred failed pipelines, it ended a whole test session with no summary. A
+    failed pipeline cancels nothing on Ray now; 200 of them, each followed by the same pipeline passing (as
+    in test_stage_checkpoints_resume_after_failure, where it was seen), leave their own driver alive."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _FAILING_PIPELINES, "200"], capture_output=True, text=True,
+                         timeout=400, cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert res.returncode == 0 and res.stdout.strip().endswith("survived"), res.stderr[-3000:]
+    assert "Check failed" not in res.stderr
+    assert "worker died" not in res.stderr, res.stderr[-3000:]  # no attempt of a passing pipeline was killed
 
 
 def test_explain_shows_fused_stages():

@@ -87,7 +87,8 @@ class Backend:
         raise NotImplementedError
 
     def cancel_all(self) -> None:
-        """Stop every running attempt (used when the pipeline aborts)."""
+        """Give up every attempt in flight (the pipeline aborts): their results are never used. The local
+        pool kills their workers; Ray lets them run to their end (`RayBackend.cancel_all` says why)."""
 
     def close(self) -> None:
         pass

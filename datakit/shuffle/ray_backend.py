@@ -77,9 +77,13 @@ class RayBackend(Backend):
         return events
 
     def cancel_all(self) -> None:
-        for ref in list(self._inflight):
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:
-                pass
+        """Forget the attempts in flight: they run to their end and their results are dropped (no one
+        accepts their files: a stage's clean-up removes them); Ray ends them with the driver's job. Not
+        `ray.cancel`: in Ray 2.60 a cancel that races the attempt's own completion fails a check in the
+        driver's task manager ("Tried to complete task that was not pending"), which ends the driver
+        process with exit code 1 (seen here about once in a hundred failed pipelines; it ended a whole test
+        session), and a forced cancel killed workers that had finished the attempt and taken a task of the
+        driver's next pipeline (its shard 'died' and was retried). The cost: a rerun in the same process
+        right after a failure may meet an attempt of the failed run still writing the same attempt's file
+        name (with the same bytes: tasks are deterministic)."""
         self._inflight.clear()
