@@ -151,6 +151,24 @@ def test_a_takedown_is_cut_by_ids_alone_when_the_text_lineage_says_ids_decide_te
     assert_same_tree(checked.out_dir, forged_fresh.out_dir)
 
 
+def test_a_split_that_lost_nothing_is_linked_from_the_earlier_build(built):
+    """A takedown of training documents only leaves every part's validation split as it was: its token and
+    offsets files are the earlier build's, linked (the same file), not written again, and the cache still
+    equals a fresh build byte for byte; the train split, cut, is written."""
+    p = built["parts"]
+    taken = [[d for n, d in enumerate(docs) if is_validation(d[0], FRACTION) or n % 3] for docs in p]
+    assert all(len(t) < len(d) for t, d in zip(taken, p))
+    inc, fresh = _incremental_and_fresh(built, "train-only", taken)
+    assert inc.counters["files/spliced"] == 4, inc.counters
+    assert_same_tree(inc.out_dir, fresh.out_dir)
+    for split, linked in (("validation", True), ("train", False)):
+        paths = sorted(glob.glob(f"{inc.out_dir}/{split}/*.npy"))
+        assert len(paths) == 8, paths  # tokens and offsets of 4 shards
+        for path in paths:
+            earlier = os.path.join(built["earlier"], split, os.path.basename(path))
+            assert os.path.samefile(path, earlier) is linked, path
+
+
 def test_another_text_lineage_is_never_cut_from(built):
     """An earlier build under another lineage (say other PII settings): none of its shards is taken or cut."""
     p, root = built["parts"], built["root"]

@@ -50,8 +50,8 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (copy_file, is_dir, is_local, link_or_copy, read_bytes, sha256_file,
-                                store_url, write_noted)
+from datakit.core.fsio import (copy_file, is_dir, is_local, link_or_copy, local_path, note_published, read_bytes,
+                                sha256_file, store_url, write_noted)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
@@ -502,17 +502,20 @@ def _earlier_file(earlier: reuse.Earlier, rel: str | None) -> bytes | None:
     return data if xxhash.xxh3_128_hexdigest(data) == earlier.hashes[rel] else None
 
 
+def _earlier_rel(earlier: reuse.Earlier, key: str, split: str, kind: str) -> str | None:
+    """The earlier unit ``key``'s ``kind`` file ("tokens" or "offsets") of ``split``, relative to its cache."""
+    return next((r for r in earlier.keys[key].files
+                 if not _is_ids(r) and _shard_file(r) == (TokenCacheDir.split_rel(split), kind)), None)
+
+
 def _earlier_splits(earlier: reuse.Earlier, key: str) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
     """Per split, the earlier unit ``key``'s shard (tokens, offsets); None when a file is gone or damaged
     or a shard's offsets do not fit its tokens."""
-    files = earlier.keys[key].files
     out = {}
     for s in SPLITS:
         arrays = []
         for kind in _SHARD_FILES:
-            rel = next((r for r in files if not _is_ids(r) and _shard_file(r) == (TokenCacheDir.split_rel(s), kind)),
-                       None)
-            data = _earlier_file(earlier, rel)
+            data = _earlier_file(earlier, _earlier_rel(earlier, key, s, kind))
             if data is None:
                 return None
             arrays.append(trim.from_npy_bytes(data))
@@ -581,7 +584,7 @@ def _spliced(spec: _ShardSpec, path: str, key: str | None, names: dict[str, str]
         fresh = _encode_fresh(spec, [texts[i].as_py() for i in new_rows.tolist()])
     mine = {s: _select(fresh[0], fresh[1], np.searchsorted(new_rows, fresh_rows[s])) if fresh is not None else None
             for s in SPLITS}
-    return _write_spliced(spec, (key, names, fp), earlier, rows, mine, hashes, in_split,
+    return _write_spliced(spec, (key, names, fp), (spec.trim_from[path], earlier), rows, mine, hashes, in_split,
                           fresh[2] if fresh else None)
 
 
@@ -611,8 +614,34 @@ def _cut(spec: _ShardSpec, path: str, shard: tuple[str | None, dict[str, str], d
         return None
     rows, pos = found
     hashes = earlier_ids[pos]
-    return _write_spliced(spec, shard, earlier, rows, {s: None for s in SPLITS}, hashes, _in_split(hashes, spec),
-                          None)
+    return _write_spliced(spec, shard, (spec.trim_from[path], earlier), rows, {s: None for s in SPLITS}, hashes,
+                          _in_split(hashes, spec), None)
+
+
+def _whole(rows: np.ndarray, n: int) -> bool:
+    """``rows`` are all ``n`` rows of the earlier split, in order (nothing removed, nothing moved)."""
+    return len(rows) == n and bool((rows == np.arange(n)).all())
+
+
+def _linked_split(spec: _ShardSpec, earlier_key: str, split: str, split_dir: str, names: dict[str, str]
+                  ) -> dict[str, str] | None:
+    """The earlier unit's token and offsets files of ``split``, linked under this shard's names (the very
+    bytes splicing would write: same documents, same dtypes), and their checksums; None where that is not
+    a local link (an object store's copy costs what a write does) or a file is missing."""
+    if not (is_local(spec.out_dir) and is_local(spec.earlier.step_dir)):
+        return None
+    sums = {}
+    for kind in _SHARD_FILES:
+        rel = _earlier_rel(spec.earlier, earlier_key, split, kind)
+        if rel is None:
+            return None
+        dst = C.join(split_dir, names[kind])
+        try:
+            link_or_copy(C.join(spec.earlier.step_dir, rel), dst)
+        except FileNotFoundError:
+            return None
+        sums[kind] = note_published(dst, os.path.getsize(local_path(dst)), spec.earlier.hashes[rel]).xxh3_128
+    return sums
 
 
 def _in_split(hashes: np.ndarray, spec: _ShardSpec) -> dict[str, np.ndarray]:
@@ -622,21 +651,28 @@ def _in_split(hashes: np.ndarray, spec: _ShardSpec) -> dict[str, np.ndarray]:
 
 
 def _write_spliced(spec: _ShardSpec, shard: tuple[str | None, dict[str, str], dict],
-                   earlier: dict[str, tuple[np.ndarray, np.ndarray]], rows: dict[str, np.ndarray],
+                   earlier: tuple[str, dict[str, tuple[np.ndarray, np.ndarray]]], rows: dict[str, np.ndarray],
                    mine: dict[str, tuple[np.ndarray, np.ndarray] | None], hashes: np.ndarray,
                    in_split: dict[str, np.ndarray], engine: dict | None) -> dict:
     """Each split's shard (``shard``: its key, file names and fingerprint) from the earlier shard's
     ``rows`` and the split's freshly encoded documents (``mine``, None: none), then its document hashes,
-    markers and counters: the task's result."""
+    markers and counters: the task's result. ``earlier``: the earlier unit's key and its shard (per
+    split, tokens and offsets). A split that keeps every earlier document in order and adds none is the
+    earlier split's files, linked (`_linked_split`), not written again."""
     key, names, fp = shard
     dirs = {s: TokenCacheDir(spec.out_dir).split(s) for s in SPLITS}
     none = (np.empty(0, np.dtype(spec.dtype)), np.zeros(1, np.int64))
     counts, sums = {}, {}
     for s in SPLITS:
-        tokens, offsets = trim.splice(*earlier[s], rows[s], *(mine[s] or none))
-        sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
-                                                np.asarray(tokens, dtype=np.dtype(spec.dtype))),
-                   "offsets": C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)}
+        tokens, offsets = earlier[1][s]
+        sums[s] = _linked_split(spec, earlier[0], s, dirs[s], names) if (
+            mine[s] is None and _whole(rows[s], len(offsets) - 1) and tokens.dtype == np.dtype(spec.dtype)
+            and offsets.dtype == np.dtype("<i8")) else None
+        if sums[s] is None:
+            tokens, offsets = trim.splice(tokens, offsets, rows[s], *(mine[s] or none))
+            sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
+                                                    np.asarray(tokens, dtype=np.dtype(spec.dtype))),
+                       "offsets": C.write_npy_atomic(C.join(dirs[s], names["offsets"]), offsets)}
         counts[s] = {"rows": len(offsets) - 1, "tokens": len(tokens), "bytes": int(hashes[in_split[s], 2].sum())}
     _write_ids(spec, key, hashes)
     _write_markers(dirs, names, fp, counts, _BadRows(), sums)
