@@ -32,6 +32,7 @@ from datakit.shuffle import (
 )
 from datakit.shuffle.backends import local_backend
 from datakit.shuffle.frames import RunWriter, iter_run, read_sidecar_runs
+from datakit.shuffle.zygote import _running
 
 
 
@@ -519,15 +520,6 @@ def test_stage_checkpoints_resume_after_failure(tmp_path, backend):
     assert result.stats[0].skipped  # the map stage came from its checkpoint
     assert len(calls.read_text()) == first_calls
     assert sorted(result.items) == [(k, 10) for k in range(20)]
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (one its parent has not reaped yet is gone too)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[-1][:1] != "Z"
-    except OSError:
-        return False
 
 
 def _slow_or_failing(marks: Path):
