@@ -522,6 +522,41 @@ def test_stage_checkpoints_resume_after_failure(tmp_path, backend):
     assert sorted(result.items) == [(k, 10) for k in range(20)]
 
 
+def _fails_once_shard_0_wrote(work: Path, gate: Path):
+    def fn(x):
+        if x == 1 and not gate.exists():  # fails, once shard 0's shuffle file is written (bounded wait)
+            deadline = time.monotonic() + 120
+            while not any(work.rglob("map-00000*.index")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            raise RuntimeError("shard 1 fails")
+        return x
+    return fn
+
+
+def test_a_rerun_on_a_work_dir_writes_its_attempts_under_names_of_its_own(tmp_path, backend):
+    """Each call's attempt files carry a tag of their own (`TaskSpec.attempt_tag`), so an attempt that a
+    failed call left running (on Ray it runs to its end: `RayBackend.cancel_all`) never writes the name
+    the rerun's attempt of the same shard writes. Here the failed call's shuffle file of shard 0 is still
+    in the stage dir when the rerun writes its own, and the rerun's clean-up removes it."""
+    work, gate = tmp_path / "work", tmp_path / "gate"
+
+    def build():
+        return (Dataset.from_items([0, 1], 2).map(_fails_once_shard_0_wrote(work, gate))
+                .group_by(lambda x: x % 2, lambda k, it: (k, sorted(it)), num_shards=2))
+
+    conf = cfg(backend, work_dir=str(work), max_attempts=1, keep_work_dir=True)
+    with pytest.raises(ShardFailed, match="shard 1 fails"):
+        build().collect(conf)
+    left = {p.name for p in work.rglob("map-00000*")}
+    assert left, "the failed call left no file of shard 0"
+    gate.write_text("")
+    assert sorted(build().collect(conf)) == [(0, [0]), (1, [1])]
+    [marker] = work.rglob("stage-000/_SUCCESS.json")
+    accepted = {Path(p).name for p in json.loads(marker.read_text())["indexes"]}
+    assert len(accepted) == 2 and not accepted & left, (accepted, left)
+    assert not {p.name for p in work.rglob("map-00000*")} & left  # the failed call's files are cleaned up
+
+
 def _slow_or_failing(marks: Path):
     def fn(x):
         if x == 0:  # the slow shard: says which process runs it, then waits for the test's gate (bounded)

@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,6 +250,7 @@ class _Run:
     progress: Any
     root: str
     temporary: bool  # a private temp dir: no checkpoints, removed at the end
+    tag: str = field(default_factory=lambda: "-" + uuid.uuid4().hex[:8])  # this call's attempt files (TaskSpec)
     indexes: dict[int, list[str]] = field(default_factory=dict)
     counters: Counter = field(default_factory=Counter)
     items: list = field(default_factory=list)
@@ -317,7 +319,7 @@ def _run_stage(run: _Run, stage: Stage, st: StageStats) -> None:
     config = run.config
     specs = [
         TaskSpec(stage.id, i, stage.num_tasks, stage.pipe.for_shard(i), stage.output, upstream,
-                 stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i))
+                 stage_dir, config.map_flush_bytes, config.reduce_memory_bytes, stage.pipe.label(i), run.tag)
         for i in range(stage.num_tasks)
     ]
     tick = _Bar(run.progress, config, stage, len(specs))

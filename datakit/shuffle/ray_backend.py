@@ -83,7 +83,6 @@ class RayBackend(Backend):
         driver's task manager ("Tried to complete task that was not pending"), which ends the driver
         process with exit code 1 (seen here about once in a hundred failed pipelines; it ended a whole test
         session), and a forced cancel killed workers that had finished the attempt and taken a task of the
-        driver's next pipeline (its shard 'died' and was retried). The cost: a rerun in the same process
-        right after a failure may meet an attempt of the failed run still writing the same attempt's file
-        name (with the same bytes: tasks are deterministic)."""
+        driver's next pipeline (its shard 'died' and was retried). An attempt left running never writes
+        over a rerun's files: each execute call names its attempt files apart (`TaskSpec.attempt_tag`)."""
         self._inflight.clear()

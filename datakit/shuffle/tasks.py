@@ -46,6 +46,10 @@ class TaskSpec:
     flush_bytes: int
     reduce_memory_bytes: int
     label: str
+    # Names this execute call's attempt files apart from another call's of the same stage: a work_dir's
+    # stage dir outlives a call, and an attempt a failed call left running (Ray's, see
+    # RayBackend.cancel_all) must not write the name the rerun's attempt of that shard writes.
+    attempt_tag: str = ""
 
 
 class _Count:
@@ -265,7 +269,7 @@ def _map_batches(items: Iterator[Any], fn, where: str) -> Iterator[Any]:
 
 
 def _write_columnar(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, attempt: int) -> dict:
-    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
+    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}{spec.attempt_tag}"
     where = f"stage {spec.stage_id}, {spec.label}"
     writer = columnar.ArrowRunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
                                      out.key, out.sort_by, out.combiner, where)
@@ -296,7 +300,7 @@ def _write_shuffle(spec: TaskSpec, items: Iterator[Any], out: ShuffleOutput, att
     makedirs(spec.stage_dir)
     if isinstance(out.key, str):
         return _write_columnar(spec, items, out, attempt)
-    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}"
+    base = f"{spec.stage_dir}/map-{spec.shard:05d}.a{attempt}{spec.attempt_tag}"
     writer = RunWriter(base + ".data", base + ".index", out.num_targets, spec.flush_bytes,
                        _combine(out.combiner) if out.combiner else None, out.sort_by is not None)
     n = out.num_targets
@@ -344,7 +348,7 @@ def _collect(spec: TaskSpec, items: Iterator[Any], attempt: int) -> dict:
     if len(blob) <= INLINE_RESULT_BYTES:
         return {"items": blob, "rows": len(data), "records": len(data)}
     makedirs(spec.stage_dir)
-    path = f"{spec.stage_dir}/result-{spec.shard:05d}.a{attempt}.pkl.zst"
+    path = f"{spec.stage_dir}/result-{spec.shard:05d}.a{attempt}{spec.attempt_tag}.pkl.zst"
     atomic_write_bytes(path, zstandard.ZstdCompressor(level=1).compress(blob))
     return {"items_path": path, "rows": len(data), "records": len(data)}
 
