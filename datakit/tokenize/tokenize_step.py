@@ -50,8 +50,8 @@ import xxhash
 
 from datakit.shuffle import Dataset, ExecConfig, FileInfo, backend_capabilities, counters, list_files, small_job_config
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import (copy_file, is_dir, is_local, link_or_copy, local_path, note_published, read_bytes,
-                                sha256_file, store_url, write_noted)
+from datakit.core.fsio import (copy_file, is_dir, is_local, link_or_copy, read_bytes, sha256_file,
+                                store_url, write_noted)
 from datakit.core.layout import TOKENIZER_FILE, TokenCacheDir
 from datakit.steps import reuse
 from datakit.tokenize import cache as C
@@ -625,22 +625,18 @@ def _whole(rows: np.ndarray, n: int) -> bool:
 
 def _linked_split(spec: _ShardSpec, earlier_key: str, split: str, split_dir: str, names: dict[str, str]
                   ) -> dict[str, str] | None:
-    """The earlier unit's token and offsets files of ``split``, linked under this shard's names (the very
-    bytes splicing would write: same documents, same dtypes), and their checksums; None where that is not
-    a local link (an object store's copy costs what a write does) or a file is missing."""
+    """The earlier unit's token and offsets files of ``split``, taken under this shard's names
+    (`reuse.take_file`: the very bytes splicing would write, same documents and dtypes), and their
+    checksums; None where that is not a local link (an object store's copy costs what a write does) or a
+    file is gone or no longer what the earlier build recorded."""
     if not (is_local(spec.out_dir) and is_local(spec.earlier.step_dir)):
         return None
     sums = {}
     for kind in _SHARD_FILES:
         rel = _earlier_rel(spec.earlier, earlier_key, split, kind)
-        if rel is None:
+        if rel is None or not reuse.take_file(spec.earlier, rel, C.join(split_dir, names[kind])):
             return None
-        dst = C.join(split_dir, names[kind])
-        try:
-            link_or_copy(C.join(spec.earlier.step_dir, rel), dst)
-        except FileNotFoundError:
-            return None
-        sums[kind] = note_published(dst, os.path.getsize(local_path(dst)), spec.earlier.hashes[rel]).xxh3_128
+        sums[kind] = spec.earlier.hashes[rel]
     return sums
 
 
@@ -665,9 +661,9 @@ def _write_spliced(spec: _ShardSpec, shard: tuple[str | None, dict[str, str], di
     counts, sums = {}, {}
     for s in SPLITS:
         tokens, offsets = earlier[1][s]
-        sums[s] = _linked_split(spec, earlier[0], s, dirs[s], names) if (
-            mine[s] is None and _whole(rows[s], len(offsets) - 1) and tokens.dtype == np.dtype(spec.dtype)
-            and offsets.dtype == np.dtype("<i8")) else None
+        untouched = (mine[s] is None and _whole(rows[s], len(offsets) - 1)
+                     and tokens.dtype == np.dtype(spec.dtype) and offsets.dtype == np.dtype("<i8"))
+        sums[s] = _linked_split(spec, earlier[0], s, dirs[s], names) if untouched else None
         if sums[s] is None:
             tokens, offsets = trim.splice(tokens, offsets, rows[s], *(mine[s] or none))
             sums[s] = {"tokens": C.write_npy_atomic(C.join(dirs[s], names["tokens"]),
