@@ -51,6 +51,7 @@ class Outcome:
     failure: Failure | None = None
     line_drops: dict[str, int] = field(default_factory=dict)
     settings: LanguageSettings | None = None  # the document language's rules (None: removed before them)
+    detected: tuple[str, float] | None = None  # its language ID when found with other documents' (run())
 
     @property
     def skipped(self) -> tuple[str, ...]:
@@ -71,8 +72,10 @@ class Chain:
         self._bad_words = {(rules.c4.bad_words, rules.c4.bad_words_file): c4.bad_words(rules.c4)}
         self._languages: dict[str, LanguageSettings] = {}
 
-    def run(self, doc: dict) -> Outcome:
-        r, out = self.rules, Outcome(doc["text"])
+    def run(self, doc: dict, detected: tuple[str, float] | None = None) -> Outcome:
+        """The document through the rules. ``detected``: its language ID (`langid.detect` of its text),
+        when the caller found it with others (`langid.detect_many`); else found here."""
+        r, out = self.rules, Outcome(doc["text"], detected=detected)
         steps = (self._url, self._langid, self._language, self._repetition, self._quality, self._c4, self._fineweb)
         for step in steps:
             failure = step(doc, out)
@@ -95,7 +98,7 @@ class Chain:
         cfg = self.rules.langid
         if not cfg.enabled:
             return None
-        lang, score = langid.detect(out.text, cfg.max_chars)
+        lang, score = out.detected if out.detected is not None else langid.detect(out.text, cfg.max_chars)
         out.measures.update(lang=lang, lang_score=score)
         if cfg.languages and lang not in cfg.languages:
             return Failure("langid.languages", score, f"lang = {lang} (score {score:.4f}), allowed {list(cfg.languages)}")
