@@ -136,3 +136,15 @@ def test_language_id_imports_no_pandas():
             "langid.detect_many(['das ist</s> deutsch', 'x\\ty', 'hello world']); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_line_past_the_long_line_limit_gets_fasttexts_answer(both, monkeypatch):
+    """Summed over its distinct words (memory follows its words): the same label and score."""
+    model, ours = both
+    lines = EDGE[:6] + _texts(sorted(glob.glob("/usr/share/common-licenses/*"))[:4])
+    want = lid176.Predictor(ours.m).predict_many(lines)
+    monkeypatch.setattr(lid176, "_LONG_LINE", 3)
+    got = lid176.Predictor(ours.m).predict_many(lines)
+    _assert_same(model, lines, got)
+    assert [g[0] for g in got] == [w[0] for w in want]
+    assert max(abs(g[1] - w[1]) for g, w in zip(got, want)) < 1e-9

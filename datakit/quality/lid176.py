@@ -40,16 +40,19 @@ _EOS = "</s>"
 _SEPARATORS = "\n\r\t\v\f\x00"
 _POOL = pa.system_memory_pool()
 _LOG_EPS = 1e-5  # fastText's std_log(x) = log(x + 1e-5)
-# Words kept per process: a cache of this many words takes about 10 MB (each word's 16 float32s, its
+# Words kept per process: a cache of this many words takes about 25 MB (each word's 16 float32s, its
 # string and dict entry); when full, the half used last stays, so memory stays bounded on text with an
 # endless tail of words. What is kept never changes a result (a word's sum is computed alike). On the
-# pipeline benchmark's corpus 50,000 words cost 4% more CPU than 150,000 and 26 MB less.
-_CACHE_MAX = 50_000
-# Lines split and looked up together (numpy's and Arrow's cost per call spread over them), up to
-# 512 kB of text: a batch's Arrow arrays and word lists take about 8 MB, from the system allocator,
-# which gives them back (Arrow's default pool keeps the pages it freed); 256 kB cost 10% more CPU.
+# pipeline benchmark's corpus 150,000 words with 1 MB batches took 10% less CPU than 50,000 with 512 kB.
+_CACHE_MAX = 150_000
+# Lines split and looked up together (numpy's and Arrow's cost per call spread over them), up to 1 MB
+# of text: a batch's Arrow arrays, word lists and rows take about 15 MB, from the system allocator,
+# which gives them back (Arrow's default pool keeps the pages it freed).
 _BATCH = 1024
-_BATCH_CHARS = 1 << 19
+_BATCH_CHARS = 1 << 20
+# A line of more tokens than this is summed over its distinct words, not token by token (a 16-float row
+# per token: 64 MB at this length).
+_LONG_LINE = 1 << 20
 
 
 class _Reader:
@@ -363,25 +366,32 @@ class Predictor:
 
     def _hidden(self, ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Each line's sentence vector from its words' cache rows (``ids``, ``sizes`` per line): the mean
-        of all its ids' rows, ``</s>`` included. Over each line's distinct words, weighted by their
-        counts, in the order they first occur in it, summed by numpy's reductions (no BLAS, whose kernels
-        may order additions by memory alignment): memory follows the words, not the tokens, and a line's
-        sums depend on the line alone, never on the cache or the lines beside it."""
+        of all its ids' rows, ``</s>`` included, summed in token order by numpy's reductions (no BLAS,
+        whose kernels may order additions by memory alignment), so a line's sums depend on the line
+        alone, never on the cache or the lines beside it. A line of more than `_LONG_LINE` tokens is
+        summed over its distinct words instead (`_hidden_by_words`), so memory follows its words."""
         m = self.m
         hidden = np.zeros((len(sizes), self.sums.shape[1]), np.float64)
         total = np.ones(len(sizes), np.float64)  # </s>
-        if len(ids):
-            span = np.int64(len(self.index) + 1)
-            key = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes) * span + ids
-            pairs, first, counts = np.unique(key, return_index=True, return_counts=True)
-            order = np.argsort(first, kind="stable")  # by first occurrence: grouped by line, in line order
-            pairs, weight = pairs[order], counts[order].astype(np.float64)
-            line, row = np.divmod(pairs, span)
-            some = sizes > 0
-            starts = np.searchsorted(line, np.flatnonzero(some))
-            hidden[some] = np.add.reduceat(self.sums[row] * weight[:, None], starts, axis=0)
-            total[some] += np.add.reduceat(self.nids[row] * weight, starts)
+        long = sizes > _LONG_LINE
+        short = (sizes > 0) & ~long
+        if short.any():
+            mine = ids[np.repeat(short, sizes)]
+            starts = (np.cumsum(sizes[short]) - sizes[short])
+            hidden[short] = np.add.reduceat(self.sums[mine], starts, axis=0, dtype=np.float64)
+            total[short] += np.add.reduceat(self.nids[mine], starts)
+        ends = np.cumsum(sizes)
+        for i in np.flatnonzero(long).tolist():
+            hidden[i], total[i] = self._hidden_by_words(ids[ends[i] - sizes[i]:ends[i]])
         return (hidden + m.rows[m.eos]) / total[:, None]
+
+    def _hidden_by_words(self, ids: np.ndarray) -> tuple[np.ndarray, float]:
+        """One long line's sum of rows and count of ids (``</s>`` included), over its distinct words
+        weighted by their counts, in the order they first occur."""
+        rows, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        order = np.argsort(first)
+        rows, weight = rows[order], counts[order].astype(np.float64)
+        return (self.sums[rows] * weight[:, None]).sum(axis=0), float((self.nids[rows] * weight).sum()) + 1.0
 
     def _make_room(self) -> None:
         """Keep the half of the cache used last (the batch at hand's words first: they carry its number),

@@ -40,7 +40,7 @@ from .transform import REMOVED_VALUE_SCHEMA, FileKey, documents_result, run_per_
 if TYPE_CHECKING:  # the chain is imported where it runs: planning a run never compiles its rules
     from datakit.quality.chain import Chain
 
-VERSION = "4"
+VERSION = "5"
 # removed/ rows: the transform's columns and value, then the language ID's label and score
 REMOVED_SCHEMA = REMOVED_VALUE_SCHEMA.append(pa.field("lang", pa.string())).append(pa.field("lang_score", pa.float64()))
 _chains: dict[QualityRules, "Chain"] = {}  # one chain (lists loaded) per worker process and rules
