@@ -40,16 +40,17 @@ _EOS = "</s>"
 _SEPARATORS = "\n\r\t\v\f\x00"
 _POOL = pa.system_memory_pool()
 _LOG_EPS = 1e-5  # fastText's std_log(x) = log(x + 1e-5)
-# Words kept per process: a cache of this many words takes about 25 MB (each word's 16 float32s, its
+# Words kept per process: a cache of this many words takes about 10 MB (each word's 16 float32s, its
 # string and dict entry); when full, the half used last stays, so memory stays bounded on text with an
 # endless tail of words. What is kept never changes a result (a word's sum is computed alike). On the
-# pipeline benchmark's corpus 150,000 words with 1 MB batches took 10% less CPU than 50,000 with 512 kB.
-_CACHE_MAX = 150_000
-# Lines split and looked up together (numpy's and Arrow's cost per call spread over them), up to 1 MB
-# of text: a batch's Arrow arrays, word lists and rows take about 15 MB, from the system allocator,
-# which gives them back (Arrow's default pool keeps the pages it freed).
+# pipeline benchmark's corpus 150,000 words with 1 MB batches took 10% less CPU than 50,000 with 512 kB,
+# for about 50 MB more per worker (a quality worker's peak RSS +107 MB over 6,000 documents against +58).
+_CACHE_MAX = 50_000
+# Lines split and looked up together (numpy's and Arrow's cost per call spread over them), up to 512 kB
+# of text: a batch's Arrow arrays, word lists and rows take about 8 MB, from the system allocator, which
+# gives them back (Arrow's default pool keeps the pages it freed).
 _BATCH = 1024
-_BATCH_CHARS = 1 << 20
+_BATCH_CHARS = 1 << 19
 # A line of more tokens than this is summed over its distinct words, not token by token (a 16-float row
 # per token: 64 MB at this length).
 _LONG_LINE = 1 << 20
