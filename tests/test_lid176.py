@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from datakit.core.fasttext_format import fnv1a_spans
 from datakit.quality import langid, lid176
 from system_packages import needs
 
@@ -148,3 +149,32 @@ def test_a_line_past_the_long_line_limit_gets_fasttexts_answer(both, monkeypatch
     _assert_same(model, lines, got)
     assert [g[0] for g in got] == [w[0] for w in want]
     assert max(abs(g[1] - w[1]) for g, w in zip(got, want)) < 1e-9
+
+
+def test_both_ngram_paths_hash_as_fnv1a_spans_of_each_ngrams_bytes():
+    """The ASCII path (a level at a time over bytes) and the UTF-8 path (a character at a time) each reuse
+    the shorter n-gram's hash; both must give `fnv1a_spans` of every 2..4-character n-gram's bytes of
+    ``<word>``, in the order a word's rows are summed (by length, then start)."""
+    words = ["a", "ab", "hello", "Zeichen", "погода", "日本語です", "🙂x🙂", "e\u0301t\u00e9", "\udc80lone", "ünï"]
+    want_word, starts, lens, data = [], [], [], b""
+    for n in (2, 3, 4):
+        for i, w in enumerate(words):
+            chars = list(f"<{w}>")
+            for s in range(len(chars) - n + 1):
+                piece = "".join(chars[s:s + n]).encode("utf-8", "surrogatepass")
+                want_word.append(i)
+                starts.append(len(data))
+                lens.append(len(piece))
+                data += piece
+    want = fnv1a_spans(np.frombuffer(data, np.int8), np.array(starts), np.array(lens)).view(np.uint32)
+    order = np.argsort(want_word, kind="stable")  # per word, by length then start
+    got_word, got = lid176._utf8_ngram_hashes(words, 2, 4)
+    mine = np.argsort(got_word, kind="stable")
+    assert got_word[mine].tolist() == np.array(want_word)[order].tolist()
+    assert got[mine].tolist() == want[order].tolist()
+    m = lid176.load(langid.model_path())
+    ascii_words = [w for w in words if w.isascii()]
+    which, rows = lid176._ascii_ngram_rows(ascii_words, m)
+    wanted = lid176._utf8_ngram_hashes(ascii_words, m.minn, m.maxn)
+    kept = m.bucket_row[wanted[1] % np.uint32(m.bucket)]
+    assert which.tolist() == wanted[0][kept >= 0].tolist() and rows.tolist() == kept[kept >= 0].tolist()

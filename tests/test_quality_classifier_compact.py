@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datakit.classify import compact
-from datakit.classify.compact import Scorer, fnv1a
+from datakit.classify.compact import Scorer
+from datakit.core.fasttext_format import MAGIC, VERSION, fnv1a
 from datakit.stages.quality_classifier import score_file
 from datakit.stages.transform import REMOVED_VALUE_SCHEMA, table_bytes, transform_file
 
@@ -35,7 +36,7 @@ LABELS = [b"__label__hq", b"__label__lq"]
 def _write_model(path, words: list[bytes], s: np.ndarray, word_ngrams: int, bucket: int) -> None:
     """A compact (dimension 1) supervised softmax fastText model file: vocabulary ``words`` then the two
     labels, input rows ``s`` (len(words) + bucket), output rows [1] (positive), [-0.5]."""
-    out = [struct.pack("<ii", compact.MAGIC, compact.VERSION),
+    out = [struct.pack("<ii", MAGIC, VERSION),
            struct.pack("<12id", 1, 5, 1, 1, 5, word_ngrams, 3, 3, bucket, 0, 0, 100, 1e-4),
            struct.pack("<iiiqq", len(words) + 2, len(words), 2, 1000, -1)]
     out += [w + b"\0" + struct.pack("<qb", 1, 0) for w in words]

@@ -11,7 +11,8 @@ computes it here. The words are byte spans of the texts' own buffer, found by nu
 a word of up to 128 bytes is its own exact key (its bytes as 1 to 16 uint64s: it holds no NUL), looked up
 in the open-addressing table of its length class, built once per model, a few numpy gathers per token
 (Arrow's ``index_in`` rebuilt a hash table of the vocabulary on every call and probed it once per token:
-most of the scoring time); the few longer words are a dict of their bytes. FNV-1a hashes of the vocabulary are precomputed (computed for unknown
+most of the scoring time); the few longer words are a dict of their bytes. fastText's FNV-1a hashes
+(`core/fasttext_format.py`, shared with language ID) of the vocabulary are precomputed (computed for unknown
 words), n-gram buckets and per-document sums in numpy, in fastText's order. The result is fastText's
 ``predict`` probability (smoothing included: fastText reports exp(log(p + 1e-5))) up to float rounding
 (float64 here, float32 there: differences ~1e-7; the tests check it against fastText on real and
@@ -29,14 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.core import arrow_numpy as an
+from datakit.core.fasttext_format import EOS, LABEL_PREFIX, MAGIC, VERSION, fnv1a_spans
 
-MAGIC, VERSION = 793712314, 12
-EOS = b"</s>"
-LABEL_PREFIX = b"__label__"
 _SOFTMAX, _SUPERVISED = 3, 3
-_FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
 _NGRAM_PRIME = 116049371
-_LONG = 256  # tokens longer than this are hashed one by one
 # Text per scoring batch. Its per-token arrays (about 75 bytes per token at their peak, 10 MB for 1 MB
 # of text) bound the step's memory. Their size also decides whether glibc's malloc keeps their pages:
 # arrays past its (dynamic) mmap threshold are mapped and unmapped per batch, and every page faults
@@ -52,45 +49,6 @@ _BLOCK = 1 << 13  # the probes left of a table lookup done as one 2-d gather bel
 _CLASSES = (8, 16, 32, 64, 128)
 _MASKS = np.array([(1 << (8 * i)) - 1 for i in range(9)], dtype=np.uint64)
 _WORD_BYTES = bytes(b not in b" \t\n\v\f\r\0" for b in range(256))
-
-
-def fnv1a(tokens: pa.Array) -> np.ndarray:
-    """fastText's word hash (FNV-1a over the bytes, each byte sign-extended as a C ``char``) per token, as
-    int32 (fastText keeps word hashes in an int32 vector)."""
-    tokens = tokens.cast(pa.large_binary())
-    n = len(tokens)
-    if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    offsets = an.offsets(tokens)
-    data = np.frombuffer(tokens.buffers()[2], np.int8) if tokens.buffers()[2] is not None else np.zeros(0, np.int8)
-    return _fnv1a_spans(data, offsets[:-1], np.diff(offsets))
-
-
-def _fnv1a_spans(data: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """:func:`fnv1a` of the byte spans ``data[starts[i]:starts[i] + lens[i]]`` (``data`` int8): one numpy
-    pass per byte position over the spans still that long (short ones sorted first out), Python's loop only
-    for the rare spans longer than _LONG."""
-    n = len(starts)
-    if n == 0:
-        return np.zeros(0, dtype=np.int32)
-    h = np.full(n, _FNV_OFFSET, dtype=np.uint32)
-    short = np.flatnonzero(lens <= _LONG)
-    order = short[np.argsort(-lens[short], kind="stable")]  # longest first: position j is a prefix
-    first, sl = starts[order], lens[order]
-    hs = h[order]
-    active = np.searchsorted(-sl, -np.arange(int(sl[0]) if len(sl) else 0), side="left")  # lengths > j
-    prime = np.uint32(_FNV_PRIME)
-    for j, k in enumerate(active.tolist()):
-        part = hs[:k]
-        part ^= data[first[:k] + j].astype(np.int32).view(np.uint32)
-        part *= prime
-    h[order] = hs
-    for i in np.flatnonzero(lens > _LONG).tolist():
-        x = _FNV_OFFSET
-        for byte in data[starts[i]:starts[i] + lens[i]].tolist():
-            x = ((x ^ (byte & 0xFFFFFFFF)) * _FNV_PRIME) & 0xFFFFFFFF
-        h[i] = x
-    return h.view(np.int32)
 
 
 def _word_view(u8: np.ndarray) -> np.ndarray:
@@ -263,14 +221,14 @@ class Scorer:
         self.scale = float(out[pos]) - float(out[1 - pos])
         starts, lens = ends[:self.nwords], np.diff(ends[:self.nwords + 1])
         # FNV-1a as fastText's int32, sign-extended to the uint64 its n-gram hashing computes with
-        self.hashes = _fnv1a_spans(u8.view(np.int8), starts, lens).astype(np.int64).view(np.uint64)
+        self.hashes = fnv1a_spans(u8.view(np.int8), starts, lens).astype(np.int64).view(np.uint64)
         self.s_words = np.append(s[:self.nwords], np.float32(0.0))  # id -1 (unknown): a +0.0 term
         self.s_buckets = s[self.nwords:].copy()
         self.finite = bool(np.isfinite(s).all())
         self._tables(u8[:ends[self.nwords]], starts, lens)
-        eos = self._short.find(np.array([[int.from_bytes(EOS, "little")]], np.uint64))[0]
+        eos = self._short.find(np.array([[int.from_bytes(EOS.encode(), "little")]], np.uint64))[0]
         if eos < 0:
-            raise ValueError(f"{path}: the model's vocabulary has no {EOS.decode()} (not a fastText model)")
+            raise ValueError(f"{path}: the model's vocabulary has no {EOS} (not a fastText model)")
         self.eos = int(eos)
 
     def _tables(self, u8: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> None:
@@ -319,9 +277,9 @@ class Scorer:
         if len(unknown):
             at, size = starts[unknown], lens[unknown]
             is_label = size > 8
-            for j, byte in enumerate(LABEL_PREFIX):
+            for j, byte in enumerate(LABEL_PREFIX.encode()):
                 is_label[is_label] = u8[at[is_label] + j] == byte
-            hashes[unknown[~is_label]] = _fnv1a_spans(u8.view(np.int8), at[~is_label], size[~is_label]).astype(
+            hashes[unknown[~is_label]] = fnv1a_spans(u8.view(np.int8), at[~is_label], size[~is_label]).astype(
                 np.int64).view(np.uint64)
         del starts, lens  # not needed past here: the means' arrays take their place
         doc = np.repeat(np.arange(ndocs), ntok)

@@ -31,11 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from datakit.core import arrow_numpy as an
+from datakit.core.fasttext_format import EOS, FNV_OFFSET, FNV_PRIME, LABEL_PREFIX, MAGIC, VERSION
 
-_MAGIC, _VERSION = 793712314, 12
-_FNV_OFFSET, _FNV_PRIME = np.uint32(2166136261), np.uint32(16777619)
-_LABEL = "__label__"
-_EOS = "</s>"
 # fastText's word separators besides the space (Dictionary::readWord), each replaced by a space.
 _SEPARATORS = "\n\r\t\v\f\x00"
 _POOL = pa.system_memory_pool()
@@ -162,8 +159,8 @@ def load(path: str) -> Model:
     with open(path, "rb") as f:
         r = _Reader(f.read())
     magic, version = r.take("<2i")
-    if (magic, version) != (_MAGIC, _VERSION):
-        raise ValueError(f"{path}: not a fastText model of format version {_VERSION}")
+    if (magic, version) != (MAGIC, VERSION):
+        raise ValueError(f"{path}: not a fastText model of format version {VERSION}")
     dim, _ws, _epoch, _mincount, _neg, word_ngrams, loss, _model, bucket, minn, maxn, _lr = r.take("<12i")
     r.take("<d")
     if loss != 1 or word_ngrams > 1:  # loss_name::hs is 1; word n-grams would tie a word to its neighbours
@@ -178,7 +175,7 @@ def load(path: str) -> Model:
         if kind == 0:
             words.append(word)
         else:
-            labels.append(word[len(_LABEL):] if word.startswith(_LABEL) else word)
+            labels.append(word[len(LABEL_PREFIX):] if word.startswith(LABEL_PREFIX) else word)
             counts.append(count)
     pairs = r.array("<i4", 2 * max(pruneidx_size, 0)).reshape(-1, 2)
     (quant_input,) = r.take("<?")
@@ -193,7 +190,7 @@ def load(path: str) -> Model:
     vocab = {w: i for i, w in enumerate(words)}
     assert len(words) == nwords and len(labels) == nlabels and rows.shape[1] == dim
     return Model(labels, vocab, bucket_row, rows,
-                 out[:nlabels - 1].astype(np.float64), _tree(counts), minn, maxn, bucket, vocab[_EOS])
+                 out[:nlabels - 1].astype(np.float64), _tree(counts), minn, maxn, bucket, vocab[EOS])
 
 
 def _ngram_rows(words: list[str], m: "Model") -> tuple[np.ndarray, np.ndarray]:
@@ -223,11 +220,11 @@ def _ascii_ngram_rows(words: list[str], m: "Model") -> tuple[np.ndarray, np.ndar
     buf = np.frombuffer(data + b"\x00" * m.maxn, np.uint8).astype(np.uint32)
     room = np.repeat(word_end, size) - np.arange(len(data))  # bytes from each to its word's end
     out_at, out_row = [], []
-    h = np.full(len(data), _FNV_OFFSET, np.uint32)
+    h = np.full(len(data), FNV_OFFSET, np.uint32)
     bucket = np.uint32(m.bucket)
     for n in range(1, m.maxn + 1):
         np.bitwise_xor(h, buf[n - 1:n - 1 + len(data)], out=h)
-        np.multiply(h, _FNV_PRIME, out=h)
+        np.multiply(h, FNV_PRIME, out=h)
         if n >= m.minn:
             row = m.bucket_row[h % bucket]
             at = np.flatnonzero((row >= 0) & (room >= n))
@@ -239,7 +236,10 @@ def _ascii_ngram_rows(words: list[str], m: "Model") -> tuple[np.ndarray, np.ndar
 
 
 def _utf8_ngram_hashes(words: list[str], minn: int, maxn: int) -> tuple[np.ndarray, np.ndarray]:
-    """The n-gram hashes of any words (`_ngram_rows`): each n-gram grown a character (1-4 bytes) at a time."""
+    """The n-gram hashes of any words (`_ngram_rows`): each n-gram grown a character (1-4 bytes) at a time
+    from the one a character shorter, the same hashes as `fnv1a_spans` of each n-gram's bytes (a test holds
+    them equal), which hashes every n-gram from its first byte: 1.45x this path's CPU on 51k distinct
+    non-ASCII words of man pages in 8 languages."""
     if not words:
         return np.zeros(0, np.int64), np.zeros(0, np.uint32)
     pieces = [f"<{w}>".encode("utf-8", "surrogatepass") for w in words]
@@ -252,7 +252,7 @@ def _utf8_ngram_hashes(words: list[str], minn: int, maxn: int) -> tuple[np.ndarr
     char_end = np.minimum(next_start, word_end[word_of])  # a character ends at the next one or its word's end
     last_char = np.searchsorted(starts, word_end[word_of], side="left") - 1  # each char's word's last char
     out_word, out_hash = [], []
-    h = np.full(len(starts), _FNV_OFFSET, np.uint32)
+    h = np.full(len(starts), FNV_OFFSET, np.uint32)
     alive = np.arange(len(starts))  # n-gram starts still growing
     for n in range(1, maxn + 1):
         alive = alive[alive + n - 1 <= last_char[alive]]
@@ -264,7 +264,7 @@ def _utf8_ngram_hashes(words: list[str], minn: int, maxn: int) -> tuple[np.ndarr
         for b in range(int((end - pos).max())):
             more = pos + b < end
             at = np.where(more, pos + b, 0)
-            hh = np.where(more, (hh ^ signed[at]) * _FNV_PRIME, hh)
+            hh = np.where(more, (hh ^ signed[at]) * FNV_PRIME, hh)
         h[alive] = hh
         if n >= minn:
             out_word.append(word_of[alive])
@@ -288,7 +288,7 @@ def _tokens(lines: list[str]) -> tuple[pa.Array, np.ndarray]:
     tokens = lists.flatten()
     line_of = np.repeat(np.arange(len(lines)), np.diff(an.offsets(lists)))
     keep = an.byte_lengths(tokens) > 0
-    if any(_EOS in line for line in spaced):
+    if any(EOS in line for line in spaced):
         keep &= _before_eos(tokens, line_of, len(lines))
     tokens = pc.filter(tokens, an.from_bools(keep), memory_pool=_POOL)
     return tokens, np.bincount(line_of[keep], minlength=len(lines))
@@ -298,8 +298,8 @@ def _before_eos(tokens: pa.Array, line_of: np.ndarray, n: int) -> np.ndarray:
     """Which tokens come before their line's first "</s>" token."""
     starts = an.offsets(tokens)[:-1].astype(np.int64)
     data = np.frombuffer(tokens.buffers()[2] or b"", np.uint8)
-    eos = an.byte_lengths(tokens) == len(_EOS)  # compared on the bytes: pc.equal with a str imports pandas
-    for k, byte in enumerate(_EOS.encode()):
+    eos = an.byte_lengths(tokens) == len(EOS)  # compared on the bytes: pc.equal with a str imports pandas
+    for k, byte in enumerate(EOS.encode()):
         eos[eos] &= data[starts[eos] + k] == byte
     first = np.full(n, len(tokens), np.int64)
     at = np.flatnonzero(eos)
@@ -351,8 +351,8 @@ class Predictor:
             at, row = map(np.array, zip(*own))
             sums[at] += m.rows[row]
             nids[at] += 1
-        if _LABEL in "\n".join(words):
-            plain = np.array([i for i, w in enumerate(words) if not w.startswith(_LABEL)], np.int64)
+        if LABEL_PREFIX in "\n".join(words):
+            plain = np.array([i for i, w in enumerate(words) if not w.startswith(LABEL_PREFIX)], np.int64)
             which, row = _ngram_rows([words[i] for i in plain.tolist()], m)
             at = plain[which]
         else:
