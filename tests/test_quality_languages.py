@@ -7,6 +7,7 @@ man pages (a different text), and the acceptance over many pages is tests/test_m
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import re
@@ -20,7 +21,7 @@ from datakit.pipeline import load_manifest
 from datakit.quality import gopher, languages
 from datakit.quality.chain import Chain
 from datakit.quality.config import (C4Config, GopherQualityConfig, GopherRepetitionConfig, LangIdConfig,
-                                    LanguageRules, QualityConfig, QualityRules)
+                                    LanguageRules, QualityConfig, QualityRules, UrlConfig)
 from datakit.quality.language_rules import settings_for
 from datakit.quality.text import tokens
 from datakit.stages.quality import filter_file
@@ -168,3 +169,29 @@ def test_config_round_trips_through_the_manifest(tmp_path: Path):
     s = settings_for(rules, "la")
     assert s.stop_words == frozenset({"et", "in", "est", "non"}) and s.skipped == ("gopher_repetition", "fineweb")
     assert isinstance(s.configs["c4"], C4Config)
+
+
+def test_a_document_the_url_rule_removes_goes_to_no_language_id(monkeypatch):
+    """The URL rule runs before language ID, so a document it removes has no language: the stage does not
+    detect it (its result would go unused), and an annotate-only run, which goes through every rule, does."""
+    from datakit.quality import langid
+
+    with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
+        text = f.read()
+    table = pa.table({"id": ["a", "b"], "text": [text[:4000], text[4000:8000]],
+                      "url": ["https://www.gnu.org/licenses/", "https://a.spam.co.uk/x"]})
+    asked: list[list[str]] = []
+    real = langid.detect_many
+
+    def spy(texts, max_chars):
+        asked.append(list(texts))
+        return real(texts, max_chars)
+
+    monkeypatch.setattr(langid, "detect_many", spy)
+    rules = QualityRules(url=UrlConfig(block_domains=("spam.co.uk",)), c4=C4Config(enabled=False))
+    kept, removed, stats = filter_file("f", table, rules)
+    assert asked == [[text[:4000]]] and kept.column("lang").to_pylist() == ["en"]
+    assert [r[:2] for r in removed] == [("b", "url.blocked_domain")] and removed[0][4:] == (None, None)
+    asked.clear()
+    kept, removed, _ = filter_file("f", table, dataclasses.replace(rules, annotate_only=True))
+    assert asked == [[text[:4000], text[4000:8000]]] and kept.column("lang").to_pylist() == ["en", "en"]

@@ -87,7 +87,14 @@ class Chain:
             out.text = doc["text"]
         return out
 
-    def _url(self, doc: dict, out: Outcome) -> Failure | None:
+    def reaches_langid(self, doc: dict) -> bool:
+        """Whether `run` asks for the document's language: language ID is on and the URL rule, which runs
+        first, does not remove the document (an annotate-only run goes through every rule). The stage
+        detects a file's languages together and skips the others: their result would go unused."""
+        cfg = self.rules
+        return cfg.langid.enabled and (cfg.annotate_only or self._url(doc, None) is None)
+
+    def _url(self, doc: dict, out: Outcome | None) -> Failure | None:
         url = doc.get(self.rules.url.column) if self.urls is not None else None
         if not isinstance(url, str) or not url:
             return None

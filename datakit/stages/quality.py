@@ -97,8 +97,10 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
     stats = {"docs_in": table.num_rows, "changed": 0}
     docs = table.to_pylist()
     # a file's texts go to language ID together (langid.detect_many: Arrow splits them into words at once)
-    detected = (langid.detect_many([d["text"] for d in docs], rules.langid.max_chars) if rules.langid.enabled
-                else [None] * len(docs))
+    detected: list[tuple[str, float] | None] = [None] * len(docs)
+    asked = [i for i, d in enumerate(docs) if chain.reaches_langid(d)]
+    for i, found in zip(asked, langid.detect_many([docs[i]["text"] for i in asked], rules.langid.max_chars)):
+        detected[i] = found
     for doc, found in zip(docs, detected):
         out = chain.run(doc, found)
         lang = _lang_key(rules, out.measures.get("lang"))
