@@ -25,7 +25,7 @@ from datakit.tokenize.pin import describe, pin_name, read_pin
 
 from .contract import DOCUMENTS, TOKENIZER, Graph, Stage, step_identity
 
-VERSION = "1"
+VERSION = "2"  # 2: merges learned by rustbpe (tokenize/tokenizer.py), not HF's BpeTrainer
 STEP = "tokenizer"
 
 

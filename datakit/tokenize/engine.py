@@ -55,17 +55,16 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from datakit.tokenize.byte_level import GPT2_PATTERN, bytes_to_unicode
+
 __all__ = ["ENGINES", "EngineError", "EngineChoice", "ShardEncoder", "convert", "choose", "hf_ids", "tiktoken_ids",
-           "tiktoken_arrays", "encode_thread", "check_sample", "CHECK_CHARS", "PREFIX_CHARS",
-           "GPT2_PATTERN"]
+           "tiktoken_arrays", "encode_thread", "check_sample", "CHECK_CHARS", "PREFIX_CHARS"]
 
 log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "hf", "tiktoken"]
 ENGINES: tuple[str, ...] = ("auto", "hf", "tiktoken")
 
-# What HF's ByteLevel pre-tokenizer splits with when use_regex is true (tiktoken's "gpt2" pattern).
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 # Characters of each shard that HF re-encodes to prove equality (its first pieces), and how many
 # non-ASCII pieces (up to _NON_ASCII_MAX_CHARS long) each shard's check adds so it sees non-Latin text.
@@ -86,21 +85,9 @@ class EngineError(ValueError):
 # ------------------------------------------------------------------------------------------ conversion
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character table, which byte-level BPE vocabularies are spelled in."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    table = {b: chr(b) for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + n)
-            n += 1
-    return table
-
-
 # str.translate table: a byte-level character -> the Latin-1 character of its byte; every other
 # character below 256 -> U+FFFF, which (like any unmapped character above 255) Latin-1 cannot encode.
-_TO_LATIN1 = {**{i: "\uffff" for i in range(256)}, **{ord(c): chr(b) for b, c in _bytes_to_unicode().items()}}
+_TO_LATIN1 = {**{i: "\uffff" for i in range(256)}, **{ord(c): chr(b) for b, c in bytes_to_unicode().items()}}
 
 
 def _token_bytes(token: str) -> bytes | None:
@@ -177,7 +164,7 @@ def _ranks(model: dict) -> tuple[dict[bytes, int] | None, str]:
     ids grow with merge order (then "lowest id first" is "earliest merge first")."""
     vocab: dict[str, int] = model["vocab"]
     ranks: dict[bytes, int] = {}
-    for b, ch in _bytes_to_unicode().items():
+    for b, ch in bytes_to_unicode().items():
         if ch not in vocab:
             return None, f"its vocabulary lacks the byte-level token for byte {b:#04x}"
         ranks[bytes([b])] = vocab[ch]

@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 import pyarrow.parquet as pq
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from datakit.core.fsio import atomic_write_bytes, exists, is_dir, join, open_read, read_bytes, store_url
 from datakit.core.layout import TOKENIZER_FILE, DocumentsDir, parquet_names
+from datakit.tokenize.byte_level import GPT2_PATTERN, bytes_to_unicode
 
 __all__ = [
     "EOS_TOKEN",
@@ -241,13 +242,57 @@ def new_bpe_tokenizer() -> Tokenizer:
     return tok
 
 
+def _merge_of(token: bytes, rank: int, rank_of: dict[bytes, int]) -> tuple[bytes, bytes]:
+    """The two tokens whose merge made ``token`` (of ``rank``): byte-level BPE of its bytes with the
+    merges made before it (the lowest-ranked adjacent pair first, as tiktoken encodes), which leaves
+    exactly the pair the trainer merged."""
+    parts = [token[i:i + 1] for i in range(len(token))]
+    while len(parts) > 2:
+        found = [(rank_of.get(parts[i] + parts[i + 1], rank), i) for i in range(len(parts) - 1)]
+        best, at = min(found)
+        if best >= rank:
+            break
+        parts[at:at + 2] = [parts[at] + parts[at + 1]]
+    if len(parts) != 2:
+        raise RuntimeError(f"BPE training gave token {token!r} (rank {rank}) no pair of earlier tokens")
+    return parts[0], parts[1]
+
+
+def _bpe_from_ranks(ranks: list[tuple[bytes, int]], specials: list[str]) -> Tokenizer:
+    """The HF byte-level BPE of trained ranks (the 256 bytes at ranks 0-255 in byte order, then one rank
+    per merge): ``specials`` take ids 0.., then byte b id len(specials) + b, then each merge its rank
+    plus len(specials), so ids follow merge order (what `engine.convert` needs for tiktoken)."""
+    spell = bytes_to_unicode()
+    rank_of = dict(ranks)
+    if any(rank_of.get(bytes([b])) != b for b in range(256)):
+        raise RuntimeError("BPE training did not give the 256 bytes ranks 0-255 in byte order")
+    vocab = {s: i for i, s in enumerate(specials)}
+    merges = []
+    for token, rank in sorted(ranks, key=lambda tr: tr[1]):
+        vocab["".join(spell[b] for b in token)] = len(specials) + rank
+        if rank >= 256:
+            merges.append(tuple("".join(spell[b] for b in part) for part in _merge_of(token, rank, rank_of)))
+    tok = new_bpe_tokenizer()
+    tok.model = models.BPE(vocab=vocab, merges=merges)
+    tok.add_special_tokens(specials)
+    return tok
+
+
 def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 8192,
                     max_bytes: int = 20_000_000, seed: int = 0) -> dict:
     """Train a byte-level BPE on up to ``max_bytes`` of the sources; write ``out_dir/tokenizer.json``.
 
-    Deterministic: the same inputs and arguments give byte-identical tokenizer.json (the sample order
-    is fixed and the HF BPE trainer breaks count ties by token id). Special tokens take ids 0..2:
-    EOS, BOS, PAD. Returns the identity dict plus the path and how much text was used."""
+    The merges are learned by rustbpe (the GPT-2 split, words counted in parallel, the most frequent
+    pair merged first, ties broken by the pair's ranks), then written as a HF tokenizer. Why not HF's
+    BpeTrainer: it tracks each byte's alignment while counting words, 6.8 of its 8.4 CPU-s on the
+    benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good (3.1422 bytes per token on 6 MB
+    of held-out documents, both; HF's token count 1 higher). Merging stops at ``vocab_size`` or when no
+    pair is left: on a small sample a pair seen once can be merged (HF's trainer stopped at pairs seen
+    twice). Deterministic: the same inputs and arguments give byte-identical tokenizer.json whatever the
+    thread count (the sample order is fixed; the counts are sums). Special tokens take ids 0..2: EOS,
+    BOS, PAD. Returns the identity dict plus the path and how much text was used."""
+    import rustbpe
+
     if vocab_size < 256 + 3:
         raise ValueError(f"vocab_size must be >= 259 (256 bytes + 3 special tokens), got {vocab_size}")
     if max_bytes <= 0:
@@ -255,15 +300,9 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     texts = sample_corpus(list(input_dirs), max_bytes, seed)
     if not texts:
         raise ValueError(f"no non-empty text found to train a tokenizer in {list(input_dirs)}")
-    tok = new_bpe_tokenizer()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=[EOS_TOKEN, BOS_TOKEN, PAD_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer, length=len(texts))
+    trainer = rustbpe.Tokenizer()
+    trainer.train_from_iterator(iter(texts), vocab_size - 3, pattern=GPT2_PATTERN)
+    tok = _bpe_from_ranks(trainer.get_mergeable_ranks(), [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN])
     data = tok.to_str(pretty=False).encode("utf-8")
     final = join(store_url(out_dir), TOKENIZER_FILE)
     atomic_write_bytes(final, data)
@@ -275,4 +314,3 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
         "bytes_used": sum(len(t.encode("utf-8")) for t in texts),
         "requested_vocab_size": vocab_size,
     }
-
