@@ -23,6 +23,7 @@ from datakit.quality.chain import Chain
 from datakit.quality.config import (C4Config, GopherQualityConfig, GopherRepetitionConfig, LangIdConfig,
                                     LanguageRules, QualityConfig, QualityRules, UrlConfig)
 from datakit.quality.language_rules import settings_for
+from datakit.quality.urls import UrlLists
 from datakit.quality.text import tokens
 from datakit.stages.quality import filter_file
 
@@ -188,9 +189,13 @@ def test_a_document_the_url_rule_removes_goes_to_no_language_id(monkeypatch):
         return real(texts, max_chars)
 
     monkeypatch.setattr(langid, "detect_many", spy)
+    judged: list[str] = []
+    verdict = UrlLists.verdict
+    monkeypatch.setattr(UrlLists, "verdict", lambda self, url: judged.append(url) or verdict(self, url))
     rules = QualityRules(url=UrlConfig(block_domains=("spam.co.uk",)), c4=C4Config(enabled=False))
     kept, removed, stats = filter_file("f", table, rules)
     assert asked == [[text[:4000]]] and kept.column("lang").to_pylist() == ["en"]
+    assert judged == table.column("url").to_pylist()  # each URL looked up once
     assert [r[:2] for r in removed] == [("b", "url.blocked_domain")] and removed[0][4:] == (None, None)
     asked.clear()
     kept, removed, _ = filter_file("f", table, dataclasses.replace(rules, annotate_only=True))

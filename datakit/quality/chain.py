@@ -75,26 +75,32 @@ class Chain:
     def run(self, doc: dict, detected: tuple[str, float] | None = None) -> Outcome:
         """The document through the rules. ``detected``: its language ID (`langid.detect` of its text),
         when the caller found it with others (`langid.detect_many`); else found here."""
-        r, out = self.rules, Outcome(doc["text"], detected=detected)
-        steps = (self._url, self._langid, self._language, self._repetition, self._quality, self._c4, self._fineweb)
-        for step in steps:
-            failure = step(doc, out)
-            if failure is not None and out.failure is None:
-                out.failure = failure
-                if not r.annotate_only:
-                    break
+        return self.run_checked(doc, self.url_failure(doc), detected)
+
+    def run_checked(self, doc: dict, url: Failure | None, detected: tuple[str, float] | None = None) -> Outcome:
+        """`run` given the URL rule's verdict (`url_failure`), which a caller that detects languages together
+        found first, to ask language ID only for the documents that reach it (`reaches_langid`)."""
+        r, out = self.rules, Outcome(doc["text"], detected=detected, failure=url)
+        if url is None or r.annotate_only:
+            for step in (self._langid, self._language, self._repetition, self._quality, self._c4, self._fineweb):
+                failure = step(doc, out)
+                if failure is not None and out.failure is None:
+                    out.failure = failure
+                    if not r.annotate_only:
+                        break
         if r.annotate_only:
             out.text = doc["text"]
         return out
 
-    def reaches_langid(self, doc: dict) -> bool:
-        """Whether `run` asks for the document's language: language ID is on and the URL rule, which runs
-        first, does not remove the document (an annotate-only run goes through every rule). The stage
-        detects a file's languages together and skips the others: their result would go unused."""
-        cfg = self.rules
-        return cfg.langid.enabled and (cfg.annotate_only or self._url(doc, None) is None)
+    def reaches_langid(self, url: Failure | None) -> bool:
+        """Whether `run_checked` asks for the language of a document the URL rule judged so: language ID is
+        on and the URL rule, which runs first, does not remove it (an annotate-only run goes through every
+        rule). The stage detects a file's languages together and skips the others: their result would go
+        unused."""
+        return self.rules.langid.enabled and (url is None or self.rules.annotate_only)
 
-    def _url(self, doc: dict, out: Outcome | None) -> Failure | None:
+    def url_failure(self, doc: dict) -> Failure | None:
+        """The URL rule's verdict on the document (its lists' domain and URL lookups): the chain's first rule."""
         url = doc.get(self.rules.url.column) if self.urls is not None else None
         if not isinstance(url, str) or not url:
             return None

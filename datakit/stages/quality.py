@@ -97,12 +97,14 @@ def filter_file(name: str, table: pa.Table, rules: QualityRules) -> tuple[pa.Tab
     stats = {"docs_in": table.num_rows, "changed": 0}
     docs = table.to_pylist()
     # a file's texts go to language ID together (langid.detect_many: Arrow splits them into words at once)
+    # (only those the URL rule, found once per document here, lets reach it)
+    urls = [chain.url_failure(d) for d in docs]
     detected: list[tuple[str, float] | None] = [None] * len(docs)
-    asked = [i for i, d in enumerate(docs) if chain.reaches_langid(d)]
+    asked = [i for i, url in enumerate(urls) if chain.reaches_langid(url)]
     for i, found in zip(asked, langid.detect_many([docs[i]["text"] for i in asked], rules.langid.max_chars)):
         detected[i] = found
-    for doc, found in zip(docs, detected):
-        out = chain.run(doc, found)
+    for doc, url, found in zip(docs, urls, detected):
+        out = chain.run_checked(doc, url, found)
         lang = _lang_key(rules, out.measures.get("lang"))
         for why, n in out.line_drops.items():
             _bump(stats, f"c4_lines/{why}", n)
