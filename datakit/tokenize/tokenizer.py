@@ -262,16 +262,18 @@ def _bpe_from_ranks(ranks: list[tuple[bytes, int]], specials: list[str]) -> Toke
     """The HF byte-level BPE of trained ranks (the 256 bytes at ranks 0-255 in byte order, then one rank
     per merge): ``specials`` take ids 0.., then byte b id len(specials) + b, then each merge its rank
     plus len(specials), so ids follow merge order (what `engine.convert` needs for tiktoken)."""
-    spell = bytes_to_unicode()
+    alphabet = bytes_to_unicode()
     rank_of = dict(ranks)
     if any(rank_of.get(bytes([b])) != b for b in range(256)):
         raise RuntimeError("BPE training did not give the 256 bytes ranks 0-255 in byte order")
+    spelled = {token: "".join(alphabet[b] for b in token) for token in rank_of}
     vocab = {s: i for i, s in enumerate(specials)}
     merges = []
     for token, rank in sorted(ranks, key=lambda tr: tr[1]):
-        vocab["".join(spell[b] for b in token)] = len(specials) + rank
+        vocab[spelled[token]] = len(specials) + rank
         if rank >= 256:
-            merges.append(tuple("".join(spell[b] for b in part) for part in _merge_of(token, rank, rank_of)))
+            left, right = _merge_of(token, rank, rank_of)
+            merges.append((spelled[left], spelled[right]))
     tok = new_bpe_tokenizer()
     tok.model = models.BPE(vocab=vocab, merges=merges)
     tok.add_special_tokens(specials)
@@ -293,7 +295,8 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     BOS, PAD. Returns the identity dict plus the path and how much text was used."""
     import rustbpe
 
-    if vocab_size < 256 + 3:
+    specials = [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN]
+    if vocab_size < 256 + len(specials):
         raise ValueError(f"vocab_size must be >= 259 (256 bytes + 3 special tokens), got {vocab_size}")
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
@@ -301,8 +304,8 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     if not texts:
         raise ValueError(f"no non-empty text found to train a tokenizer in {list(input_dirs)}")
     trainer = rustbpe.Tokenizer()
-    trainer.train_from_iterator(iter(texts), vocab_size - 3, pattern=GPT2_PATTERN)
-    tok = _bpe_from_ranks(trainer.get_mergeable_ranks(), [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN])
+    trainer.train_from_iterator(iter(texts), vocab_size - len(specials), pattern=GPT2_PATTERN)
+    tok = _bpe_from_ranks(trainer.get_mergeable_ranks(), specials)
     data = tok.to_str(pretty=False).encode("utf-8")
     final = join(store_url(out_dir), TOKENIZER_FILE)
     atomic_write_bytes(final, data)
