@@ -56,11 +56,35 @@ def test_train_tokenizer_is_deterministic_across_processes(sources, trained, tmp
         "import sys; from datakit.tokenize.tokenizer import train_tokenizer; "
         "print(train_tokenizer(sys.argv[1:3], sys.argv[3], vocab_size=600, max_bytes=300_000)['sha256'])"
     )
-    env = dict(os.environ, PYTHONHASHSEED="123", RAYON_NUM_THREADS="1")  # the fixture's process: every core
+    env = dict(os.environ, PYTHONHASHSEED="123", RAYON_NUM_THREADS="3")  # the fixture's process: one thread
     out = subprocess.run([sys.executable, "-c", code, *sources, str(tmp_path)], capture_output=True, text=True,
                          env=env, check=True)
     assert out.stdout.strip() == trained["sha256"]
     assert open(tmp_path / "tokenizer.json", "rb").read() == open(trained["path"], "rb").read()
+
+
+_THREADS_CODE = """
+import os, sys
+from datakit.tokenize.tokenizer import sample_corpus, train_tokenizer
+sample_corpus(sys.argv[1:3], 300_000)  # Arrow's own threads start here, before the count
+before = len(os.listdir("/proc/self/task"))
+train_tokenizer(sys.argv[1:3], sys.argv[3], vocab_size=600, max_bytes=300_000)
+print(len(os.listdir("/proc/self/task")) - before, os.environ.get("RAYON_NUM_THREADS"))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in Linux's /proc")
+@pytest.mark.parametrize("given, threads", [(None, 1), ("3", 3)])
+def test_training_runs_rustbpe_on_one_thread_unless_the_user_sets_rayons_count(sources, tmp_path, given, threads):
+    """rustbpe trains on TRAIN_THREADS (1) rayon thread: its merge loop is serial and a second thread only
+    spun (a third more CPU, no less wall). A user's RAYON_NUM_THREADS is kept, and an unset one is unset
+    again after training, so a pool started later in the process keeps its default."""
+    env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
+    if given is not None:
+        env["RAYON_NUM_THREADS"] = given
+    out = subprocess.run([sys.executable, "-c", _THREADS_CODE, *sources, str(tmp_path)], capture_output=True,
+                         text=True, env=env, check=True)
+    assert out.stdout.split() == [str(threads), str(given)]
 
 
 def test_the_trained_bpe_encodes_as_its_trainers_ranks_and_as_well_as_hfs_trainer(sources, trained):

@@ -11,6 +11,7 @@ Byte-level BPE is lossless (any text decodes back exactly), which the cache's ro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -280,19 +281,43 @@ def _bpe_from_ranks(ranks: list[tuple[bytes, int]], specials: list[str]) -> Toke
     return tok
 
 
+# rustbpe's rayon threads while it trains. Only its word counting runs in parallel, a small share of the
+# training; its merge loop runs on one thread while the others spin. On the pipeline benchmark's 20 MB
+# sample (vocab 8,192 and 32,768, 2 cores), two threads took 2.6-3.1 CPU-s for 1.6-1.9 s of wall, one
+# thread 1.7-2.0 CPU-s for 1.7-2.0 s: a third of the CPU saved, the wall the same.
+TRAIN_THREADS = 1
+
+
+@contextlib.contextmanager
+def _rayon_threads(n: int) -> Iterator[None]:
+    """``RAYON_NUM_THREADS=n`` while rustbpe trains, unless the user set it. Rayon reads it once per
+    process, when the library's pool first starts (during the first training), so rustbpe keeps ``n``
+    threads in this process; the variable is restored after, so a pool that starts later (HF tokenizers'
+    in the driver) keeps its default. Nothing else runs in the driver while a step trains."""
+    if "RAYON_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["RAYON_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        os.environ.pop("RAYON_NUM_THREADS", None)
+
+
 def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 8192,
                     max_bytes: int = 20_000_000, seed: int = 0) -> dict:
     """Train a byte-level BPE on up to ``max_bytes`` of the sources; write ``out_dir/tokenizer.json``.
 
-    The merges are learned by rustbpe (the GPT-2 split, words counted in parallel, the most frequent
-    pair merged first, ties broken by the pair's ranks), then written as a HF tokenizer. Why not HF's
-    BpeTrainer: it tracks each byte's alignment while counting words, 6.8 of its 8.4 CPU-s on the
-    benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good (3.1422 bytes per token on 6 MB
-    of held-out documents, both; HF's token count 1 higher). Merging stops at ``vocab_size`` or when no
-    pair is left: on a small sample a pair seen once can be merged (HF's trainer stopped at pairs seen
-    twice). Deterministic: the same inputs and arguments give byte-identical tokenizer.json whatever the
-    thread count (the sample order is fixed; the counts are sums). Special tokens take ids 0..2: EOS,
-    BOS, PAD. Returns the identity dict plus the path and how much text was used."""
+    The merges are learned by rustbpe (the GPT-2 split, the most frequent pair merged first, ties broken
+    by the pair's ranks; on `TRAIN_THREADS` rayon thread unless RAYON_NUM_THREADS is set), then written
+    as a HF tokenizer. Why not HF's BpeTrainer: it tracks each byte's alignment while counting words, 6.8
+    of its 8.4 CPU-s on the benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good (3.1422
+    bytes per token on 6 MB of held-out documents, both; HF's token count 1 higher). Merging stops at
+    ``vocab_size`` or when no pair is left: on a small sample a pair seen once can be merged (HF's trainer
+    stopped at pairs seen twice). Deterministic: the same inputs and arguments give byte-identical
+    tokenizer.json whatever the thread count (the sample order is fixed; the counts are sums). Special
+    tokens take ids 0..2: EOS, BOS, PAD. Returns the identity dict plus the path and how much text was
+    used."""
     import rustbpe
 
     specials = [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN]
@@ -304,7 +329,8 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     if not texts:
         raise ValueError(f"no non-empty text found to train a tokenizer in {list(input_dirs)}")
     trainer = rustbpe.Tokenizer()
-    trainer.train_from_iterator(iter(texts), vocab_size - len(specials), pattern=GPT2_PATTERN)
+    with _rayon_threads(TRAIN_THREADS):
+        trainer.train_from_iterator(iter(texts), vocab_size - len(specials), pattern=GPT2_PATTERN)
     tok = _bpe_from_ranks(trainer.get_mergeable_ranks(), specials)
     data = tok.to_str(pretty=False).encode("utf-8")
     final = join(store_url(out_dir), TOKENIZER_FILE)
