@@ -9,6 +9,7 @@ library only: the peer's venv (datatrove, Ray Data) imports this module too, and
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,3 +28,18 @@ def user_env(**extra: str) -> dict[str, str]:
     package runs from its cached bytecode. Applied to both sides of a comparison."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return {**env, **extra}
+
+
+def peer_import_error(python: str | Path, imports: str, setup: str) -> str | None:
+    """None when the peer's ``python`` exists and runs ``imports``; else one line saying what it lacks and
+    where the setup line is. Checked before any side runs, so a venv missing a module (datatrove imports
+    regex, and its JsonlReader needs orjson, neither of which it requires) fails the benchmark at once,
+    not after our side's minutes, with a traceback. A missing venv is not an error here: the benchmark
+    then reports the peer's figures as null, with the reason."""
+    if not Path(python).exists():
+        return None
+    out = subprocess.run([str(python), "-c", imports], capture_output=True, text=True, cwd=str(REPO), timeout=600)
+    if out.returncode == 0:
+        return None
+    last = (out.stderr.strip().splitlines() or ["exited " + str(out.returncode)])[-1]
+    return f"the peer's venv ({python}) cannot run `{imports}`: {last}; install it with {setup}"

@@ -38,8 +38,8 @@ runs >= 2 s of wall on >= 1.8 of 2 cores, decisions agreeing >= 99%.
     .venv/bin/python -m benchmarks.fineweb --mb 25 --reuse /tmp/dk-fw25     # while iterating
     .venv/bin/python -m benchmarks.fineweb --mb 100 --reuse /tmp/dk-fw100
 Setup: the peer's venv as benchmarks/pipeline.py and benchmarks/filters.py describe (datatrove 0.10,
-'xxhash<4', orjson, spaCy, zstandard, tokenizers, fasteners, fasttext-numpy2-wheel). One JSON object on
-stdout.
+'xxhash<4', regex, orjson, spaCy, zstandard, tokenizers, fasteners, fasttext-numpy2-wheel; checked before
+either side runs). One JSON object on stdout.
 
 Measured (2-core machine shared with other jobs, load average 8-12: wall times and cores used are not
 comparable, CPU-seconds are the figure; one run per size, 2026-11-26):
@@ -78,7 +78,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_measure as measure
 from benchmarks import pipeline as pipe
-from benchmarks.common import PEER_PYTHON, REPO, module_command, user_env
+from benchmarks.common import PEER_PYTHON, REPO, module_command, peer_import_error, user_env
 
 LANG_THRESHOLD = 0.65
 GROUPS = ("langid", "gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -171,8 +171,7 @@ def run_datatrove(s: pipe.Setup, peer_python: str, all_ids: set[str]) -> dict:
     args = {"corpus": str(s.corpus_dir), "work": str(work), "workers": s.workers, "ngram": pipe.NGRAM,
             "bands": pipe.BANDS, "rows": pipe.ROWS, "files": len(s.info.files), "tokenizer": str(s.tokenizer),
             "eos": s.eos, "words": s.peer_words, "lid_model": model_path(), "lang_threshold": LANG_THRESHOLD}
-    pipe.warm(peer_python, "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, "
-                           "datatrove.pipeline.filters, spacy, zstandard, fasttext", s.corpus_dir)
+    pipe.warm(peer_python, PEER_IMPORTS, s.corpus_dir)
     result = work / "result.json"
     tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer_fineweb", json.dumps(args), str(result)),
                              user_env(**pipe.PEER_ENV), str(REPO), s.timeout)
@@ -244,6 +243,10 @@ def report(s: pipe.Setup, args, ours: dict, peer: dict, all_ids: set[str], load0
     return out
 
 
+PEER_IMPORTS = (pipe.PEER_IMPORTS + ", datatrove.pipeline.filters, fasttext, fasteners")
+PEER_SETUP = "the setup lines of benchmarks/pipeline.py's and benchmarks/filters.py's docstrings"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=100, help="MB of text in the corpus (default 100)")
@@ -260,6 +263,9 @@ def main() -> None:
                     help="the peer's MinHash words: spacy (its default) or whitespace (its fastest)")
     ap.add_argument("--timeout", type=float, default=7200)
     args = ap.parse_args()
+    missing = peer_import_error(args.peer_python, PEER_IMPORTS, PEER_SETUP)
+    if missing:
+        sys.exit(missing)
     files = args.files or max(2, round(args.mb / 50))
     work = Path(args.reuse or tempfile.mkdtemp(prefix="datakit-fineweb-bench-")).resolve()
     work.mkdir(parents=True, exist_ok=True)

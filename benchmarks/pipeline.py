@@ -42,9 +42,10 @@ with how many both sides removed). Projection: core-hours per TB of text = CPU-s
 A side that processes 0 documents is an error, never a figure. One JSON object on stdout.
 
 Setup (the peer has its own venv: datatrove 0.10 pins xxhash<4, spaCy is its word tokenizer, zstandard
-reads the .zst files; without zstandard datatrove reads 0 documents):
+reads the .zst files; without zstandard datatrove reads 0 documents; it imports regex and its JsonlReader
+needs orjson without requiring either, so the benchmark checks them before either side runs):
     python3 -m venv .venv-bench
-    .venv-bench/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy zstandard tokenizers
+    .venv-bench/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex orjson zstandard tokenizers
     .venv/bin/python -m benchmarks.pipeline --mb 20                     # a smoke run, a few minutes
     .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus and the
                                                                         #   tokenizer, reruns both sides
@@ -81,7 +82,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_corpus as corpus_mod
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import PEER_PYTHON, REPO, module_command, user_env
+from benchmarks.common import PEER_PYTHON, REPO, module_command, peer_import_error, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TOKENIZER_STEP = "tokenizer"  # datakit's step that trains (or copies) the tokenizer
@@ -210,7 +211,7 @@ def run_datatrove(s: Setup, peer_python: str, all_ids: set[str]) -> dict:
     args = {"corpus": str(s.corpus_dir), "work": str(work), "workers": s.workers, "ngram": NGRAM, "bands": BANDS,
             "rows": ROWS, "files": len(s.info.files), "tokenizer": str(s.tokenizer), "eos": s.eos,
             "words": s.peer_words}
-    warm(peer_python, "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard", s.corpus_dir)
+    warm(peer_python, PEER_IMPORTS, s.corpus_dir)
     result = work / "result.json"
     tl = measure.run_sampled(module_command(peer_python, "_pipeline_peer", json.dumps(args), str(result)),
                              user_env(**PEER_ENV), str(REPO), s.timeout)
@@ -302,6 +303,10 @@ def compare(ours: dict, peer: dict, info) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ main
+PEER_IMPORTS = "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard, orjson"
+PEER_SETUP = "the setup lines of benchmarks/pipeline.py's docstring"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=400, help="MB of text in the corpus (default 400)")
@@ -320,6 +325,9 @@ def main() -> None:
                          "whitespace (its fastest)")
     ap.add_argument("--timeout", type=float, default=7200)
     args = ap.parse_args()
+    missing = peer_import_error(args.peer_python, PEER_IMPORTS, PEER_SETUP)
+    if missing:
+        sys.exit(missing)
     files = args.files or max(2, round(args.mb / 50))
     work = Path(args.reuse or tempfile.mkdtemp(prefix="datakit-pipeline-bench-")).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -91,3 +91,17 @@ def test_a_window_says_what_the_rest_of_the_machine_ran():
     assert (w["cpu_s"], w["cores_used"], w["machine_other_cores"]) == (3.5, 1.75, 0.25)
     assert measure.window(tl, 0.0, 1.0)["machine_other_cores"] == 0.5
     assert measure.machine_cpu_s() > 0 and measure._sample(os.getpid(), {}).machine_cpu_s > 0
+
+
+def test_a_peer_venv_missing_a_module_fails_before_either_side_runs_in_one_line(tmp_path):
+    """The side-by-side benchmarks check the peer's imports first: a venv that lacks a module datatrove
+    imports without requiring it (regex, orjson) is named in one line with where the setup is, instead
+    of a traceback after our side's minutes; a venv that is not there is left to the benchmark (its peer
+    figures are then null, with the reason)."""
+    from benchmarks.common import peer_import_error
+
+    assert peer_import_error(sys.executable, "import json, os", "the docstring") is None
+    line = peer_import_error(sys.executable, "import json, no_such_module_here", "the docstring")
+    assert line is not None and "\n" not in line
+    assert "No module named 'no_such_module_here'" in line and sys.executable in line and "the docstring" in line
+    assert peer_import_error(tmp_path / "bin" / "python", "import json", "the docstring") is None
