@@ -158,7 +158,12 @@ def pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
 
 
-VERIFY_CHUNK_FINGERPRINTS = 1 << 23  # per merge step: 64 MB of uint64 keys, whatever the pairs' sizes
+# Fingerprints per merge step, whatever the pairs' sizes: 8 MB of uint64 keys. Its arrays must stay under
+# glibc malloc's largest dynamic mmap threshold (32 MB): bigger ones are mapped and unmapped per chunk, and
+# every page faults again. At 8M (64 MB of keys) the pipeline benchmark's 400 MB fuzzy step spent 2.2-2.7
+# of its 7.8-8.3 CPU-s in the kernel; at 1M, 0.7-0.9 of 6.3-6.8 (3 interleaved pairs; wall 4.8-5.2 s ->
+# 4.1-4.4). The Jaccards are the same whatever the chunk (each pair is computed on its own).
+VERIFY_CHUNK_FINGERPRINTS = 1 << 20
 
 
 def jaccard_of(sets: Ragged, iu: np.ndarray, iv: np.ndarray) -> np.ndarray:
