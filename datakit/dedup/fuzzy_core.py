@@ -158,12 +158,14 @@ def pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
 
 
-# Fingerprints per merge step, whatever the pairs' sizes: 8 MB of uint64 keys. Its arrays must stay under
-# glibc malloc's largest dynamic mmap threshold (32 MB): bigger ones are mapped and unmapped per chunk, and
-# every page faults again. At 8M (64 MB of keys) the pipeline benchmark's 400 MB fuzzy step spent 2.2-2.7
-# of its 7.8-8.3 CPU-s in the kernel; at 1M, 0.7-0.9 of 6.3-6.8 (3 interleaved pairs; wall 4.8-5.2 s ->
-# 4.1-4.4). The Jaccards are the same whatever the chunk (each pair is computed on its own).
-VERIFY_CHUNK_FINGERPRINTS = 1 << 20
+# Fingerprints per merge step, whatever the pairs' sizes: 4 MB of uint64 keys. Its arrays must stay under
+# the size malloc serves with a mapping of its own (8 MB in a worker, `shuffle.worker.MMAP_THRESHOLD_BYTES`;
+# glibc's dynamic threshold in the driver, at most 32 MB): such arrays are mapped and unmapped per chunk,
+# and every page faults again. At 8M fingerprints (64 MB of keys) the pipeline benchmark's 400 MB fuzzy
+# step took 7.8-8.3 CPU-s, 2.2-2.7 of them in the kernel; at 1M and 512k, 6.7-7.1 (interleaved runs;
+# jaccard_of alone on 34k real pairs 0.52 -> 0.26 CPU-s, 38k page faults -> 0). The Jaccards are the
+# same whatever the chunk (each pair is computed on its own).
+VERIFY_CHUNK_FINGERPRINTS = 1 << 19
 
 
 def jaccard_of(sets: Ragged, iu: np.ndarray, iv: np.ndarray) -> np.ndarray:
