@@ -53,18 +53,12 @@ needs orjson without requiring either, so the benchmark checks them before eithe
                                                # its fastest: whitespace words instead of spaCy's
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
-Measured (2-core machine shared with other jobs, load average 7-11, so wall times are not comparable;
-2026-11-26, one run, --mb 100 --peer-words whitespace, datakit training its tokenizer): datakit 29.1
-CPU-s, of which tokenizer training 7.4 (21.7 without it), against datatrove's 83.6: 2.87x per CPU-second
-with training, 3.86x without. Per stage, CPU-s: normalize 6.0, exact 0.2, minhash 2.9, fuzzy 2.1,
-consolidate 1.5, tokenizer (training) 7.4, tokenize 8.0 (26.8M tokens, 3.35M per CPU-second), outside
-the steps 1.1; datatrove read + exact signatures 1.9, MinHash signatures 25.9, buckets 1.7, filter +
-tokenize 53.4. Peak PSS 892 MB tree / 384 MB largest process vs 4.5 GB / 2.4 GB (one tokenizer worker).
-Planted near copies caught 96.6% vs 97.2%, exact 100% both; 491 vs 642 documents removed that were not
-planted (367 by both). Core-hours per TB 80 vs 230.
-Before this run the peer's tokenizer threads were not pinned, and the same 100 MB cost it 133.8 CPU-s
-(2026-11-25, RSS sums, datakit handed the tokenizer: 25.1 CPU-s, 5.3x). The two runs are on different
-days and loads, so how much of the peer's drop to 83.6 the pinning explains is not measured here.
+Measured: the README's benchmark table holds every run (its date, the machine's state, both sides' figures).
+The latest, 2026-11-27 (eighteenth session, the machine idle): at --mb 100 --peer-words whitespace, datakit
+13.1-14.1 CPU-s, tokenizer training 2.0-2.1 of it, against datatrove's 69.0-70.0: 4.96-5.26x per CPU-second
+with training, 5.80-6.20x without; at the default 400 MB, 45.4 against 214.8: 4.73x with training, 4.96x
+without (this corpus's near-duplicate families grow with its size: fuzzy verifies 15x the candidate
+pairs of 100 MB for 4.9x the documents, while the peer's tokenize shrinks with the third removed).
 """
 
 from __future__ import annotations
