@@ -11,6 +11,7 @@ import xxhash
 from typing import Iterator, Sequence
 
 from datakit.core import arrow_numpy as an
+from datakit.shuffle.worker import MMAP_THRESHOLD_BYTES
 
 from . import batches
 from .batches import Ragged
@@ -158,14 +159,14 @@ def pair_jaccard(a: Ragged, c: Ragged) -> np.ndarray:
     return np.where(union > 0, inter / np.maximum(union, 1), 0.0)
 
 
-# Fingerprints per merge step, whatever the pairs' sizes: 4 MB of uint64 keys. Its arrays must stay under
-# the size malloc serves with a mapping of its own (8 MB in a worker, `shuffle.worker.MMAP_THRESHOLD_BYTES`;
-# glibc's dynamic threshold in the driver, at most 32 MB): such arrays are mapped and unmapped per chunk,
-# and every page faults again. At 8M fingerprints (64 MB of keys) the pipeline benchmark's 400 MB fuzzy
-# step took 7.8-8.3 CPU-s, 2.2-2.7 of them in the kernel; at 1M and 512k, 6.7-7.1 (interleaved runs;
-# jaccard_of alone on 34k real pairs 0.52 -> 0.26 CPU-s, 38k page faults -> 0). The Jaccards are the
-# same whatever the chunk (each pair is computed on its own).
-VERIFY_CHUNK_FINGERPRINTS = 1 << 19
+# Fingerprints per merge step, whatever the pairs' sizes: its uint64 keys fill half the size a worker's
+# malloc serves with a mapping of its own (`shuffle.worker.MMAP_THRESHOLD_BYTES`, 8 MB: 512k fingerprints,
+# 4 MB of keys; the other half is room for the one pair a chunk can pass its size by). Bigger arrays are
+# mapped and unmapped per chunk, and every page faults again. At 8M fingerprints (64 MB of keys) the
+# pipeline benchmark's 400 MB fuzzy step took 7.8-8.3 CPU-s, 2.2-2.7 of them in the kernel; at 1M and
+# 512k, 6.7-7.1 (interleaved runs; jaccard_of alone on 34k real pairs 0.52 -> 0.26 CPU-s, 38k page faults
+# -> 0). The Jaccards are the same whatever the chunk (each pair is computed on its own).
+VERIFY_CHUNK_FINGERPRINTS = MMAP_THRESHOLD_BYTES // 2 // np.dtype(U64).itemsize
 
 
 def jaccard_of(sets: Ragged, iu: np.ndarray, iv: np.ndarray) -> np.ndarray:
