@@ -322,7 +322,8 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
 
     specials = [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN]
     if vocab_size < 256 + len(specials):
-        raise ValueError(f"vocab_size must be >= 259 (256 bytes + 3 special tokens), got {vocab_size}")
+        raise ValueError(f"vocab_size must be >= {256 + len(specials)} (256 bytes + {len(specials)} special "
+                         f"tokens), got {vocab_size}")
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     texts = sample_corpus(list(input_dirs), max_bytes, seed)
