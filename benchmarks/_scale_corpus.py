@@ -278,3 +278,64 @@ def build_parts(corpus_dir: Path, pool_dir: Path, kinds: dict[str, dict], n_file
         print(f"corpus: {info.name} {text_bytes / 1e6:.1f} MB ({len(rows)} documents, "
               f"{recombined / max(text_bytes, 1):.0%} recombined)", file=sys.stderr, flush=True)
     return done
+
+
+# ------------------------------------------------------------------------------------------------ disjoint copies
+# Why: each doubling of the corpus above samples more of the same pool, so it also holds more members of
+# the pool's own near-duplicate families (a package's sources in several site-packages, man pages of many
+# versions): the fuzzy step's work (documents in a candidate pair) grows faster than the megabytes. A copy
+# of a file with every letter and digit rotated is text of the same shape (the same bytes per document,
+# words, lines, exact and near copies, Jaccards within the copy) that shares no word with the original or
+# another copy, so a ladder of copies grows the work exactly as the corpus: what it measures is the step's
+# own growth.
+_BLOCK_BITS = 6  # a non-ASCII letter rotates among the letters of its 64-code-point block (same UTF-8 length)
+
+
+def _rotated(cp: int, j: int) -> int:
+    """Code point ``cp`` in copy ``j``: ASCII letters rotated by j within their case, digits by j within
+    0-9, other letters and digits within their block's letters and digits; everything else kept."""
+    c = chr(cp)
+    if "a" <= c <= "z" or "A" <= c <= "Z":
+        base = ord("a") if c >= "a" else ord("A")
+        return base + (cp - base + j) % 26
+    if "0" <= c <= "9":
+        return ord("0") + (cp - ord("0") + j) % 10
+    if cp < 128 or not c.isalnum():
+        return cp
+    start = cp >> _BLOCK_BITS << _BLOCK_BITS
+    peers = [p for p in range(start, start + (1 << _BLOCK_BITS)) if chr(p).isalnum()]
+    return peers[(peers.index(cp) + j) % len(peers)]
+
+
+class _Rotation(dict):
+    """``str.translate``'s table for copy ``j``, filled as characters are met."""
+
+    def __init__(self, j: int) -> None:
+        super().__init__()
+        self.j = j
+
+    def __missing__(self, cp: int) -> int:
+        self[cp] = _rotated(cp, self.j)
+        return self[cp]
+
+
+def disjoint_copy(corpus_dir: Path, copies_dir: Path, name: str, j: int) -> Path:
+    """Copy ``j`` (1, 2, ...) of corpus file ``name``: every document's text rotated (`_rotated`), its id
+    prefixed ``c<j>-``. Built once (resumable: a copy that exists is kept)."""
+    import zstandard
+
+    out = copies_dir / f"copy{j:02d}-{name}"
+    if out.exists():
+        return out
+    copies_dir.mkdir(parents=True, exist_ok=True)
+    table = _Rotation(j)
+    raw = zstandard.ZstdDecompressor().decompress((corpus_dir / name).read_bytes(), max_output_size=1 << 32)
+    lines = []
+    for line in raw.decode("utf-8").splitlines():
+        rec = json.loads(line)
+        lines.append(json.dumps({"id": f"c{j}-{rec['id']}", "text": rec["text"].translate(table)},
+                                ensure_ascii=False) + "\n")
+    tmp = copies_dir / f".{out.name}.tmp"
+    tmp.write_bytes(zstandard.ZstdCompressor(level=3).compress("".join(lines).encode("utf-8")))
+    os.replace(tmp, out)
+    return out

@@ -22,6 +22,16 @@ is ~83% of the whole pipeline's CPU, so this is how to measure the dedup ladder 
 not an hour. Its results live apart (runs-no-quality/, report-no-quality.json), so a ladder of one mode
 never replaces the other's.
 
+--disjoint-copies: every size is the smallest size's files plus (size / smallest - 1) rotated copies of
+them (`_scale_corpus.disjoint_copy`: letters and digits rotated, so a copy has the same bytes, documents,
+exact and near copies and Jaccards as its original and shares no word with it or another copy). Why: a
+longer prefix of this machine's text completes more of its own near-duplicate families (a package's
+sources in several site-packages, man pages of many versions), so on the plain ladder the fuzzy step's
+work (documents in a candidate pair) grows faster than the megabytes; on this ladder it grows exactly as
+the corpus (in expectation: a copy's shingles hash to other MinHash values), so the fuzzy step's growth per
+doubling is the step's own. Results under runs-...-copies/. Tokenize then encodes rotated text its
+tokenizer did not learn: its figures in this mode are not the pipeline's.
+
 The corpus (benchmarks/_scale_corpus.py): every distinct document of this machine's text (the pool),
 then, once a kind of text is used up, its documents recombined into new ones, with 5% exact and 10%
 near copies planted in every file; every size has the same mix of kinds. The report says how much of
@@ -54,6 +64,7 @@ JSON on stdout and in report.json (report-filter.json, report-no-quality.json).
     .venv/bin/python -m benchmarks.scale --sizes 20                     # a smoke run, a few minutes
     .venv/bin/python -m benchmarks.scale --sizes 100 200 400 800        # the fuzzy ladder
     .venv/bin/python -m benchmarks.scale --sizes 100 200 400 800 --no-quality  # the same, in minutes
+    .venv/bin/python -m benchmarks.scale --sizes 100 200 400 800 --no-quality --disjoint-copies  # its own growth
     .venv/bin/python -m benchmarks.scale --work /data/dk-scale          # the whole ladder up to 4 GB
 """
 
@@ -91,17 +102,22 @@ class Setup:
     timeout: float
     keep_outputs: bool
     quality: str = "annotate_only"  # annotate_only, filter or off (no quality stage); see the module docstring
+    copies_of: float | None = None  # --disjoint-copies: the size whose files every size copies
 
     @property
     def runs(self) -> Path:
-        """Where each size's records and result live: one folder per quality mode, so a ladder of one
-        mode never replaces another's results."""
-        return self.work / ("runs" if self.quality == "annotate_only" else f"runs-{_mode_slug(self.quality)}")
+        """Where each size's records and result live: one folder per quality mode (and for disjoint
+        copies), so a ladder of one mode never replaces another's results."""
+        return self.work / f"runs{self._slug}"
 
     @property
     def report(self) -> Path:
-        return self.work / ("report.json" if self.quality == "annotate_only"
-                            else f"report-{_mode_slug(self.quality)}.json")
+        return self.work / f"report{self._slug}.json"
+
+    @property
+    def _slug(self) -> str:
+        mode = "" if self.quality == "annotate_only" else "-" + _mode_slug(self.quality)
+        return mode + ("-copies" if self.copies_of else "")
 
 
 def _mode_slug(mode: str) -> str:
@@ -249,14 +265,35 @@ def _makeup(parts: list[corpus.PartInfo]) -> dict:
             "plants": {k: sum(p.plants[k] for p in parts) for k in ("exact", "near")}}
 
 
+def size_files(s: Setup, mb: float) -> tuple[list[str], dict]:
+    """The corpus files of size ``mb`` and their make-up: its first files, or with --disjoint-copies the
+    smallest size's files and ``mb / smallest - 1`` rotated copies of them (`corpus.disjoint_copy`)."""
+    if not s.copies_of:
+        parts = s.parts[:files_for(mb, s.file_mb)]
+        return [str(s.work / "corpus" / p.name) for p in parts], _makeup(parts)
+    times = round(mb / s.copies_of)
+    if times < 1 or abs(times * s.copies_of - mb) > 1e-9:
+        raise SystemExit(f"--disjoint-copies: {mb:g} MB is not a whole multiple of the smallest size, "
+                         f"{s.copies_of:g} MB")
+    parts = s.parts[:files_for(s.copies_of, s.file_mb)]
+    files = [str(s.work / "corpus" / p.name) for p in parts]
+    files += [str(corpus.disjoint_copy(s.work / "corpus", s.work / "copies", p.name, j))
+              for j in range(1, times) for p in parts]
+    one = _makeup(parts)
+    makeup = {k: (round(v * times, 1) if isinstance(v, float) else v * times) for k, v in one.items()
+              if k != "plants"}
+    makeup["plants"] = {k: v * times for k, v in one["plants"].items()}
+    makeup["disjoint_copies"] = {"of_mb": s.copies_of, "copies": times}
+    return files, makeup
+
+
 def run_size(s: Setup, mb: float) -> dict:
-    """Run and measure the pipeline on the first files of the corpus for ``mb``; save runs/<mb>/result.json."""
-    parts = s.parts[:files_for(mb, s.file_mb)]
+    """Run and measure the pipeline on the corpus files for ``mb`` (`size_files`); save runs/<mb>/result.json."""
+    files, makeup = size_files(s, mb)
     dest = s.runs / f"{mb:g}"
     prefix = dest / "prefix"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    files = [str(s.work / "corpus" / p.name) for p in parts]
     for f in files:  # page-cache the input, as every size gets it
         Path(f).read_bytes()
     (dest / "manifest.yaml").write_text(json.dumps(manifest(s, prefix, files), indent=1))  # JSON is YAML
@@ -268,7 +305,6 @@ def run_size(s: Setup, mb: float) -> dict:
         raise SystemExit(f"datakit run at {mb:g} MB exited {tl.returncode}: {tl.stderr[-3000:]}{tl.stdout[-2000:]}")
     windows, counters = _step_windows(prefix)
     artifacts = _artifacts(prefix)
-    makeup = _makeup(parts)
     steps = {}
     for step, stage, t0, t1 in windows:
         w = measure.window(tl, t0, t1)
@@ -435,13 +471,17 @@ def main() -> None:
     mode.add_argument("--no-quality", action="store_true",
                       help="the same pipeline minus the quality stage: the dedup ladder in minutes "
                            "(results under runs-no-quality/)")
+    ap.add_argument("--disjoint-copies", action="store_true",
+                    help="every size is the smallest size's files plus rotated copies of them, so the fuzzy "
+                         "step's work grows exactly as the corpus (results under runs-...-copies/)")
     args = ap.parse_args()
     work = Path(args.work).resolve()
     sizes = sorted(set(args.sizes))
-    kinds, parts = prepare_corpus(work, sizes, args.file_mb, args.seed)
+    kinds, parts = prepare_corpus(work, sizes[:1] if args.disjoint_copies else sizes, args.file_mb, args.seed)
     tok, training = prepare_tokenizer(work, parts, args.vocab)
     quality = "off" if args.no_quality else "filter" if args.quality_filters else "annotate_only"
-    s = Setup(work, parts, tok, args.file_mb, args.workers, args.timeout, args.keep_outputs, quality)
+    s = Setup(work, parts, tok, args.file_mb, args.workers, args.timeout, args.keep_outputs, quality,
+              sizes[0] if args.disjoint_copies else None)
     results = []
     for mb in sizes:
         saved = s.runs / f"{mb:g}" / "result.json"
@@ -453,7 +493,8 @@ def main() -> None:
     report = {
         "params": {"sizes_mb": sizes, "workers": args.workers, "file_mb": args.file_mb, "seed": args.seed,
                    "ngram": f"word {NGRAM}", "bands": BANDS, "rows": ROWS, "cpu_count": os.cpu_count(),
-                   "work": str(work), "langid_languages": "any" if s.quality != "off" else None, "quality": s.quality},
+                   "work": str(work), "langid_languages": "any" if s.quality != "off" else None, "quality": s.quality,
+                   "disjoint_copies_of_mb": s.copies_of},
         "pool": {"kinds": kinds, "mb": round(sum(v["bytes"] for v in kinds.values()) / 1e6, 1)},
         "tokenizer": {"given": str(tok), "training_once": training},
         "marin": MARIN,

@@ -109,3 +109,44 @@ def test_the_fuzzy_ladder_tells_growing_work_from_a_growing_cost_per_unit_of_wor
     assert step["workload"]["verify_texts_read"] == {"ratio": 2.5, "cpu_per_unit_ratio": 1.0}
     assert scale.cost_model_args(results[1]) is None  # no quality stage: its rate cannot be given
     assert scale.rates(results[1]["steps"])["fuzzy-dups"]["docs_per_cpu_s"] == 400  # normalize's docs_out
+
+
+def _long_words(text: str) -> set[str]:
+    return {w for w in text.lower().split() if sum(c.isalnum() for c in w) >= 3}
+
+
+def test_a_rotated_copy_keeps_every_byte_length_and_shares_no_word():
+    texts = ["Hello World 2024 foo_bar.baz()", "Привет, мир", "日本語のテキスト", "Grüße aus Köln", "a\tbee\n\n-- x"]
+    for j in (1, 2, 7):
+        table = sc._Rotation(j)
+        for t in texts:
+            r = t.translate(table)
+            assert len(r.encode()) == len(t.encode())
+            assert [c.isalnum() for c in r] == [c.isalnum() for c in t]  # word boundaries where they were
+            assert [c for c in r if not c.isalnum()] == [c for c in t if not c.isalnum()]
+            assert not _long_words(r) & _long_words(t)  # (a one-letter word becomes another one)
+        letters = [cp for cp in range(0x20, 0x3100) if chr(cp).isalnum()]
+        assert len({table[cp] for cp in letters}) == len(letters)  # one to one: no two words merge
+
+
+def test_disjoint_copies_grow_the_fuzzy_work_exactly_as_the_corpus(built):
+    """On real text (the licenses), twice the files as rotated copies is twice the fuzzy step's work: the
+    copies' exact and near duplicates are the original's and none cross a copy. Exactly twice for what
+    does not depend on MinHash (documents, exact copies); within a pair or two for what LSH finds, since
+    a copy's shingles hash to other values, so a band collision of the original may miss in the copy or
+    the other way round (a copy sharing words with the original would add pairs across copies)."""
+    work, _, parts = built
+    tok, _ = scale.prepare_tokenizer(work, parts, vocab=512)
+    s = scale.Setup(work, parts, tok, FILE_MB, workers=2, timeout=600, keep_outputs=False, quality="off",
+                    copies_of=2 * FILE_MB)
+    assert s.runs.name == "runs-no-quality-copies"
+    one, two = (scale.run_size(s, k * 2 * FILE_MB) for k in (1, 2))
+    f1, f2 = (next(v for n, v in r["steps"].items() if v["stage"] == "fuzzy")["counters"] for r in (one, two))
+    assert f1["verified_pairs"] > 0
+    n1, n2 = (next(v for v in r["steps"].values() if v["stage"] == "normalize")["counters"] for r in (one, two))
+    assert (n2["docs_in"], n2["dups"]) == (2 * n1["docs_in"], 2 * n1["dups"]) and f2["docs"] == 2 * f1["docs"]
+    for key in ("candidate_pairs", "verified_pairs", "cluster_members", "clusters", "verify_texts_read"):
+        assert abs(f2[key] - 2 * f1[key]) <= max(2, 0.1 * f1[key]), (key, f1[key], f2[key])
+    assert two["corpus"]["mb_text"] == 2 * one["corpus"]["mb_text"] and two["corpus"]["disjoint_copies"]["copies"] == 2
+    with pytest.raises(SystemExit, match="not a whole multiple"):
+        scale.size_files(s, 3 * FILE_MB)
