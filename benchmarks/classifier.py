@@ -24,7 +24,9 @@ the figure is documents per CPU-second (user + system of that process). The side
 (the per-round rates are printed too): on this shared machine the load moves by the minute, and one run
 per side measured the two under different loads. Ours also reports its CPU per pass for scoring and
 for the rest (reading and writing), and its PSS after its imports, after loading the model and after
-its first pass.
+its first pass. ``scoring_calls_alone`` sets the two scorers side by side without either side's reading
+or writing: the thread CPU of ours in `score_file` and of the peer in its filter's ``filter_batch``
+(fastText's predict on each document, its label check and metadata), best pass of each side.
 A side that scores 0 documents is an error. One JSON object on stdout. Memory: each scoring process's tree's peak PSS, sampled every
 50 ms by benchmarks/_pipeline_measure (shared library pages count by their share), and its own VmHWM
 (peak RSS, exact); training's is the training process tree's peak RSS (it holds every example in memory,
@@ -231,16 +233,25 @@ def run_side(cmd: list[str], what: str) -> dict:
 
 
 PEER = r"""
-import json, resource, sys
+import json, resource, sys, time
 from datatrove.pipeline.readers import JsonlReader
 from datatrove.pipeline.filters import FastTextClassifierFilter
 corpus, model, repeats, out, written = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
+SCORING = [0.0]
+def timed(batch_filter):  # the filter's own calls (its scoring): their CPU, as ours times score_file's
+    def run(batch):
+        c = time.thread_time()
+        got = batch_filter(batch)
+        SCORING[0] += time.thread_time() - c
+        return got
+    return run
 def once():
     reader = JsonlReader(corpus.rsplit("/", 1)[0], glob_pattern=corpus.rsplit("/", 1)[1], doc_progress=False)
     filt = FastTextClassifierFilter(model, keep_labels=("hq", 0.5), newline_replacement=" ")
     filt._model = FILTER_MODEL[0] if FILTER_MODEL else None
+    filt.filter_batch = timed(filt.filter_batch)
     docs = filt.run(reader.run(rank=0, world_size=1))
     if written:  # the same file each pass, written again
         from datatrove.pipeline.writers import JsonlWriter
@@ -252,14 +263,16 @@ reader = JsonlReader(corpus.rsplit("/", 1)[0], glob_pattern=corpus.rsplit("/", 1
 filt = FastTextClassifierFilter(model, keep_labels=("hq", 0.0), newline_replacement=" ")
 scores = [d.metadata.get("__label__hq") for d in filt.run(reader.run(rank=0, world_size=1))]
 FILTER_MODEL.append(filt.model)
-best, kept = None, []
+best, kept, scoring = None, [], None
 for _ in range(repeats):
+    SCORING[0] = 0.0
     c0 = cpu()
     kept.append(once())
     best = min(best or 1e9, cpu() - c0)
+    scoring = min(scoring or 1e9, SCORING[0])
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-json.dump({"docs": len(scores), "kept": kept, "cpu_s": best, "scores": scores, "peak_rss_mb": round(hwm / 1024, 1)},
-          open(out, "w"))
+json.dump({"docs": len(scores), "kept": kept, "cpu_s": best, "scoring_cpu_s": round(scoring, 4), "scores": scores,
+           "peak_rss_mb": round(hwm / 1024, 1)}, open(out, "w"))
 """
 
 
@@ -291,6 +304,16 @@ def rounds(a: argparse.Namespace, work: Path, corpus: str, model: str) -> tuple[
             pss[name] = max(pss.get(name, 0.0), got)
             runs[name].append(json.load(open(work / f"{name}.json")))
     return runs, pss
+
+
+def scoring_alone(runs: dict[str, list[dict]]) -> dict:
+    """CPU-seconds per pass in each side's scoring calls alone (best of its passes and rounds), documents
+    per such CPU-second and their ratio."""
+    ours = min(r["phases_cpu_s"]["score"] for r in runs["ours"])
+    peer = min(r["scoring_cpu_s"] for side in ("peer", "peer_no_writer") for r in runs[side])
+    docs = runs["ours"][0]["docs"]
+    return {"datakit_cpu_s": ours, "datatrove_cpu_s": peer, "datakit_docs_per_cpu_s": round(docs / ours),
+            "datatrove_docs_per_cpu_s": round(docs / peer), "ratio": round(peer / ours, 2)}
 
 
 def main() -> None:
@@ -357,6 +380,10 @@ def main() -> None:
             "decisions_agree_with_full_text": sum((x >= 0.5) == (y >= 0.5)
                                                   for x, y in zip(ours2k["scores"], peer["scores"]))},
         "datakit_cpu_s_per_pass": ours["phases_cpu_s"],
+        # Each side's scoring calls alone (ours: score_file on each batch; the peer's: its filter's
+        # filter_batch on each document), best pass of the best round: the scorers side by side, without
+        # either side's reading and writing.
+        "scoring_calls_alone": scoring_alone(runs),
         "peak_pss_tree_mb": {"datakit": pss["ours"], "datatrove": pss["peer"],
                              "datatrove_without_writer": pss["peer_no_writer"]},
         "datakit_pss_mb": ours["pss_mb"],
