@@ -238,3 +238,26 @@ def test_a_file_scored_in_batches_equals_the_file_scored_whole(tmp_path):
                           REMOVED_VALUE_SCHEMA, 64 << 10) == {"docs_in": 0, "docs_out": 0, "removed": 0}
     got = pq.read_table(tmp_path / "e.parquet")
     assert got.num_rows == 0 and got.schema.names == ["id", "text", "quality_score"]
+
+
+def test_document_sums_are_the_bits_bincount_gives():
+    """`compact._doc_sums` (np.add.reduceat over each document's run) against np.bincount with the same
+    weights, bit for bit: runs of thousands of float32 values (where a pairwise summation would differ in
+    the last bits), empty documents, a run that starts with -0.0, and runs cut where the values end (the
+    n-gram windows, one fewer per n)."""
+    rng = np.random.default_rng(7)
+    nw = rng.integers(0, 5000, 60)
+    nw[[0, 17, 59]] = 0
+    first = np.cumsum(nw) - nw
+    values = (rng.standard_normal(int(nw.sum())) * 3).astype(np.float32)
+    values[first[nw > 0][1]] = np.float32(-0.0)
+    doc = np.repeat(np.arange(len(nw)), nw)
+    for cut in (0, 1, 3):
+        v = values[:len(values) - cut]
+        want = np.bincount(doc[:len(v)], weights=v, minlength=len(nw))
+        got = compact._doc_sums(v, first, nw)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    unknown = rng.random(len(doc)) < 0.1
+    assert np.array_equal(compact._doc_sums(unknown, first, nw, np.int64), np.bincount(doc[unknown], minlength=len(nw)))
+    big = rng.integers(0, 2**64 - 1, 1000, dtype=np.uint64)
+    assert np.array_equal(compact._remainder(big, np.uint64(2_000_000)), big % np.uint64(2_000_000))
