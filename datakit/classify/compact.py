@@ -330,9 +330,8 @@ class Scorer:
         if nw is None:
             nw = np.bincount(doc, minlength=ndocs)
         end = np.cumsum(nw)  # one past each document's last word
-        first = end - nw
-        total = _doc_sums(self.s_words.take(ids), first, nw) + self.s_words[self.eos]
-        count = (nw + 1 - _doc_sums(ids < 0, first, nw, np.int64)).astype(np.float64)
+        total = np.bincount(doc, weights=self.s_words.take(ids), minlength=ndocs) + self.s_words[self.eos]
+        count = (nw + 1 - _doc_counts(ids < 0, end - nw, nw)).astype(np.float64)
         acc = h = hashes
         h_eos, prime, bucket = self.hashes[self.eos], np.uint64(_NGRAM_PRIME), np.uint64(self.bucket)
         for n in range(1, self.word_ngrams):  # n-grams of n + 1 words within a document
@@ -340,7 +339,7 @@ class Scorer:
             weight = self.s_buckets.take(_remainder(acc, bucket).view(np.intp))
             across = (end[:, None] - np.arange(1, n + 1)).ravel()  # windows past their document's words
             weight[across[(across >= 0) & (across < len(weight))]] = 0.0
-            part = _doc_sums(weight, first, nw)  # a window belongs to the document of its first word
+            part = np.bincount(doc[:len(weight)], weights=weight, minlength=ndocs).astype(np.float64, copy=False)
             full = np.flatnonzero(nw >= n)  # then the window of the last n words and "</s>"
             part[full] += self.s_buckets.take(((prev[end[full] - n] * prime + h_eos) % bucket).view(np.intp))
             total += part
@@ -381,16 +380,15 @@ class Scorer:
         return np.clip(p + 1e-5, 0.0, 1.0)
 
 
-def _doc_sums(values: np.ndarray, first: np.ndarray, nw: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
-    """Per document, the sum of its run of ``values`` (the documents' runs consecutive: ``first`` and ``nw``
-    long, cut where ``values`` ends) in ``dtype``, added in order: the bits ``np.bincount`` gives with
-    these weights (a sum from +0.0, hence the + 0 that makes a lone -0.0 +0.0) without its scatter, about
-    a fifth of its time. ``np.add.reduceat`` sums each run from its first value in order (no pairwise
-    summation: the fast path's tests compare it with the word sequence's sums bit for bit)."""
-    out = np.zeros(len(first), dtype)
-    has = np.flatnonzero((nw > 0) & (first < len(values)))
+def _doc_counts(hit: np.ndarray, first: np.ndarray, nw: np.ndarray) -> np.ndarray:
+    """Per document, how many of its run of ``hit`` (bools; the documents' runs consecutive, from
+    ``first``, ``nw`` long) are true: an integer sum of each run by ``np.add.reduceat``, without
+    ``np.bincount``'s scatter of the hits' documents. (Not for the float sums: reduceat adds a run in
+    an order of its own, whose last bits differ from bincount's in-order sum on values of a wide range.)"""
+    out = np.zeros(len(first), np.int64)
+    has = np.flatnonzero(nw > 0)
     if len(has):
-        out[has] = np.add.reduceat(values, first[has], dtype=dtype) + dtype(0)
+        out[has] = np.add.reduceat(hit, first[has], dtype=np.int64)
     return out
 
 
