@@ -36,7 +36,7 @@ old copy.
 The training set repeats the corpus's documents round-robin when the corpus holds fewer: training time
 and memory are the figures; its held-out metrics then score copies of training texts and mean little.
 
-    .venv-bench/bin/pip install 'datatrove==0.10.*' spacy fasttext-numpy2-wheel fasteners
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
     .venv/bin/python -m benchmarks.classifier --mb 10 --train-docs 100000
     .venv/bin/python -m benchmarks.classifier --work-dir W --reuse      # scoring again, same corpus and model
 

@@ -37,13 +37,12 @@ datakit, which verifies at 0.8). `ratios` gives BOTH speed ratios against the be
 wall time, and per CPU-second: on a loaded machine two workers rarely get two cores, so the two differ)
 for datakit with and without verification, and `ratios.quality` the F1 of every contender.
 
-Setup (datatrove 0.10 needs spaCy for its English tokenizer and xxhash<4, so it gets its own venv):
-    python3 -m venv .venv-datatrove
-    .venv-datatrove/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex tokenizers pyarrow orjson psutil zstandard
+Setup (the peers' venv: datatrove 0.10 needs spaCy for its English tokenizer and xxhash<4):
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
     .venv/bin/python -m benchmarks.dedup                  # quick: 10k docs, all contenders
-    .venv/bin/python -m benchmarks.dedup --docs 20000 --peer-python .venv-bench/bin/python   # the README figures
+    .venv/bin/python -m benchmarks.dedup --docs 20000     # the README figures
     .venv/bin/python -m benchmarks.dedup --only datakit,datasketch
-Without .venv-datatrove (or --peer-python) the datatrove entries say why they were skipped.
+Without .venv-bench (or --peer-python) the datatrove entries say why they were skipped.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ import time
 from pathlib import Path
 
 from benchmarks._pipeline_peer import word_tokenizer
-from benchmarks.common import REPO, module_command
+from benchmarks.common import PEER_PYTHON, REPO, module_command
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TRUE_THRESHOLD = 0.8
@@ -508,7 +507,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per contender (after one warm-up run)")
     ap.add_argument("--no-warmup", action="store_true", help="skip the discarded warm-up run of each contender")
     ap.add_argument("--only", default=",".join(ALL), help=f"comma list of {ALL}")
-    ap.add_argument("--peer-python", default=str(REPO / ".venv-datatrove/bin/python"))
+    ap.add_argument("--peer-python", default=str(PEER_PYTHON))
     ap.add_argument("--work", default=None, help="work dir (default: a temp dir, removed afterwards)")
     ap.add_argument("--timeout", type=float, default=3600)
     # internal: run one contender

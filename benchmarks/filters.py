@@ -63,9 +63,7 @@ tokenizer each code resolved to (tokenizer_datatrove).
 
 The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours does not; its metadata
 omits regex, which its text utilities import, and LanguageFilter needs fasteners and fastText):
-    python3 -m venv .venv-bench
-    .venv-bench/bin/pip install 'datatrove==0.10.*' spacy regex fasteners fasttext-numpy2-wheel \\
-        sudachipy sudachidict_core jieba 'kiwipiepy==0.20.*' 'kiwipiepy_model==0.20.*'
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
     .venv/bin/python -m benchmarks.filters --mb 15          # several minutes
     .venv/bin/python -m benchmarks.filters                  # 200 MB
     .venv/bin/python -m benchmarks.filters --peer-python /path/to/other/venv/bin/python

@@ -244,7 +244,7 @@ def report(s: pipe.Setup, args, ours: dict, peer: dict, all_ids: set[str], load0
 
 
 PEER_IMPORTS = (pipe.PEER_IMPORTS + ", datatrove.pipeline.filters, fasttext, fasteners")
-PEER_SETUP = "the setup lines of benchmarks/pipeline.py's and benchmarks/filters.py's docstrings"
+PEER_SETUP = "`.venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
 def main() -> None:

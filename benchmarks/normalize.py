@@ -39,10 +39,8 @@ Records/s and MB/s (MB of the uncompressed input: JSONL text, WARC bytes) are re
 ratios ours/peer. One JSON object on stdout.
 
 The peer runs in its own virtualenv (datatrove 0.10 pins xxhash<4, which ours does not):
-    python3 -m venv .venv-bench
-    .venv-bench/bin/pip install 'datatrove==0.10.*' orjson zstandard warcio faust-cchardet python-magic \
-        resiliparse trafilatura lxml_html_clean    # python-magic needs the system libmagic1; without
-                                                   # zstandard datatrove reads 0 jsonl.zst documents
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
+        # (python-magic needs the system libmagic1; without zstandard datatrove reads 0 jsonl.zst documents)
     .venv/bin/python -m benchmarks.normalize                       # defaults: ~40 MB jsonl, 1500 pages
     .venv/bin/python -m benchmarks.normalize --jsonl-mb 200 --pages 5000 --repeat 3   # the README's figures
     .venv/bin/python -m benchmarks.normalize --mb 400 --floor-only        # normalize against its parse floor

@@ -44,8 +44,7 @@ A side that processes 0 documents is an error, never a figure. One JSON object o
 Setup (the peer has its own venv: datatrove 0.10 pins xxhash<4, spaCy is its word tokenizer, zstandard
 reads the .zst files; without zstandard datatrove reads 0 documents; it imports regex and its JsonlReader
 needs orjson without requiring either, so the benchmark checks them before either side runs):
-    python3 -m venv .venv-bench
-    .venv-bench/bin/pip install 'datatrove==0.10.*' 'xxhash<4' spacy regex orjson zstandard tokenizers
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
     .venv/bin/python -m benchmarks.pipeline --mb 20                     # a smoke run, a few minutes
     .venv/bin/python -m benchmarks.pipeline --reuse /tmp/dk-pipe        # 400 MB; keeps the corpus and the
                                                                         #   tokenizer, reruns both sides
@@ -298,7 +297,7 @@ def compare(ours: dict, peer: dict, info) -> dict:
 
 # ------------------------------------------------------------------------------------------------ main
 PEER_IMPORTS = "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard, orjson"
-PEER_SETUP = "the setup lines of benchmarks/pipeline.py's docstring"
+PEER_SETUP = "`.venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
 def main() -> None:

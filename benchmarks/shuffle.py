@@ -18,10 +18,10 @@ pipeline on every CPU, since Ray spawns workers at the first task; datakit: one 
 its local pool). Every contender is best of `--repeat` runs (default 3; `--ray-repeat` overrides it for
 Ray Data, whose runs take 10-40 s each).
 
-Peers: Ray Data runs in its own virtualenv so it never shapes ours:
-    python3 -m venv .venv-bench && .venv-bench/bin/pip install 'ray[data]' numpy pyarrow
+Peers: Ray Data runs in its own virtualenv so it never shapes ours (not the datatrove peers' .venv-bench):
+    python3 -m venv .venv-ray && .venv-ray/bin/pip install 'ray[data]' numpy pyarrow
     .venv/bin/python -m benchmarks.shuffle --records 2000000            # prints one JSON object
-Without .venv-bench the Ray figures are reported as null with the reason.
+Without .venv-ray the Ray figures are reported as null with the reason.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import PEER_PYTHON, REPO, module_command
+from benchmarks.common import REPO, module_command
+
+RAY_PYTHON = REPO / ".venv-ray" / "bin" / "python"  # Ray Data's own venv (the docstring)
 
 PAYLOAD_BYTES = 250
 
@@ -177,7 +179,7 @@ def run_duckdb(n: int, workload: str, workers: int) -> dict:
     return {"wall_s": wall, "records_per_s": n / wall, "note": "query only; data pre-loaded as an Arrow table"}
 
 
-# ---------------------------------------------------------------- Ray Data (runs inside .venv-bench)
+# ---------------------------------------------------------------- Ray Data (runs inside .venv-ray)
 def run_ray(n: int, workload: str, workers: int, shards: int) -> dict:
     import ray
 
@@ -208,9 +210,9 @@ def run_ray(n: int, workload: str, workers: int, shards: int) -> dict:
 
 
 def peer_ray(n: int, workload: str, workers: int, shards: int, repeat: int = 1) -> dict:
-    if not PEER_PYTHON.exists():
-        return {"records_per_s": None, "skipped": "no .venv-bench (see this file's docstring)"}
-    cmd = module_command(PEER_PYTHON, "shuffle", "--peer-ray", "--records", str(n), "--workload", workload,
+    if not RAY_PYTHON.exists():
+        return {"records_per_s": None, "skipped": "no .venv-ray (see this file's docstring)"}
+    cmd = module_command(RAY_PYTHON, "shuffle", "--peer-ray", "--records", str(n), "--workload", workload,
                          "--workers", str(workers), "--shards", str(shards), "--ray-repeat", str(repeat))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=REPO)
     if proc.returncode != 0:

@@ -57,8 +57,7 @@ pandas and encoding on a new thread per shard, the same run gave 2.30M (66%). At
 
 Setup:
     .venv/bin/pip install -e .                 # datakit's own env (already has tokenizers, pyarrow)
-    python3.11 -m venv .venv-bench             # the peer's env, separate: datatrove 0.10 wants xxhash<4
-    .venv-bench/bin/pip install "datatrove==0.10.1" "xxhash<4" tokenizers pyarrow numpy zstandard
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt   # the peers' env, separate: datatrove 0.10 wants xxhash<4
     .venv/bin/python -m benchmarks.tokenize --mb 40 --threads 2 --workers 1
 Without .venv-bench the datatrove row is reported as skipped; without zstandard in it, datatrove 0.10
 reads 0 documents (check the datatrove row's ``docs``).
