@@ -452,6 +452,13 @@ def cost_model_args(result: dict) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------ main
+def _same_mode(result: dict, s: Setup) -> bool:
+    """Whether a saved result was measured as this run would measure it: the same quality mode and, for
+    disjoint copies, copies of the same smallest size."""
+    copies = (result.get("corpus") or {}).get("disjoint_copies") or {}
+    return result.get("quality_mode") == s.quality and copies.get("of_mb") == s.copies_of
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=float, nargs="+", default=[100, 200, 400, 800, 1000, 4000],
@@ -485,7 +492,7 @@ def main() -> None:
     results = []
     for mb in sizes:
         saved = s.runs / f"{mb:g}" / "result.json"
-        if saved.exists() and not args.rerun and json.loads(saved.read_text()).get("quality_mode") == s.quality:
+        if saved.exists() and not args.rerun and _same_mode(json.loads(saved.read_text()), s):
             print(f"[{mb:g} MB] measured before: {saved}", file=sys.stderr, flush=True)
             results.append(json.loads(saved.read_text()))
         else:

@@ -150,3 +150,15 @@ def test_disjoint_copies_grow_the_fuzzy_work_exactly_as_the_corpus(built):
     assert two["corpus"]["mb_text"] == 2 * one["corpus"]["mb_text"] and two["corpus"]["disjoint_copies"]["copies"] == 2
     with pytest.raises(SystemExit, match="not a whole multiple"):
         scale.size_files(s, 3 * FILE_MB)
+
+
+def test_a_saved_result_is_reused_only_in_the_same_mode(tmp_path):
+    s = scale.Setup(tmp_path, [], tmp_path / "t.json", FILE_MB, workers=2, timeout=60, keep_outputs=False,
+                    quality="off", copies_of=100.0)
+    copies = {"quality_mode": "off", "corpus": {"disjoint_copies": {"of_mb": 100.0, "copies": 4}}}
+    assert scale._same_mode(copies, s)
+    assert not scale._same_mode({**copies, "corpus": {"disjoint_copies": {"of_mb": 200.0}}}, s)
+    assert not scale._same_mode({"quality_mode": "off", "corpus": {}}, s)  # a plain ladder's result
+    plain = scale.Setup(tmp_path, [], tmp_path / "t.json", FILE_MB, workers=2, timeout=60, keep_outputs=False,
+                        quality="off")
+    assert scale._same_mode({"quality_mode": "off", "corpus": {}}, plain) and not scale._same_mode(copies, plain)
