@@ -367,9 +367,10 @@ class Predictor:
 
     def _hidden(self, ids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Each line's sentence vector from its words' cache rows (``ids``, ``sizes`` per line): the mean
-        of all its ids' rows, ``</s>`` included, summed in token order by numpy's reductions (no BLAS,
-        whose kernels may order additions by memory alignment), so a line's sums depend on the line
-        alone, never on the cache or the lines beside it. A line of more than `_LONG_LINE` tokens is
+        of all its ids' rows, ``</s>`` included, summed by numpy's ``add.reduceat`` over the line's run
+        (in an order of numpy's own, not one by one, but fixed by the run: the same bits whatever precedes
+        it; no BLAS, whose kernels may order additions by memory alignment), so a line's sums depend on
+        the line alone, never on the cache or the lines beside it. A line of more than `_LONG_LINE` tokens is
         summed over its distinct words instead (`_hidden_by_words`), so memory follows its words."""
         m = self.m
         hidden = np.zeros((len(sizes), self.sums.shape[1]), np.float64)
