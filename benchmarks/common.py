@@ -14,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_PYTHON = REPO / ".venv-bench" / "bin" / "python"  # the peers' venv (see each benchmark's docstring)
+# How to make it: one requirements file for every datatrove peer (benchmarks/peer-requirements.txt).
+PEER_SETUP = "`python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
 def module_command(python: str | Path, name: str, *args: str) -> list[str]:

@@ -78,7 +78,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_measure as measure
 from benchmarks import pipeline as pipe
-from benchmarks.common import PEER_PYTHON, REPO, module_command, peer_import_error, user_env
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, REPO, module_command, peer_import_error, user_env
 
 LANG_THRESHOLD = 0.65
 GROUPS = ("langid", "gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -244,7 +244,6 @@ def report(s: pipe.Setup, args, ours: dict, peer: dict, all_ids: set[str], load0
 
 
 PEER_IMPORTS = (pipe.PEER_IMPORTS + ", datatrove.pipeline.filters, fasttext, fasteners")
-PEER_SETUP = "`.venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
 def main() -> None:

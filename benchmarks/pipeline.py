@@ -75,7 +75,7 @@ from pathlib import Path
 
 from benchmarks import _pipeline_corpus as corpus_mod
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import PEER_PYTHON, REPO, module_command, peer_import_error, user_env
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, REPO, module_command, peer_import_error, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TOKENIZER_STEP = "tokenizer"  # datakit's step that trains (or copies) the tokenizer
@@ -297,7 +297,6 @@ def compare(ours: dict, peer: dict, info) -> dict:
 
 # ------------------------------------------------------------------------------------------------ main
 PEER_IMPORTS = "import datatrove.pipeline.dedup, datatrove.pipeline.tokens, spacy, zstandard, orjson"
-PEER_SETUP = "`.venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
 def main() -> None:
