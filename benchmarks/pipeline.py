@@ -33,8 +33,8 @@ datatrove's forkserver workers are never reaped, so only sampling sees their CPU
 is the rusage cross-check, right for datakit, near 0 for datatrove). Before each side the corpus is read
 once (page cache) and the side's imports are loaded once (warm), and each side runs once, both fresh in
 the same invocation: no figure of an earlier run is ever reused (--reuse keeps only the corpus and the
-tokenizer). Quality: planted exact and near copies caught (a planted pair
-{original, copy} is caught when either is removed), near copies by Jaccard bin, planted pairs where both
+tokenizer, which is trained again when datakit's tokenizer stage version changed). Quality: planted exact
+and near copies caught (a planted pair {original, copy} is caught when either is removed), near copies by Jaccard bin, planted pairs where both
 were removed, and documents removed that were no plant (natural near-duplicates in the real text, shown
 with how many both sides removed). Projection: core-hours per TB of text = CPU-seconds / MB of text
 (uncompressed UTF-8) x 1e6 / 3600, i.e. assuming cost linear in bytes at the measured CPU-seconds per MB.
@@ -114,7 +114,12 @@ def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[P
         stamp.write_text(json.dumps(params))
     info = corpus_mod.CorpusInfo.load(work / "truth.json")
     tok = work / "tokenizer" / "tokenizer.json"
-    if not tok.exists():
+    # a kept tokenizer is trained again when datakit's trainer changed since (its stage version): the
+    # peer must be handed what a default datakit run trains now
+    from datakit.stages.tokenizer import VERSION as trainer_version
+
+    trained_by, by = {"tokenizer_stage_version": trainer_version, "vocab": vocab}, tok.parent / "trained-by.json"
+    if not (tok.exists() and by.exists() and json.loads(by.read_text()) == trained_by):
         from datakit.tokenize.fixtures import write_source
         from datakit.tokenize.tokenizer import train_tokenizer
 
@@ -123,6 +128,7 @@ def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[P
         write_source(str(sample), corpus_mod.sample_texts(info, 20_000_000), 2, source="corpus")
         train_tokenizer([str(sample)], str(tok.parent), vocab_size=vocab, max_bytes=20_000_000)
         shutil.rmtree(sample, ignore_errors=True)
+        by.write_text(json.dumps(trained_by))
     return corpus_dir, info, tok
 
 

@@ -151,9 +151,11 @@ def prepare_tokenizer(work: Path, parts: list[corpus.PartInfo], vocab: int) -> t
     """A byte-level BPE tokenizer trained once on the corpus's first 20 MB; its training cost."""
     import resource
 
+    from datakit.stages.tokenizer import VERSION  # a kept tokenizer is one today's trainer writes
+
     tok = work / "tokenizer" / "tokenizer.json"
     record = work / "tokenizer" / "training.json"
-    if tok.exists() and record.exists():
+    if tok.exists() and record.exists() and json.loads(record.read_text()).get("trainer_version") == VERSION:
         return tok, json.loads(record.read_text())
     from benchmarks._pipeline_corpus import CorpusInfo, sample_texts
     from datakit.tokenize.fixtures import write_source
@@ -167,7 +169,7 @@ def prepare_tokenizer(work: Path, parts: list[corpus.PartInfo], vocab: int) -> t
     train_tokenizer([str(sample)], str(tok.parent), vocab_size=vocab, max_bytes=20_000_000)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     shutil.rmtree(sample, ignore_errors=True)
-    cost = {"vocab": vocab, "sample_mb": 20, "wall_s": round(time.perf_counter() - t, 1),
+    cost = {"vocab": vocab, "sample_mb": 20, "trainer_version": VERSION, "wall_s": round(time.perf_counter() - t, 1),
             "cpu_s": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1)}
     record.write_text(json.dumps(cost))
     print(f"tokenizer trained: vocab {vocab}, {cost['cpu_s']} CPU-s ({cost['wall_s']} s)", file=sys.stderr, flush=True)

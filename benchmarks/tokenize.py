@@ -226,7 +226,9 @@ def _prepare(work: str, mb: int, parts: int, vocab: int) -> tuple[str, str]:
         texts += _more_real_text(work, mb * 1_000_000 - sum(len(t.encode("utf-8", "surrogatepass")) for t in texts))
         write_source(source + ".tmp", texts, parts, source="stdlib")
         os.replace(source + ".tmp", source)
-    tok_file = os.path.join(work, f"tokenizer-{vocab}", TOKENIZER_FILE)
+    from datakit.stages.tokenizer import VERSION  # a kept tokenizer is one today's trainer writes
+
+    tok_file = os.path.join(work, f"tokenizer-{vocab}-v{VERSION}", TOKENIZER_FILE)
     if not os.path.exists(tok_file):
         train_tokenizer([source], os.path.dirname(tok_file), vocab_size=vocab, max_bytes=10_000_000)
     return source, tok_file

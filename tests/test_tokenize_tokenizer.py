@@ -95,15 +95,15 @@ def test_the_trained_bpe_encodes_as_its_trainers_ranks_and_as_well_as_hfs_traine
     import tiktoken
     from tokenizers import Tokenizer, pre_tokenizers, trainers
 
-    from datakit.tokenize.byte_level import GPT2_PATTERN
+    from datakit.tokenize.byte_level import SPLIT_PATTERN
     from datakit.tokenize.tokenizer import PAD_TOKEN, new_bpe_tokenizer
 
     sample = sample_corpus(sources, 300_000, seed=0)
     held = stdlib_texts(200_000, subdir="asyncio") + stdlib_texts(100_000, subdir="xml")
     ours, _ = load_tokenizer(trained["path"])
     trainer = rustbpe.Tokenizer()
-    trainer.train_from_iterator(iter(sample), 600 - 3, pattern=GPT2_PATTERN)
-    raw = tiktoken.Encoding("raw", pat_str=GPT2_PATTERN, mergeable_ranks=dict(trainer.get_mergeable_ranks()),
+    trainer.train_from_iterator(iter(sample), 600 - 3, pattern=SPLIT_PATTERN)
+    raw = tiktoken.Encoding("raw", pat_str=SPLIT_PATTERN, mergeable_ranks=dict(trainer.get_mergeable_ranks()),
                             special_tokens={})
     encoded = ours.encode_batch(held)
     for text, enc in zip(held, encoded):
@@ -116,6 +116,36 @@ def test_the_trained_bpe_encodes_as_its_trainers_ranks_and_as_well_as_hfs_traine
     theirs = Tokenizer.from_str(hf.to_str())
     n_ours, n_hf = (sum(len(e.ids) for e in t.encode_batch(held)) for t in (ours, theirs))
     assert abs(n_ours - n_hf) <= 0.01 * n_hf, (n_ours, n_hf)
+
+
+def test_the_trained_split_is_lookahead_free_and_both_engines_split_every_space_alike(trained):
+    """Our trained tokenizers split by `SPLIT_PATTERN` (GPT-2's without its lookahead, which is what lets
+    tiktoken run the regex crate's automata instead of fancy-regex's backtracking): a whitespace run is
+    one piece, a single space still leads the word after it. HF (oniguruma, a Split step) and tiktoken
+    (the regex crate) must split alike, or every shard's check would send the step back to HF: they give
+    the same ids for every white-space, separator, control and format code point (and every 97th other
+    one) doubled, between letters, digits, spaces and a contraction."""
+    import unicodedata
+
+    from datakit.tokenize.byte_level import SPLIT_PATTERN
+    from datakit.tokenize.engine import convert
+
+    ours, _ = load_tokenizer(trained["path"])
+    pre = json.loads(open(trained["path"], encoding="utf-8").read())["pre_tokenizer"]
+    assert [s["type"] for s in pre["pretokenizers"]] == ["Split", "ByteLevel"]
+    assert pre["pretokenizers"][0]["pattern"]["Regex"] == SPLIT_PATTERN and "(?!" not in SPLIT_PATTERN
+    assert [p for p, _ in ours.pre_tokenizer.pre_tokenize_str("if x:\n    return 'it's  done")] == [
+        "if", "Ġx", ":", "ĊĠĠĠĠ", "return", "Ġ'", "it", "'s", "ĠĠ", "done"]
+    enc, why = convert(trained["path"])
+    assert enc is not None, why
+    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000
+              and (chr(c).isspace() or unicodedata.category(chr(c)) in ("Zs", "Zl", "Zp", "Cc", "Cf") or c % 97 == 0)]
+    texts = [f"a{c}{c}b 1{c} {c}x {c}{c} 'll{c}'s  z\t\n {c}" for c in map(chr, points)]
+    assert len(texts) > 11_000
+    hf = [e.ids for e in ours.encode_batch(texts)]
+    tk = enc.encode_ordinary_batch(texts)
+    differ = [t for t, a, b in zip(texts, hf, tk) if a != b]
+    assert not differ, differ[:5]
 
 
 def test_seed_changes_the_sample(sources):

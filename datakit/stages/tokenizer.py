@@ -25,7 +25,7 @@ from datakit.tokenize.pin import describe, pin_name, read_pin
 
 from .contract import DOCUMENTS, TOKENIZER, Graph, Stage, step_identity
 
-VERSION = "2"  # 2: merges learned by rustbpe (tokenize/tokenizer.py), not HF's BpeTrainer
+VERSION = "3"  # 2: merges learned by rustbpe, not HF's BpeTrainer; 3: split by byte_level.SPLIT_PATTERN
 STEP = "tokenizer"
 
 

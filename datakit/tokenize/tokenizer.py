@@ -19,11 +19,11 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 import pyarrow.parquet as pq
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from datakit.core.fsio import atomic_write_bytes, exists, is_dir, join, open_read, read_bytes, store_url
 from datakit.core.layout import TOKENIZER_FILE, DocumentsDir, parquet_names
-from datakit.tokenize.byte_level import GPT2_PATTERN, bytes_to_unicode
+from datakit.tokenize.byte_level import SPLIT_PATTERN, bytes_to_unicode
 
 __all__ = [
     "EOS_TOKEN",
@@ -236,9 +236,12 @@ def sample_corpus(input_dirs: list[str], max_bytes: int, seed: int = 0) -> list[
 
 
 def new_bpe_tokenizer() -> Tokenizer:
-    """An untrained byte-level BPE (GPT-2 style pre-tokenisation, no normaliser: lossless)."""
+    """An untrained byte-level BPE (split by `SPLIT_PATTERN`, then GPT-2's byte alphabet; no normaliser:
+    lossless)."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -308,9 +311,9 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
                     max_bytes: int = 20_000_000, seed: int = 0) -> dict:
     """Train a byte-level BPE on up to ``max_bytes`` of the sources; write ``out_dir/tokenizer.json``.
 
-    The merges are learned by rustbpe (the GPT-2 split, the most frequent pair merged first, ties broken
-    by the pair's ranks; on `TRAIN_THREADS` rayon thread unless RAYON_NUM_THREADS is set), then written
-    as a HF tokenizer. Why not HF's BpeTrainer: it tracks each byte's alignment while counting words, 6.8
+    The merges are learned by rustbpe (split by `byte_level.SPLIT_PATTERN`, the most frequent pair merged
+    first, ties broken by the pair's ranks; on `TRAIN_THREADS` rayon thread unless RAYON_NUM_THREADS is
+    set), then written as a HF tokenizer. Why not HF's BpeTrainer: it tracks each byte's alignment while counting words, 6.8
     of its 8.4 CPU-s on the benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good (3.1422
     bytes per token on 6 MB of held-out documents, both; HF's token count 1 higher). Merging stops at
     ``vocab_size`` or when no pair is left: on a small sample a pair seen once can be merged (HF's trainer
@@ -331,7 +334,7 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
         raise ValueError(f"no non-empty text found to train a tokenizer in {list(input_dirs)}")
     trainer = rustbpe.Tokenizer()
     with _rayon_threads(TRAIN_THREADS):
-        trainer.train_from_iterator(iter(texts), vocab_size - len(specials), pattern=GPT2_PATTERN)
+        trainer.train_from_iterator(iter(texts), vocab_size - len(specials), pattern=SPLIT_PATTERN)
     tok = _bpe_from_ranks(trainer.get_mergeable_ranks(), specials)
     data = tok.to_str(pretty=False).encode("utf-8")
     final = join(store_url(out_dir), TOKENIZER_FILE)
