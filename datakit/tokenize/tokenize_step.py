@@ -68,7 +68,8 @@ logger = logging.getLogger(__name__)
 # Bump when the cache contents for the same inputs change (stage implementation version).
 # 2: the ledger and each shard's marker record xxh3-128 checksums of the shard's files.
 # 3: the documents' hashes (reuse/ids) keep each text's byte count; the settings the step's text lineage.
-VERSION = "3"
+# 4: a long text is cut where a whitespace run starts, so its pieces encode to its whole encoding.
+VERSION = "4"
 SPLITS = TokenCacheDir.SPLITS
 _MAX_BAD_SAMPLES = 20
 
