@@ -53,11 +53,11 @@ needs orjson without requiring either, so the benchmark checks them before eithe
 Wall times swing with the machine's load (recorded in params); CPU-seconds are the steadier ratio.
 
 Measured: the README's benchmark table holds every run (its date, the machine's state, both sides' figures).
-The latest, 2026-11-27 (eighteenth session, the machine idle): at --mb 100 --peer-words whitespace, datakit
-13.1-14.1 CPU-s, tokenizer training 2.0-2.1 of it, against datatrove's 69.0-70.0: 4.96-5.26x per CPU-second
-with training, 5.80-6.20x without; at the default 400 MB, 45.4 against 214.8: 4.73x with training, 4.96x
-without (this corpus's near-duplicate families grow with its size: fuzzy verifies 15x the candidate
-pairs of 100 MB for 4.9x the documents, while the peer's tokenize shrinks with the third removed).
+The latest, 2026-11-28 (twentieth session, the machine idle, the trained tokenizer's lookahead-free split,
+which the peer is handed too): at --mb 100 --peer-words whitespace, datakit 10.8-10.9 CPU-s, tokenizer
+training 1.4-1.5 of it, against datatrove's 53.6-56.1: 4.91-5.21x per CPU-second with training,
+5.62-6.02x without; at the default 400 MB, 37.5-37.8 against 192.5-194.5: 5.13-5.14x with training,
+5.36x without.
 """
 
 from __future__ import annotations
