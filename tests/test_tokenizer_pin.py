@@ -145,6 +145,32 @@ def test_the_dry_run_names_the_pin_and_how_to_retrain(tmp_path):
             and "retrain with `tokenize: {retrain: true}`" in res.output), res.output
 
 
+def test_an_earlier_trainers_pin_is_said_not_used(tmp_path, caplog):
+    """A prefix pinned by an earlier version of the trainer (say, before the split pattern changed): the
+    new trainer trains anew (a pin never keeps an old tokenizer silently, nor is one dropped silently):
+    the dry run and the run say so, that every cache is rebuilt, and how to keep the old tokenizer."""
+    _data(tmp_path)
+    prefix = str(tmp_path / "p")
+    old = Path("/usr/share/common-licenses/GPL-3").read_bytes()  # any bytes: the old pin is never loaded
+    earlier = str(int(VERSION) - 1)
+    assert write_pin(prefix, pin_name(_config(tmp_path), earlier), old, "tokenizer-0123456789", replace=False)
+    kept = read_pin(prefix, pin_name(_config(tmp_path), earlier))
+    manifest = tmp_path / "sources.yaml"
+    manifest.write_text(json.dumps(_manifest_dict(tmp_path, "p")))  # JSON is YAML
+    res = CliRunner().invoke(main, ["run", str(manifest), "--dry-run"])
+    said = (f"was trained by tokenizer stage version {earlier}, and this datakit's trainer is version {VERSION}: "
+            "a new tokenizer is trained")
+    assert said in res.output and f"tokenize: {{tokenizer: {kept.path}}}" in res.output, res.output
+    with caplog.at_level("WARNING", logger="datakit.stages.tokenizer"):
+        first = _run(tmp_path)
+    assert any(said in r.getMessage() for r in caplog.records), caplog.text
+    assert _tokenizer_sha(first) != hashlib.sha256(old).hexdigest()
+    assert read_pin(prefix, pin_name(_config(tmp_path), VERSION)).sha256 == _tokenizer_sha(first)
+    assert read_pin(prefix, pin_name(_config(tmp_path), earlier)).sha256 == kept.sha256  # left as it was
+    res = CliRunner().invoke(main, ["run", str(manifest), "--dry-run"])
+    assert f"note: tokenizer: pinned {_tokenizer_sha(first)[:12]}" in res.output and said not in res.output
+
+
 def test_a_first_pin_is_kept_a_retrain_moves_it_and_a_damaged_pin_is_refused(tmp_path):
     """The first run to pin wins (two runs training at once leave one complete pin); a retrain replaces
     it; a pin whose tokenizer changed or whose record is unreadable stops the plan, saying what to do."""

@@ -13,6 +13,7 @@ pin module's: a fresh prefix trains on the final data."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import posixpath
 from functools import partial
 
@@ -21,12 +22,13 @@ from datakit.core.results import TokenizerResult
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
-from datakit.tokenize.pin import describe, pin_name, read_pin
+from datakit.tokenize.pin import describe, older_pin, pin_name, read_pin, superseded
 
 from .contract import DOCUMENTS, TOKENIZER, Graph, Stage, step_identity
 
 VERSION = "3"  # 2: merges learned by rustbpe, not HF's BpeTrainer; 3: split by byte_level.SPLIT_PATTERN
 STEP = "tokenizer"
+log = logging.getLogger(__name__)
 
 
 def _copy(ctx: StepContext, given: str) -> dict:
@@ -45,10 +47,14 @@ def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig) ->
     from datakit.tokenize.pin import write_pin
     from datakit.tokenize.tokenizer import train_tokenizer
 
+    prefix = posixpath.dirname(ctx.output.rstrip("/"))
+    older = None if cfg.retrain else older_pin(prefix, cfg, VERSION)
+    if older is not None:
+        log.warning("tokenizer: %s", superseded(older, VERSION))
+
     result = train_tokenizer([ctx.deps[d].output for d in documents], ctx.output, vocab_size=cfg.vocab_size,
                              max_bytes=cfg.train_tokenizer_bytes, seed=cfg.seed)
     result.pop("path", None)  # the record names files relative to the step dir, as the copy does
-    prefix = posixpath.dirname(ctx.output.rstrip("/"))
     write_pin(prefix, pin_name(cfg, VERSION), read_bytes(TokenCacheDir(ctx.output).tokenizer), ctx.step.dirname,
               replace=cfg.retrain)
     return TokenizerResult.written({"tokenizer": TOKENIZER_FILE, **result})
@@ -67,7 +73,8 @@ def build(graph: Graph) -> None:
     train = Step(STEP, partial(_train, documents=tuple(d.name for d in docs), cfg=cfg), config, deps=docs,
                  version=VERSION, stage=STAGE.name)
     pin = None if cfg.retrain else read_pin(graph.prefix, pin_name(cfg, VERSION))
-    graph.notes[STEP] = describe(pin, cfg.retrain)
+    older = older_pin(graph.prefix, cfg, VERSION) if pin is None and not cfg.retrain else None
+    graph.notes[STEP] = describe(pin, cfg.retrain, older, VERSION)
     if pin is None or pin.step == train.dirname:
         graph.tokenizer = graph.add(train)
         return

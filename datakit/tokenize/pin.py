@@ -111,11 +111,38 @@ def write_pin(prefix: str, name: str, data: bytes, step: str, replace: bool) -> 
     return create_exclusive(_record_path(prefix, name), record)
 
 
-def describe(pin: Pin | None, retrain: bool) -> str:
-    """The plan's one line on which tokenizer a run uses (shown by ``datakit run --dry-run``)."""
+def older_pin(prefix: str, cfg: TokenizeConfig, version: str) -> tuple[str, Pin] | None:
+    """The newest pin of these training settings made by an earlier version of the trainer, with that
+    version, or None (an unreadable one counts as none: it is not used either way). Why: such a pin is
+    not used (a new trainer trains anew), which rebuilds every token cache and the model of an existing
+    prefix; the run says so, and how to keep the old tokenizer."""
+    for v in range(int(version) - 1, 0, -1):
+        try:
+            pin = read_pin(prefix, pin_name(cfg, str(v)))
+        except PinError:
+            continue
+        if pin is not None:
+            return str(v), pin
+    return None
+
+
+def superseded(older: tuple[str, Pin], version: str) -> str:
+    """What a run that trains anew beside an earlier trainer's pin says."""
+    v, pin = older
+    return (f"the tokenizer pinned for these settings ({pin.sha256[:12]}, {pin.pinned}) was trained by tokenizer "
+            f"stage version {v}, and this datakit's trainer is version {version}: a new tokenizer is trained on "
+            f"the current data and pinned, so every token cache and the model are rebuilt for it; to keep the "
+            f"old one, set `tokenize: {{tokenizer: {pin.path}}}`")
+
+
+def describe(pin: Pin | None, retrain: bool, older: tuple[str, Pin] | None = None, version: str = "") -> str:
+    """The plan's one line on which tokenizer a run uses (shown by ``datakit run --dry-run``); ``older``:
+    an earlier trainer's pin of the same settings (`older_pin`), said when no pin of ``version`` exists."""
     if retrain:
         return ("tokenizer: retrain requested (tokenize.retrain): trained on the current data, then pinned "
                 "for later runs")
+    if pin is None and older is not None:
+        return f"tokenizer: {superseded(older, version)}"
     if pin is None:
         return f"tokenizer: none pinned yet: trained on the current data, then pinned for later runs ({RETRAIN_HINT})"
     return f"tokenizer: pinned {pin.sha256[:12]} from {pin.step} ({pin.pinned}); {RETRAIN_HINT}"
