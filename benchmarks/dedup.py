@@ -62,10 +62,12 @@ import time
 from pathlib import Path
 
 from benchmarks._pipeline_peer import word_tokenizer
-from benchmarks.common import PEER_PYTHON, REPO, module_command
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, REPO, module_command, peer_import_error
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TRUE_THRESHOLD = 0.8
+# what the datatrove contenders import (ParquetReader needs pyarrow, which datatrove does not require)
+PEER_IMPORTS = "import datatrove.pipeline.readers, datatrove.pipeline.dedup, datatrove.pipeline.writers, pyarrow"
 ALL = ["datakit", "datakit_1core", "datakit_noverify", "datatrove_spacy", "datatrove_whitespace", "datasketch"]
 
 
@@ -539,6 +541,11 @@ def main() -> None:
         raise SystemExit(f"unknown contenders {sorted(unknown)}; choose from {ALL}")
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
+    if any(c.startswith("datatrove_") for c in wanted):  # before any side runs, in one line
+        imports = PEER_IMPORTS + (", spacy" if "datatrove_spacy" in wanted else "")
+        missing = peer_import_error(args.peer_python, imports, PEER_SETUP)
+        if missing:
+            raise SystemExit(missing)
     work = Path(args.work or tempfile.mkdtemp(prefix="datakit-dedup-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()

@@ -75,7 +75,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PEER_PYTHON, module_command
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error
 from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
 
 
@@ -138,6 +138,9 @@ def _child_datakit(args: dict) -> dict:
             "engine_mismatches": res.engine_mismatches,
             "train_dir": res.split_dir("train"), "validation_dir": res.split_dir("validation")}
 
+
+# what the peer's side imports (ParquetReader needs pyarrow, which datatrove does not require)
+PEER_IMPORTS = "import datatrove.pipeline.readers, datatrove.pipeline.tokens, pyarrow"
 
 _DATATROVE = r"""
 import json, os, sys, time
@@ -287,6 +290,10 @@ def main() -> None:
         print("RESULT " + json.dumps(fn(json.loads(payload))), flush=True)
         return
 
+    if not a.skip_datatrove:  # before any side runs: a venv that lacks a module fails now, in one line
+        missing = peer_import_error(PEER_PYTHON, PEER_IMPORTS, PEER_SETUP)
+        if missing:
+            raise SystemExit(missing)
     os.makedirs(a.work, exist_ok=True)
     t0 = time.perf_counter()
     source, tokenizer = _prepare(a.work, a.mb, a.parts, a.vocab)
