@@ -312,15 +312,14 @@ def train_tokenizer(input_dirs: list[str], out_dir: str, *, vocab_size: int = 81
     """Train a byte-level BPE on up to ``max_bytes`` of the sources; write ``out_dir/tokenizer.json``.
 
     The merges are learned by rustbpe (split by `byte_level.SPLIT_PATTERN`, the most frequent pair merged
-    first, ties broken by the pair's ranks; on `TRAIN_THREADS` rayon thread unless RAYON_NUM_THREADS is
-    set), then written as a HF tokenizer. Why not HF's BpeTrainer: it tracks each byte's alignment while counting words, 6.8
-    of its 8.4 CPU-s on the benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good (3.1422
-    bytes per token on 6 MB of held-out documents, both; HF's token count 1 higher). Merging stops at
+    first, ties broken by the pair's ranks; on `TRAIN_THREADS` rayon thread unless RAYON_NUM_THREADS is set),
+    then written as a HF tokenizer. Why not HF's BpeTrainer: it tracks each byte's alignment while counting
+    words, 6.8 of its 8.4 CPU-s on the benchmark's 20 MB sample; rustbpe took 2.9 for a tokenizer as good
+    (3.1422 bytes per token on 6 MB of held-out documents, both; HF's token count 1 higher). Merging stops at
     ``vocab_size`` or when no pair is left: on a small sample a pair seen once can be merged (HF's trainer
     stopped at pairs seen twice). Deterministic: the same inputs and arguments give byte-identical
-    tokenizer.json whatever the thread count (the sample order is fixed; the counts are sums). Special
-    tokens take ids 0..2: EOS, BOS, PAD. Returns the identity dict plus the path and how much text was
-    used."""
+    tokenizer.json whatever the thread count (the sample order is fixed; the counts are sums). Special tokens
+    take ids 0..2: EOS, BOS, PAD. Returns the identity dict plus the path and how much text was used."""
     import rustbpe
 
     specials = [EOS_TOKEN, BOS_TOKEN, PAD_TOKEN]
