@@ -107,7 +107,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PEER_PYTHON, module_command, user_env
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error, user_env
 from benchmarks.filters import build_corpus
 
 
@@ -232,6 +232,10 @@ def run_side(cmd: list[str], what: str) -> dict:
     return {"peak_pss_tree_mb": round(max((s.pss for s in tl.samples), default=0) / 2**20, 1)}
 
 
+# what the peer's side imports (JsonlReader reads with orjson, the filter's model cache locks with fasteners)
+PEER_IMPORTS = ("import datatrove.pipeline.readers, datatrove.pipeline.filters, datatrove.pipeline.writers, "
+                "fasttext, fasteners, orjson")
+
 PEER = r"""
 import json, resource, sys, time
 from datatrove.pipeline.readers import JsonlReader
@@ -330,6 +334,9 @@ def main() -> None:
     if a._ours:
         ours_main(a._ours[0], int(a._ours[1]), a._ours[2], int(a._ours[3]))
         return
+    missing = peer_import_error(a.peer_python, PEER_IMPORTS, PEER_SETUP)  # before any side runs, in one line
+    if missing:
+        raise SystemExit(missing)
     work = Path(a.work_dir or tempfile.mkdtemp(prefix="bench-classifier-"))
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus.jsonl"
