@@ -243,6 +243,10 @@ def test_split_long_text_is_lossless_and_bounded():
     assert all(0 < len(p) <= 10_000 for p in pieces)
     assert pieces[0].endswith("word") and pieces[1].startswith(" word")  # cut before a space
     assert split_long_text("short", 10) == ["short"]
+    # a whitespace run longer than a window cannot be cut where it starts: cut inside it, losslessly
+    for text in (" " * 25_000 + "x", "a" + "\n \t" * 9_000 + "b", "word " + " " * 30_000):
+        pieces = split_long_text(text, 10_000)
+        assert "".join(pieces) == text and all(0 < len(p) <= 10_000 for p in pieces)
 
 
 @pytest.mark.parametrize("pattern", ["GPT2_PATTERN", "SPLIT_PATTERN"])
