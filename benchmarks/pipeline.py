@@ -54,10 +54,10 @@ Wall times swing with the machine's load (recorded in params); CPU-seconds are t
 
 Measured: the README's benchmark table holds every run (its date, the machine's state, both sides' figures).
 The latest, 2026-11-28 (twentieth session, the machine idle, the trained tokenizer's lookahead-free split,
-which the peer is handed too): at --mb 100 --peer-words whitespace, datakit 10.8-10.9 CPU-s, tokenizer
-training 1.4-1.5 of it, against datatrove's 53.6-56.1: 4.91-5.21x per CPU-second with training,
-5.62-6.02x without; at the default 400 MB, 37.5-37.8 against 192.5-194.5: 5.13-5.14x with training,
-5.36x without.
+which the peer is handed too): at --mb 100 --peer-words whitespace, three runs, datakit 10.7-10.9 CPU-s,
+tokenizer training 1.4-1.5 of it, against datatrove's 53.6-58.4: 4.91-5.45x per CPU-second with training
+(median 5.21x), 5.62-6.32x without; at the default 400 MB, two runs, 37.5-37.8 against 192.5-194.5:
+5.13-5.14x with training, 5.36x without.
 """
 
 from __future__ import annotations
