@@ -22,7 +22,7 @@ from datakit.core.results import TokenizerResult
 from datakit.manifest import Section
 from datakit.steps import Step, StepContext
 from datakit.tokenize.config import TokenizeConfig
-from datakit.tokenize.pin import describe, older_pin, pin_name, read_pin, superseded
+from datakit.tokenize.pin import Pin, describe, older_pin, pin_name, read_pin, superseded
 
 from .contract import DOCUMENTS, TOKENIZER, Graph, Stage, step_identity
 
@@ -42,15 +42,17 @@ def _copy(ctx: StepContext, given: str) -> dict:
     return TokenizerResult(tokenizer=TOKENIZER_FILE, identity=dataclasses.asdict(ident)).to_dict()
 
 
-def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig) -> dict:
+def _train(ctx: StepContext, documents: tuple[str, ...], cfg: TokenizeConfig,
+           older: tuple[str, Pin] | None) -> dict:
+    """Train and pin; ``older``: an earlier trainer's pin of these settings the plan found, which this
+    training supersedes (said as a warning)."""
     from datakit.core.fsio import read_bytes
     from datakit.tokenize.pin import write_pin
     from datakit.tokenize.tokenizer import train_tokenizer
 
-    prefix = posixpath.dirname(ctx.output.rstrip("/"))
-    older = None if cfg.retrain else older_pin(prefix, cfg, VERSION)
     if older is not None:
         log.warning("tokenizer: %s", superseded(older, VERSION))
+    prefix = posixpath.dirname(ctx.output.rstrip("/"))
 
     result = train_tokenizer([ctx.deps[d].output for d in documents], ctx.output, vocab_size=cfg.vocab_size,
                              max_bytes=cfg.train_tokenizer_bytes, seed=cfg.seed)
@@ -70,11 +72,11 @@ def build(graph: Graph) -> None:
     names = sorted(graph.documents)
     docs = tuple(graph.documents[n] for n in names)
     config = step_identity(cfg, ("vocab_size", "train_tokenizer_bytes", "seed"))
-    train = Step(STEP, partial(_train, documents=tuple(d.name for d in docs), cfg=cfg), config, deps=docs,
-                 version=VERSION, stage=STAGE.name)
     pin = None if cfg.retrain else read_pin(graph.prefix, pin_name(cfg, VERSION))
     older = older_pin(graph.prefix, cfg, VERSION) if pin is None and not cfg.retrain else None
     graph.notes[STEP] = describe(pin, cfg.retrain, older, VERSION)
+    train = Step(STEP, partial(_train, documents=tuple(d.name for d in docs), cfg=cfg, older=older), config,
+                 deps=docs, version=VERSION, stage=STAGE.name)
     if pin is None or pin.step == train.dirname:
         graph.tokenizer = graph.add(train)
         return
