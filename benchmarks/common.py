@@ -18,6 +18,15 @@ PEER_PYTHON = REPO / ".venv-bench" / "bin" / "python"  # the peers' venv (see ea
 PEER_SETUP = "`python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt`"
 
 
+def tokenizer_dir(work: str | Path, vocab: int) -> Path:
+    """Where a benchmark keeps the tokenizer datakit's trainer made for it: named by the vocabulary and the
+    trainer's version (the tokenizer stage's), so a kept tokenizer is always one today's trainer writes and
+    a peer is handed what a default datakit run trains now; a new trainer version trains again."""
+    from datakit.stages.tokenizer import VERSION
+
+    return Path(work) / f"tokenizer-{vocab}-v{VERSION}"
+
+
 def module_command(python: str | Path, name: str, *args: str) -> list[str]:
     """The command running benchmarks.<name> with ``args`` in ``python`` (ours or the peer's)."""
     return [str(python), "-m", f"benchmarks.{name}", *args]

@@ -33,10 +33,10 @@ datatrove's forkserver workers are never reaped, so only sampling sees their CPU
 is the rusage cross-check, right for datakit, near 0 for datatrove). Before each side the corpus is read
 once (page cache) and the side's imports are loaded once (warm), and each side runs once, both fresh in
 the same invocation: no figure of an earlier run is ever reused (--reuse keeps only the corpus and the
-tokenizer, which is trained again when datakit's tokenizer stage version changed). Quality: planted exact
-and near copies caught (a planted pair {original, copy} is caught when either is removed), near copies by Jaccard bin, planted pairs where both
-were removed, and documents removed that were no plant (natural near-duplicates in the real text, shown
-with how many both sides removed). Projection: core-hours per TB of text = CPU-seconds / MB of text
+tokenizer, which is trained again when datakit's tokenizer stage version changed: `common.tokenizer_dir`).
+Quality: planted exact and near copies caught (a planted pair {original, copy} is caught when either is
+removed), near copies by Jaccard bin, planted pairs where both were removed, and documents removed that
+were no plant (natural near-duplicates in the real text, shown with how many both sides removed). Projection: core-hours per TB of text = CPU-seconds / MB of text
 (uncompressed UTF-8) x 1e6 / 3600, i.e. assuming cost linear in bytes at the measured CPU-seconds per MB.
 
 A side that processes 0 documents is an error, never a figure. One JSON object on stdout.
@@ -75,7 +75,8 @@ from pathlib import Path
 
 from benchmarks import _pipeline_corpus as corpus_mod
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import PEER_PYTHON, PEER_SETUP, REPO, module_command, peer_import_error, user_env
+from benchmarks.common import (PEER_PYTHON, PEER_SETUP, REPO, module_command, peer_import_error, tokenizer_dir,
+                               user_env)
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 TOKENIZER_STEP = "tokenizer"  # datakit's step that trains (or copies) the tokenizer
@@ -106,20 +107,15 @@ def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[P
     params = {"mb": mb, "files": files, "seed": seed, "vocab": vocab, "corpus_version": corpus_mod.VERSION}
     stamp, corpus_dir = work / "params.json", work / "corpus"
     if not (stamp.exists() and json.loads(stamp.read_text()) == params and (work / "truth.json").exists()):
-        for p in [corpus_dir, work / "tokenizer"]:
+        for p in [corpus_dir, *work.glob("tokenizer*")]:  # every kept tokenizer was trained on the old corpus
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
         t = time.perf_counter()
         corpus_mod.build(corpus_dir, mb, files, seed)
         print(f"corpus built in {time.perf_counter() - t:.0f}s", file=sys.stderr)
         stamp.write_text(json.dumps(params))
     info = corpus_mod.CorpusInfo.load(work / "truth.json")
-    tok = work / "tokenizer" / "tokenizer.json"
-    # a kept tokenizer is trained again when datakit's trainer changed since (its stage version): the
-    # peer must be handed what a default datakit run trains now
-    from datakit.stages.tokenizer import VERSION as trainer_version
-
-    trained_by, by = {"tokenizer_stage_version": trainer_version, "vocab": vocab}, tok.parent / "trained-by.json"
-    if not (tok.exists() and by.exists() and json.loads(by.read_text()) == trained_by):
+    tok = tokenizer_dir(work, vocab) / "tokenizer.json"
+    if not tok.exists():
         from datakit.tokenize.fixtures import write_source
         from datakit.tokenize.tokenizer import train_tokenizer
 
@@ -128,7 +124,6 @@ def prepare(work: Path, mb: float, files: int, seed: int, vocab: int) -> tuple[P
         write_source(str(sample), corpus_mod.sample_texts(info, 20_000_000), 2, source="corpus")
         train_tokenizer([str(sample)], str(tok.parent), vocab_size=vocab, max_bytes=20_000_000)
         shutil.rmtree(sample, ignore_errors=True)
-        by.write_text(json.dumps(trained_by))
     return corpus_dir, info, tok
 
 

@@ -82,7 +82,7 @@ from pathlib import Path
 
 from benchmarks import _scale_corpus as corpus
 from benchmarks import _pipeline_measure as measure
-from benchmarks.common import REPO, user_env
+from benchmarks.common import REPO, tokenizer_dir, user_env
 
 NGRAM, BANDS, ROWS = 5, 14, 8
 MARIN = {"exact": {"docs_per_cpu_s": 16_900}, "minhash": {"docs_per_cpu_s": 1_200},
@@ -151,11 +151,9 @@ def prepare_tokenizer(work: Path, parts: list[corpus.PartInfo], vocab: int) -> t
     """A byte-level BPE tokenizer trained once on the corpus's first 20 MB; its training cost."""
     import resource
 
-    from datakit.stages.tokenizer import VERSION  # a kept tokenizer is one today's trainer writes
-
-    tok = work / "tokenizer" / "tokenizer.json"
-    record = work / "tokenizer" / "training.json"
-    if tok.exists() and record.exists() and json.loads(record.read_text()).get("trainer_version") == VERSION:
+    tok = tokenizer_dir(work, vocab) / "tokenizer.json"
+    record = tok.parent / "training.json"
+    if tok.exists() and record.exists():
         return tok, json.loads(record.read_text())
     from benchmarks._pipeline_corpus import CorpusInfo, sample_texts
     from datakit.tokenize.fixtures import write_source
@@ -169,7 +167,7 @@ def prepare_tokenizer(work: Path, parts: list[corpus.PartInfo], vocab: int) -> t
     train_tokenizer([str(sample)], str(tok.parent), vocab_size=vocab, max_bytes=20_000_000)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     shutil.rmtree(sample, ignore_errors=True)
-    cost = {"vocab": vocab, "sample_mb": 20, "trainer_version": VERSION, "wall_s": round(time.perf_counter() - t, 1),
+    cost = {"vocab": vocab, "sample_mb": 20, "wall_s": round(time.perf_counter() - t, 1),
             "cpu_s": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1)}
     record.write_text(json.dumps(cost))
     print(f"tokenizer trained: vocab {vocab}, {cost['cpu_s']} CPU-s ({cost['wall_s']} s)", file=sys.stderr, flush=True)

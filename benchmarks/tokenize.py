@@ -57,7 +57,8 @@ pandas and encoding on a new thread per shard, the same run gave 2.30M (66%). At
 
 Setup:
     .venv/bin/pip install -e .                 # datakit's own env (already has tokenizers, pyarrow)
-    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt   # the peers' env, separate: datatrove 0.10 wants xxhash<4
+    python3 -m venv .venv-bench && .venv-bench/bin/pip install -r benchmarks/peer-requirements.txt
+                                               # the peers' env, separate: datatrove 0.10 wants xxhash<4
     .venv/bin/python -m benchmarks.tokenize --mb 40 --threads 2 --workers 1
 Without .venv-bench the datatrove row is reported as skipped; without zstandard in it, datatrove 0.10
 reads 0 documents (check the datatrove row's ``docs``).
@@ -75,7 +76,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error, tokenizer_dir
 from datakit.core.layout import TOKENIZER_FILE, DocumentsDir
 
 
@@ -229,9 +230,7 @@ def _prepare(work: str, mb: int, parts: int, vocab: int) -> tuple[str, str]:
         texts += _more_real_text(work, mb * 1_000_000 - sum(len(t.encode("utf-8", "surrogatepass")) for t in texts))
         write_source(source + ".tmp", texts, parts, source="stdlib")
         os.replace(source + ".tmp", source)
-    from datakit.stages.tokenizer import VERSION  # a kept tokenizer is one today's trainer writes
-
-    tok_file = os.path.join(work, f"tokenizer-{vocab}-v{VERSION}", TOKENIZER_FILE)
+    tok_file = str(tokenizer_dir(work, vocab) / TOKENIZER_FILE)
     if not os.path.exists(tok_file):
         train_tokenizer([source], os.path.dirname(tok_file), vocab_size=vocab, max_bytes=10_000_000)
     return source, tok_file
