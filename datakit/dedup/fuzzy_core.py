@@ -85,7 +85,9 @@ def row_texts(path: str, rows: np.ndarray) -> Iterator[tuple[np.ndarray, list]]:
     Streamed: only the row groups holding a wanted row are read, `VERIFY_READ_ROWS` rows of the `text`
     column at a time, and only the wanted rows become Python strings. So memory is bounded by one such
     batch of texts (plus the column chunk pyarrow buffers for its row group), never by the file: reading
-    the whole column made a 256 MB shard cost ~1 GB in one worker."""
+    the whole column made a 256 MB shard cost ~1 GB in one worker. One column on this thread: Arrow's
+    reader threads cost CPU and do nothing for one column (the add of benchmarks/incremental.py read its
+    9,654 texts in 0.49 CPU-s against 0.55 with them, four interleaved rounds)."""
     rows = np.asarray(rows, dtype=np.int64)
     with open_parquet(path) as pf:
         require_columns(path, pf.schema_arrow, ["text"])
@@ -97,7 +99,8 @@ def row_texts(path: str, rows: np.ndarray) -> Iterator[tuple[np.ndarray, list]]:
         for g in np.unique(np.searchsorted(ends, rows, side="right")).tolist():
             start = int(ends[g - 1]) if g else 0
             try:
-                for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"]):
+                for rb in pf.iter_batches(batch_size=VERIFY_READ_ROWS, row_groups=[g], columns=["text"],
+                                          use_threads=False):
                     lo, hi = np.searchsorted(rows, [start, start + rb.num_rows])
                     if hi > lo:
                         yield np.arange(lo, hi), rb.column(0).take(an.from_numpy(rows[lo:hi] - start)).to_pylist()
