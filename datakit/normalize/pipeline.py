@@ -173,13 +173,21 @@ def _compute(spec: SourceSpec, cfg: NormalizeConfig, plan: ReadPlan, todo: list[
 
 def _schemas(out_dir: str, parts: list[Part]) -> None:
     """Each part's main and dups schemas as written (their footers: one source of truth for parts
-    computed now and parts taken)."""
+    computed now and parts taken). Local footers are read in this thread: 8 threads opening 116 of them
+    (an edit's 58 parts) cost 0.04-0.05 CPU-s against 0.008 read one after another; on an object store
+    each footer is a request, so they are read concurrently."""
     def read(rel: str) -> pa.Schema:
         with open_read(join(out_dir, rel)) as f:
             return pq.ParquetFile(f).schema_arrow
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        found = list(pool.map(lambda p: (read(p.main), read(p.dups)), parts))
+    def both(p: Part) -> tuple[pa.Schema, pa.Schema]:
+        return read(p.main), read(p.dups)
+
+    if is_local(out_dir):
+        found = [both(p) for p in parts]
+    else:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            found = list(pool.map(both, parts))
     for p, pair in zip(parts, found):
         p.schemas = pair
 
