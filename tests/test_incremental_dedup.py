@@ -200,6 +200,64 @@ def test_the_pair_cache_survives_a_new_partition_count_and_a_damaged_file_is_ver
     assert _marks(third) == _marks(first)
 
 
+def test_a_change_links_the_pair_cache_files_it_leaves_as_they_were_and_rewrites_a_damaged_one(tmp_path):
+    """An incremental fuzzy build writes only the cache partitions whose pairs changed: the others hold the
+    very bytes the earlier build recorded and are linked from its step dir (no new file). An earlier file
+    that no longer holds what its build recorded is written again (the right bytes), not linked."""
+    from datakit.dedup import DedupConfig, FuzzySource, fuzzy_dups, minhash_source
+    from datakit.dedup.fixtures import write_normalized_source
+    from datakit.dedup.keyed import Reuse
+    from datakit.shuffle import ExecConfig
+    from datakit.steps import reuse, verify
+
+    texts = [open(p).read() for p in sorted(glob.glob(f"{STDLIB}/email/*.py"))[:24]]
+    texts += [t.replace("def ", "def  ", 2) for t in texts[:16]]  # near copies: pairs in every partition
+    ex = ExecConfig(backend="inline")
+    sources = []
+    for name, batch in (("py", texts), ("more", [texts[20].replace("def ", "def  ", 3)])):
+        write_normalized_source(str(tmp_path / name), name, batch, num_files=4 if name == "py" else 1)
+        verify.write_manifest(str(tmp_path / name))  # files with recorded hashes: the state can name them
+        minhash_source(name, str(tmp_path / name), str(tmp_path / f"mh-{name}"), DedupConfig(), ex)
+        sources.append(FuzzySource(name, str(tmp_path / name), str(tmp_path / f"mh-{name}"), len(sources)))
+
+    def build(name: str, srcs: list, earlier: str | None):
+        out = tmp_path / name
+        res = fuzzy_dups(srcs, str(out), DedupConfig(), ex, num_partitions=8,
+                         reuse_from=Reuse(("test",), reuse.load(earlier)))
+        verify.write_manifest(str(out))
+        return out, res.counters
+
+    def cache(out) -> dict[str, os.stat_result]:
+        return {rel: os.stat(out / rel) for rel in _files(str(out)) if rel.startswith("reuse/pairs/")}
+
+    first, _ = build("first", sources[:1], None)
+    second, c2 = build("second", sources, str(first))
+    assert "incremental_documents" in c2, c2  # the change was applied, not built in full
+    before, after = cache(first), cache(second)
+    assert len(after) > 2, sorted(after)
+    linked = [rel for rel, st in after.items() if rel in before and st.st_ino == before[rel].st_ino]
+    assert 0 < len(linked) < len(after), (linked, sorted(after))  # some partitions changed, the rest linked
+    # the same change applied again, to the same earlier build: the same cache, every file written anew
+    # by a build that has no earlier cache files to link (their names changed), byte for byte
+    want = {k: v for k, v in _files(str(second)).items() if k in after}
+    for rel in before:
+        os.rename(first / rel, first / (rel + ".moved"))
+    again, _ = build("again", sources, str(first))
+    for rel in before:
+        os.rename(first / (rel + ".moved"), first / rel)
+    assert {k: v for k, v in _files(str(again)).items() if k in after} == want
+    assert not any(os.stat(again / rel).st_ino == st.st_ino for rel, st in before.items())
+    # damage one file the next build would link (same size, one byte): it is written again, not linked
+    path = second / linked[0]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.unlink(path)  # a new inode: the first build's file stays intact
+    path.write_bytes(bytes(data))
+    third, _ = build("third", sources, str(second))
+    assert _files(str(third))[linked[0]] == want[linked[0]]
+    assert os.stat(third / linked[0]).st_ino != os.stat(path).st_ino
+
+
 def test_line_dedup_and_exact_dedup_do_not_depend_on_their_reducer_counts(tmp_path, monkeypatch):
     """The index shuffles size their reducers by their keys; one reducer per file (the old default)
     gives the same files, byte for byte."""

@@ -510,7 +510,7 @@ def _write_state(ch: Change, pairs: Pairs, members: Members, segments: list[key_
     if ch.cache_folder is not None and ch.threshold is not None:
         known = ~np.isnan(pairs.jaccard)  # the cache holds known pairs only
         write_pair_cache(ch.cache_folder, ch.cache_bits, {k: c[known] for k, c in pairs.ids.items()},
-                         pairs.jaccard[known])
+                         pairs.jaccard[known], ch.earlier, _relative(ch.cache_folder, ch.out_dir))
     ch.new.sources = list(ch.names)
     ch.new.files = files
     ch.new.segments = list(segments)
@@ -530,12 +530,22 @@ def record_pairs(state: State, pairs: Pairs, members: Members, tokens: np.ndarra
     fuzzy_state.save_npz(state.path("members.npz"), tok=mt, row=mr, hi=members.hi, lo=members.lo)
 
 
-def write_pair_cache(folder: str, bits: int, ids: dict[str, np.ndarray], jac: np.ndarray) -> None:
-    """The verified-pair cache (pair_cache.py) of this build's pairs, written on the driver."""
+def write_pair_cache(folder: str, bits: int, ids: dict[str, np.ndarray], jac: np.ndarray,
+                     earlier: reuse.Earlier | None = None, rel_folder: str | None = None) -> None:
+    """The verified-pair cache (pair_cache.py) of this build's pairs, written on the driver; a partition
+    the earlier build wrote with the same bytes (``earlier``, the cache at ``rel_folder`` in both step
+    dirs) is linked from there."""
     part = pair_cache.partition(ids["ah"], ids["al"], ids["bh"], ids["bl"], bits)
     for p in np.unique(part).tolist():
         mine = part == p
-        pair_cache.write_cache(p, {**{k: c[mine] for k, c in ids.items()}, "jaccard": jac[mine]}, folder, bits)
+        pair_cache.write_cache(p, {**{k: c[mine] for k, c in ids.items()}, "jaccard": jac[mine]}, folder, bits,
+                               earlier, rel_folder)
+
+
+def _relative(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` (None when it is not under it)."""
+    root = root.rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else None
 
 
 def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, rows: np.ndarray,

@@ -193,17 +193,23 @@ def check_files_match(meta: dict, want: Sequence[str], label: str) -> None:
         )
 
 
-def write_parquet_atomic(table: pa.Table, path: str, metadata: dict | None = None) -> None:
-    """Write one parquet file (zstd) to a temp name and rename it into place."""
+def parquet_bytes(table: pa.Table, metadata: dict | None = None) -> bytes:
+    """One parquet file's bytes (zstd), as `write_parquet_atomic` writes them."""
     if metadata:
         md = dict(table.schema.metadata or {})
         md[b"datakit.dedup"] = json.dumps(metadata, sort_keys=True).encode()
         table = table.replace_schema_metadata(md)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def write_parquet_atomic(table: pa.Table, path: str, metadata: dict | None = None) -> None:
+    """Write one parquet file (zstd) to a temp name and rename it into place."""
+    data = parquet_bytes(table, metadata)
     parent = path.rsplit("/", 1)[0]
     makedirs(parent)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, data)
 
 
 def _unreadable(path: str, e: Exception) -> DedupInputError:

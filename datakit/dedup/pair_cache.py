@@ -9,10 +9,13 @@ texts of that file's new pairs (and their partners), not the corpus.
 Layout: ``reuse/pairs/<shingling digest>/part-KKKKK-of-NNNNN.parquet`` (ah, al, bh, bl: the two ids as
 uint64 halves, the smaller id first; jaccard), each file sorted, partitioned by the top bits of a hash
 of the id pair (`partition`), so a build with another partition count still finds a pair's rows: the
-files of the earlier build that cover a partition's hash range are read and filtered. A build's cache
+files of the earlier build that cover a partition's hash range are read and filtered. A full build's cache
 holds exactly its own candidate pairs (the earlier pairs it found and the ones it verified), so it is a
 pure function of the build's inputs (no history), bounded by its candidates, and a pair whose document
-went away leaves it. An earlier cache file that no longer hashes to what its build recorded is ignored
+went away leaves it. An incremental build's (fuzzy_incremental.py) holds the candidate pairs whose Jaccard
+it knows: a pair it never had to verify is left out, so it can hold fewer pairs than a full build on the
+same inputs (a cache answers lookups, it is not an output; the marks are byte for byte a full build's). Its
+partitions that hold the bytes the earlier build recorded are linked from there, not written. An earlier cache file that no longer hashes to what its build recorded is ignored
 (its pairs are verified again).
 """
 
@@ -24,9 +27,10 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import join, xxh3_file
+from datakit.core.fsio import join, makedirs, write_noted, xxh3_file
 from datakit.core.layout import work_part_name
 from datakit.shuffle import counters
 from datakit.steps import reuse
@@ -34,7 +38,7 @@ from datakit.steps import reuse
 from . import batches
 from .components import write_edges
 from .hashing import U64, ids_to_u64, mix64, node_row, route_keys
-from .layout import read_columns, write_parquet_atomic
+from .layout import parquet_bytes, read_columns, write_parquet_atomic
 
 PAIRS_FORMAT = 1
 CACHE_ROOT = "reuse/pairs"
@@ -239,15 +243,29 @@ def emit_pairs(path: str, bits: int):
     return batches.split(b, partition(b["ah"], b["al"], b["bh"], b["bl"], bits))
 
 
-def write_cache(part: int, b: batches.Batch, folder: str, bits: int) -> str:
+def write_cache(part: int, b: batches.Batch, folder: str, bits: int, earlier: reuse.Earlier | None = None,
+                rel_folder: str | None = None) -> str:
     """One cache file: the partition's distinct pairs, sorted by ids (a pair found twice, through two
-    copies of one document, has one Jaccard)."""
+    copies of one document, has one Jaccard). With ``earlier`` (that build's step dir holds the cache at
+    ``rel_folder``, as this one does): a file whose bytes that build recorded for the same name is
+    linked from there (`reuse.take_file`), not written: an edit changes a few of an incremental build's
+    partitions, and each written file is a new inode and an fsync."""
     order = np.lexsort((b["bl"], b["bh"], b["al"], b["ah"]))
     cols = {k: b[k][order] for k in CACHE_SCHEMA.names}
     first = np.ones(len(order), dtype=bool)
     first[1:] = False
     for k in IDS:
         first[1:] |= cols[k][1:] != cols[k][:-1]
-    path = f"{folder}/part-{part:05d}-of-{1 << bits:05d}.parquet"
-    write_parquet_atomic(an.numbers_table({k: c[first] for k, c in cols.items()}, CACHE_SCHEMA), path)
+    name = f"part-{part:05d}-of-{1 << bits:05d}.parquet"
+    path = f"{folder}/{name}"
+    table = an.numbers_table({k: c[first] for k, c in cols.items()}, CACHE_SCHEMA)
+    if earlier is None or rel_folder is None:
+        write_parquet_atomic(table, path)
+        return path
+    data = parquet_bytes(table)
+    rel = f"{rel_folder}/{name}"
+    if earlier.hashes.get(rel) == xxhash.xxh3_128_hexdigest(data) and reuse.take_file(earlier, rel, path):
+        return path
+    makedirs(folder)
+    write_noted(path, data)  # replaces whatever a failed take left there
     return path
