@@ -125,9 +125,14 @@ from pathlib import Path
 
 from benchmarks import _filters_lang
 from benchmarks._filters_lang import digest
-from benchmarks.common import PEER_PYTHON, module_command
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error
 
 DOC_CHARS = 8000
+# What the peer's workers import, every mode (--peer, --peer-measures; --peer-lang adds LANG_IMPORTS):
+# checked in the peer's venv before any side runs, so a venv that lacks one fails in one line, at once.
+PEER_IMPORTS = ("import datatrove.data, datatrove.pipeline.filters, datatrove.pipeline.formatters, "
+                "datatrove.pipeline.filters.gopher_repetition_filter, datatrove.utils.text, spacy")
+LANG_IMPORTS = ", datatrove.utils.word_tokenizers, datatrove.utils.lid, fasttext"
 RULES = ("gopher_repetition", "gopher_quality", "c4", "fineweb", "pii")
 EMAIL_PH, IP_PH = "<EMAIL_ADDRESS>", "<IP_ADDRESS>"
 
@@ -916,6 +921,10 @@ def main() -> None:
         return peer_measures_main(args.peer_measures, args.indices)
     if not os.path.exists(args.peer_python):
         raise SystemExit(f"{args.peer_python}: no peer venv; see this script's docstring to make one")
+    missing = peer_import_error(args.peer_python, PEER_IMPORTS + ("" if args.english_only else LANG_IMPORTS),
+                                PEER_SETUP)
+    if missing:
+        raise SystemExit(missing)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dk-filters-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:

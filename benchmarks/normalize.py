@@ -61,7 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PEER_PYTHON, module_command
+from benchmarks.common import PEER_PYTHON, PEER_SETUP, module_command, peer_import_error
 
 PIECE_CHARS = 4000
 
@@ -416,6 +416,12 @@ def _resiliparse_extractor():
     return Resiliparse()
 
 
+# What the peer's runs import (every --peer kind): checked in its venv before any side runs, so a venv that
+# lacks one fails in one line at once (a missing venv is not an error: the peer's figures are then null).
+PEER_IMPORTS = ("import datatrove.pipeline.readers, datatrove.pipeline.extractors, datatrove.utils.logging, "
+                "resiliparse.extract.html2text, trafilatura, zstandard, orjson")
+
+
 def run_peer(kind: str, dirpath: Path) -> dict:
     if not PEER_PYTHON.exists():
         return {"error": f"{PEER_PYTHON} not found; see this file's docstring to create .venv-bench"}
@@ -483,6 +489,9 @@ def main() -> None:
     if args.floor_child:
         floor_child(args.floor_child, args.dir, args.workers)
         return
+    missing = None if args.floor_only else peer_import_error(PEER_PYTHON, PEER_IMPORTS, PEER_SETUP)
+    if missing:
+        raise SystemExit(missing)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="dk-norm-bench-in-"))
     try:
         if args.floor_only:
