@@ -30,7 +30,7 @@ import pyarrow as pa
 import xxhash
 
 from datakit.core import arrow_numpy as an
-from datakit.core.fsio import join, makedirs, write_noted, xxh3_file
+from datakit.core.fsio import is_local, join, makedirs, write_noted, xxh3_file
 from datakit.core.layout import work_part_name
 from datakit.shuffle import counters
 from datakit.steps import reuse
@@ -247,7 +247,7 @@ def write_cache(part: int, b: batches.Batch, folder: str, bits: int, earlier: re
                 rel_folder: str | None = None) -> str:
     """One cache file: the partition's distinct pairs, sorted by ids (a pair found twice, through two
     copies of one document, has one Jaccard). With ``earlier`` (that build's step dir holds the cache at
-    ``rel_folder``, as this one does): a file whose bytes that build recorded for the same name is
+    ``rel_folder``, as this one does): a local file whose bytes that build recorded for the same name is
     linked from there (`reuse.take_file`), not written: an edit changes a few of an incremental build's
     partitions, and each written file is a new inode and an fsync."""
     order = np.lexsort((b["bl"], b["bh"], b["al"], b["ah"]))
@@ -264,7 +264,8 @@ def write_cache(part: int, b: batches.Batch, folder: str, bits: int, earlier: re
         return path
     data = parquet_bytes(table)
     rel = f"{rel_folder}/{name}"
-    if earlier.hashes.get(rel) == xxhash.xxh3_128_hexdigest(data) and reuse.take_file(earlier, rel, path):
+    local = is_local(path) and is_local(earlier.step_dir)  # on an object store a copy costs what a write does
+    if local and earlier.hashes.get(rel) == xxhash.xxh3_128_hexdigest(data) and reuse.take_file(earlier, rel, path):
         return path
     makedirs(folder)
     write_noted(path, data)  # replaces whatever a failed take left there
