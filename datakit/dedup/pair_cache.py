@@ -9,14 +9,15 @@ texts of that file's new pairs (and their partners), not the corpus.
 Layout: ``reuse/pairs/<shingling digest>/part-KKKKK-of-NNNNN.parquet`` (ah, al, bh, bl: the two ids as
 uint64 halves, the smaller id first; jaccard), each file sorted, partitioned by the top bits of a hash
 of the id pair (`partition`), so a build with another partition count still finds a pair's rows: the
-files of the earlier build that cover a partition's hash range are read and filtered. A full build's cache
-holds exactly its own candidate pairs (the earlier pairs it found and the ones it verified), so it is a
-pure function of the build's inputs (no history), bounded by its candidates, and a pair whose document
-went away leaves it. An incremental build's (fuzzy_incremental.py) holds the candidate pairs whose Jaccard
-it knows: a pair it never had to verify is left out, so it can hold fewer pairs than a full build on the
-same inputs (a cache answers lookups, it is not an output; the marks are byte for byte a full build's). Its
-partitions that hold the bytes the earlier build recorded are linked from there, not written. An earlier cache file that no longer hashes to what its build recorded is ignored
-(its pairs are verified again).
+files of the earlier build that cover a partition's hash range are read and filtered. A full build's
+cache holds exactly its own candidate pairs (the earlier pairs it found and the ones it verified), so it
+is a pure function of the build's inputs (no history), bounded by its candidates, and a pair whose
+document went away leaves it. An incremental build's (fuzzy_incremental.py) holds the candidate pairs
+whose Jaccard it knows: a pair it never had to verify is left out, so it can hold fewer pairs than a full
+build on the same inputs (a cache answers lookups, it is not an output; the marks are byte for byte a
+full build's). Its partitions that hold the bytes the earlier build recorded are linked from there, not
+written. An earlier cache file that no longer hashes to what its build recorded is ignored (its pairs are
+verified again).
 """
 
 from __future__ import annotations
