@@ -35,6 +35,7 @@ import numpy as np
 from datakit.core import arrow_numpy as an
 from datakit.core import fsio
 from datakit.core.layout import AttributesDir
+from datakit.core.listing import relative_to
 from datakit.steps import reuse
 
 from . import batches, fuzzy_state, key_index, pair_cache
@@ -510,7 +511,7 @@ def _write_state(ch: Change, pairs: Pairs, members: Members, segments: list[key_
     if ch.cache_folder is not None and ch.threshold is not None:
         known = ~np.isnan(pairs.jaccard)  # the cache holds known pairs only
         write_pair_cache(ch.cache_folder, ch.cache_bits, {k: c[known] for k, c in pairs.ids.items()},
-                         pairs.jaccard[known], ch.earlier, _relative(ch.cache_folder, ch.out_dir))
+                         pairs.jaccard[known], ch.earlier, relative_to(ch.cache_folder, ch.out_dir))
     ch.new.sources = list(ch.names)
     ch.new.files = files
     ch.new.segments = list(segments)
@@ -540,12 +541,6 @@ def write_pair_cache(folder: str, bits: int, ids: dict[str, np.ndarray], jac: np
         mine = part == p
         pair_cache.write_cache(p, {**{k: c[mine] for k, c in ids.items()}, "jaccard": jac[mine]}, folder, bits,
                                earlier, rel_folder)
-
-
-def _relative(path: str, root: str) -> str | None:
-    """``path`` relative to ``root`` (None when it is not under it)."""
-    root = root.rstrip("/") + "/"
-    return path[len(root):] if path.startswith(root) else None
 
 
 def record_full(state: State, entries: Sequence[FileEntry], tokens: np.ndarray, rows: np.ndarray,

@@ -266,7 +266,8 @@ def write_cache(part: int, b: batches.Batch, folder: str, bits: int, earlier: re
     data = parquet_bytes(table)
     rel = f"{rel_folder}/{name}"
     local = is_local(path) and is_local(earlier.step_dir)  # on an object store a copy costs what a write does
-    if local and earlier.hashes.get(rel) == xxhash.xxh3_128_hexdigest(data) and reuse.take_file(earlier, rel, path):
+    if (local and rel in earlier.hashes and earlier.hashes[rel] == xxhash.xxh3_128_hexdigest(data)
+            and reuse.take_file(earlier, rel, path)):
         return path
     makedirs(folder)
     write_noted(path, data)  # replaces whatever a failed take left there
