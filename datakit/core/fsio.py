@@ -53,6 +53,7 @@ from .publish_log import Written
 
 
 T = TypeVar("T")
+R = TypeVar("R")
 READ_CHUNK_BYTES = 8 << 20  # one ranged GET per chunk on object stores
 MIN_TRANSFER_RATE = 1 << 20  # bytes/s a call that moves data is allowed on top of its deadline
 log = logging.getLogger("datakit.store")
@@ -66,6 +67,20 @@ class StoreUnavailable(OSError):
 
 def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
+
+
+def map_reads(fn: Callable[[T], R], items: Sequence[T], local: bool, threads: int) -> list[R]:
+    """``fn`` over ``items`` (small reads: footers, sidecars), results in order: one after another in this
+    thread when the reads are ``local``, concurrently on up to ``threads`` threads on an object store, where
+    each read is a request. Locally a thread pool costs more than the reads: 116 parquet footers took
+    0.025-0.05 CPU-s on 8 threads against 0.008-0.014 in one; a reducer's sidecars, thousands of thread
+    starts per step."""
+    if local:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items)))) as pool:
+        return list(pool.map(fn, items))
 
 
 def local_path(path: str) -> str:

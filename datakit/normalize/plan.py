@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence, TypeVar
 
@@ -18,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datakit.core.documents import CORE_SCHEMA
-from datakit.core.fsio import open_read
+from datakit.core.fsio import is_local, map_reads, open_read
 from datakit.core.listing import common_root, is_hidden
 from datakit.manifest import SourceSpec
 from datakit.shuffle import ExecConfig
@@ -129,11 +128,10 @@ def _check_types(refs_types: list[tuple[FileRef, dict[str, pa.DataType]]]) -> No
 
 def plan_parquet(refs: list[FileRef], text_field: str, id_field: str | None, bare: bool, target: int,
                  ) -> tuple[list[Piece], FileTypes]:
-    """Read every footer once (threads: many files on object storage): the files as pieces (big ones
-    as row-group ranges), and each file's kept columns (conflicts between files raised with both file
-    names)."""
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        footers = list(pool.map(_footer, refs))
+    """Read every footer once (`fsio.map_reads`: on threads when the files are on object storage): the
+    files as pieces (big ones as row-group ranges), and each file's kept columns (conflicts between files
+    raised with both file names)."""
+    footers = map_reads(_footer, refs, all(is_local(r.path) for r in refs), 16)
     pieces: list[Piece] = []
     file_types: FileTypes = {}
     for ref, info, _err in footers:

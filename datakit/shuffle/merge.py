@@ -12,13 +12,12 @@ from __future__ import annotations
 import heapq
 import os
 from operator import itemgetter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .frames import RECORD_KEY, Record, RunRef, iter_run, new_spill_path, read_sidecar_runs, write_spill_run
 from . import columnar
-from datakit.core.fsio import is_local
+from datakit.core.fsio import is_local, map_reads
 
 _ZSTD_WINDOW = 1 << 20
 _PY_OVERHEAD = 4  # decoded Python objects weigh several times their pickled bytes
@@ -42,11 +41,8 @@ def gather_runs(index_paths: list[str], target: int, threads: int = 8) -> list[R
     the reads, thousands of thread starts per step); remote ones concurrently (each is a GET)."""
     if not index_paths:
         return []
-    if all(is_local(p) for p in index_paths):
-        per_map = [read_sidecar_runs(p, target) for p in index_paths]
-    else:
-        with ThreadPoolExecutor(max_workers=min(threads, len(index_paths))) as pool:
-            per_map = list(pool.map(lambda p: read_sidecar_runs(p, target), index_paths))
+    per_map = map_reads(lambda p: read_sidecar_runs(p, target), index_paths,
+                        all(is_local(p) for p in index_paths), threads)
     return [run for runs in per_map for run in runs]
 
 
